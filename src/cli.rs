@@ -1,0 +1,180 @@
+//! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
+                          (per-block latency in µs). Exit codes: 0 success, 1 runtime failure, 2 bad usage or input.";
+
+#[derive(Parser, Debug)]
+#[command(name = "kvxfer", version, about = "Measure how fast KV-cache-sized buffers move between hosts and GPUs",
+          after_help = UNITS_NOTE)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the receiver: accept senders and expose a buffer for them to write into.
+    #[command(after_help = "Example:\n  KVXFER_TOKEN=s3cret kvxfer serve --listen 0.0.0.0:18515\n\n".to_owned() + UNITS_NOTE)]
+    Serve(ServeArgs),
+    /// Run the sender against a receiver and measure every transfer.
+    #[command(after_help = "Example:\n  kvxfer send --peer 10.0.0.2:18515 --token s3cret --tokens 1k,32k,128k \
+                            --model qwen3-30b-a3b --json run.json\n\n".to_owned() + UNITS_NOTE)]
+    Send(SendArgs),
+    /// Run receiver and sender on this machine (loopback) and sweep sizes: the main job.
+    #[command(after_help = "Examples:\n  kvxfer sweep                              # default: 1k..16k tokens of qwen3-30b-a3b\n  \
+                            kvxfer sweep --sizes 96MiB,1GiB --reps 10 --verify\n\n".to_owned() + UNITS_NOTE)]
+    Sweep(SweepArgs),
+    /// Re-render tables from saved results files.
+    #[command(after_help = "Example:\n  kvxfer report results/a.json results/b.json --md tables.md\n\n".to_owned() + UNITS_NOTE)]
+    Report(ReportArgs),
+    /// Show what this host offers: CPUs, memory, huge pages.
+    #[command(after_help = "Example:\n  kvxfer devices --json")]
+    Devices(DevicesArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SizeArgs {
+    /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
+    #[arg(long, value_name = "LIST", conflicts_with = "tokens")]
+    pub sizes: Option<String>,
+    /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
+    #[arg(long, value_name = "LIST")]
+    pub tokens: Option<String>,
+    /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
+    pub model: Option<String>,
+    /// A Hugging Face config.json to derive KV bytes per token from
+    #[arg(long, value_name = "PATH", conflicts_with = "kv_bytes_per_token")]
+    pub model_config: Option<PathBuf>,
+    /// KV bytes per token, given directly
+    #[arg(long, value_name = "N")]
+    pub kv_bytes_per_token: Option<u64>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Measured reps per size
+    #[arg(long, default_value_t = 5)]
+    pub reps: u32,
+    /// Warm-up reps per size (run first, kept apart from the statistics)
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
+    /// How bytes move
+    #[arg(long, default_value = "tcp", value_name = "NAME")]
+    pub transport: String,
+    /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
+    #[arg(long, value_name = "SIZE")]
+    pub block_size: Option<String>,
+    /// Parallel connections (tcp)
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
+    #[arg(long)]
+    pub verify: bool,
+    /// Seed of the --verify pattern
+    #[arg(long, default_value_t = 0x6b76_7866, hide_default_value = true)]
+    pub seed: u64,
+    /// Try huge pages for the buffers (falls back to normal pages, and says so)
+    #[arg(long)]
+    pub hugepages: bool,
+    /// Name of this run in tables and figures
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+    /// Give up connecting after this long (e.g. 5s, 500ms)
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub connect_timeout: String,
+    /// Give up when the peer is silent this long (e.g. 60s)
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub io_timeout: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Write the results JSON here (updated atomically as each size completes)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per size here
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write a Markdown table here
+    #[arg(long, value_name = "FILE")]
+    pub md: Option<PathBuf>,
+    /// Write per-rep stage timestamps of both ends here (JSON lines)
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1:18515", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Shared secret senders must present; required unless listening on loopback
+    #[arg(long, env = "KVXFER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Exit after one sender (exit code reflects that session)
+    #[arg(long)]
+    pub once: bool,
+    /// Refuse transfers larger than this (default: the memory available when a sender asks)
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+    /// Most data connections a sender may open
+    #[arg(long, default_value_t = 64)]
+    pub max_streams: u32,
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub connect_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub io_timeout: String,
+}
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// The receiver (`kvxfer serve`) to write into
+    #[arg(long, value_name = "HOST:PORT")]
+    pub peer: String,
+    /// The receiver's token
+    #[arg(long, env = "KVXFER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Where the default results/<timestamp>.json and .md go when --json/--md are not given
+    #[arg(long, default_value = "results", value_name = "DIR")]
+    pub out_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Results files written by send or sweep
+    #[arg(required = true, value_name = "FILE.json")]
+    pub files: Vec<PathBuf>,
+    /// Write the Markdown tables here (or print Markdown instead of boxed tables when given without a file: -)
+    #[arg(long, value_name = "FILE")]
+    pub md: Option<PathBuf>,
+    /// Write CSV here (- for stdout)
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DevicesArgs {
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,202 @@
+//! The subcommands: each turns parsed arguments into a plan, runs it, and hands results to the exporters.
+
+pub mod devices;
+pub mod recorder;
+pub mod report;
+pub mod send;
+pub mod serve;
+pub mod sweep;
+
+use crate::bail_usage;
+use crate::cli::{RunArgs, SizeArgs};
+use crate::control::Timeouts;
+use crate::plan::kv::{self, KvGeometry};
+use crate::plan::sizes::{format_size, parse_size, parse_size_list, parse_token_list};
+use crate::plan::{RunConfig, SizeCase};
+use anyhow::Result;
+use std::time::Duration;
+
+/// Sizes when the user gives none: 1k..16k tokens of the seed's model (96 MiB .. 1.5 GiB), seconds on loopback.
+pub const DEFAULT_TOKENS: &str = "1k,2k,4k,8k,16k";
+pub const DEFAULT_MODEL: &str = "qwen3-30b-a3b";
+
+/// Resolve --sizes / --tokens + model into cases; prints where bytes/token came from.
+pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
+    if let Some(list) = &a.sizes {
+        if a.model.is_some() || a.model_config.is_some() || a.kv_bytes_per_token.is_some() {
+            bail_usage!(
+                "--model/--model-config/--kv-bytes-per-token go with --tokens, not --sizes"
+            );
+        }
+        let cases = parse_size_list(list)?
+            .into_iter()
+            .map(|s| SizeCase {
+                size_bytes: s,
+                tokens: None,
+                bytes_per_token: None,
+            })
+            .collect();
+        return Ok((cases, None));
+    }
+    let (tokens, default) = match &a.tokens {
+        Some(t) => (parse_token_list(t)?, false),
+        None => (parse_token_list(DEFAULT_TOKENS)?, true),
+    };
+    let geometry = match (&a.model, &a.model_config, a.kv_bytes_per_token) {
+        (Some(m), _, _) => Some(kv::preset(m)?),
+        (_, Some(p), _) => Some(kv::from_config_file(p)?),
+        (_, _, Some(0)) => bail_usage!("--kv-bytes-per-token must be positive"),
+        (_, _, Some(_)) => None,
+        (None, None, None) if default => Some(kv::preset(DEFAULT_MODEL)?),
+        (None, None, None) => {
+            bail_usage!("--tokens needs a model: --model NAME (e.g. {DEFAULT_MODEL}), --model-config FILE or --kv-bytes-per-token N")
+        }
+    };
+    let bpt = match &geometry {
+        Some(g) => {
+            eprintln!("kv bytes/token: {}", g.describe());
+            g.bytes_per_token()
+        }
+        None => {
+            let n = a.kv_bytes_per_token.expect("matched above");
+            eprintln!("kv bytes/token: {n} B/token (from --kv-bytes-per-token)");
+            n
+        }
+    };
+    let cases = tokens
+        .into_iter()
+        .map(|t| {
+            let size = t
+                .checked_mul(bpt)
+                .ok_or_else(|| crate::error::usage(format!("{t} tokens × {bpt} B overflows")))?;
+            Ok(SizeCase {
+                size_bytes: size,
+                tokens: Some(t),
+                bytes_per_token: Some(bpt),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((cases, geometry))
+}
+
+/// Parse `5s`, `500ms`, `2m` or a plain number of seconds.
+pub fn parse_duration(flag: &str, text: &str) -> Result<Duration> {
+    let d = if text.chars().all(|c| c.is_ascii_digit()) && !text.is_empty() {
+        text.parse::<u64>().map(Duration::from_secs).ok()
+    } else {
+        humantime::parse_duration(text).ok()
+    };
+    match d {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err(crate::error::usage(format!(
+            "{flag} {text:?}: expected a positive duration like 5s, 500ms or 2m"
+        ))),
+    }
+}
+
+pub fn timeouts(connect: &str, io: &str) -> Result<Timeouts> {
+    Ok(Timeouts {
+        connect: parse_duration("--connect-timeout", connect)?,
+        io: parse_duration("--io-timeout", io)?,
+    })
+}
+
+/// Validate the run flags and build the configuration the receiver will check again.
+pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>) -> Result<RunConfig> {
+    if !crate::transport::TRANSPORTS.contains(&r.transport.as_str()) {
+        bail_usage!(
+            "--transport {:?}: unknown transport; choose one of {}",
+            r.transport,
+            crate::transport::TRANSPORTS.join(", ")
+        );
+    }
+    if r.reps == 0 {
+        bail_usage!("--reps 0: at least one measured rep is needed");
+    }
+    if r.streams == 0 || r.streams > 64 {
+        bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
+    }
+    let block_size = match &r.block_size {
+        Some(b) => parse_size(b).map_err(|e| crate::error::usage(format!("--block-size: {e}")))?,
+        None => crate::transport::default_block_size(&r.transport),
+    };
+    let cfg = RunConfig {
+        transport: r.transport.clone(),
+        block_size,
+        streams: r.streams,
+        reps: r.reps,
+        warmup: r.warmup,
+        verify: r.verify,
+        seed: r.seed,
+        hugepages: r.hugepages,
+        cases,
+    };
+    if r.block_size.is_none() {
+        eprintln!(
+            "block size: {} ({} default; --block-size to change)",
+            format_size(block_size),
+            r.transport
+        );
+    }
+    Ok(cfg)
+}
+
+/// Refuse sizes that cannot fit in memory before allocating anything. `copies` buffers of the largest size are
+/// needed (2 when both ends run in this process).
+pub fn check_memory(cfg: &RunConfig, copies: u64) -> Result<()> {
+    let need = cfg.max_size().saturating_mul(copies);
+    if let Some(avail) = crate::mem::host::available_memory() {
+        if need > avail {
+            bail_usage!(
+                "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; use smaller sizes",
+                format_size(cfg.max_size()),
+                format_size(need),
+                format_size(avail)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(tokens: Option<&str>, model: Option<&str>, bpt: Option<u64>) -> SizeArgs {
+        SizeArgs {
+            sizes: None,
+            tokens: tokens.map(String::from),
+            model: model.map(String::from),
+            model_config: None,
+            kv_bytes_per_token: bpt,
+        }
+    }
+
+    #[test]
+    fn tokens_times_model() {
+        let (c, g) = resolve_cases(&sizes(Some("1k,128k"), Some("qwen3-30b-a3b"), None)).unwrap();
+        assert_eq!(c[0].size_bytes, 96 << 20);
+        assert_eq!(c[1].size_bytes, 12 << 30);
+        assert_eq!(g.unwrap().name, "qwen3-30b-a3b");
+        let (c, _) = resolve_cases(&sizes(Some("2"), None, Some(10))).unwrap();
+        assert_eq!(c[0].size_bytes, 20);
+    }
+
+    #[test]
+    fn tokens_without_model_is_usage_error() {
+        let e = resolve_cases(&sizes(Some("1k"), None, None)).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("--model"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("x", "5").unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            parse_duration("x", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert!(parse_duration("x", "0s").is_err());
+        assert!(parse_duration("x", "soon").is_err());
+    }
+}

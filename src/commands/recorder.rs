@@ -1,0 +1,115 @@
+//! The sink of a running sender: prints a row per size as it finishes, moves the progress bar, and rewrites every
+//! requested results file after each size, so an interrupted run keeps what it completed.
+
+use crate::cli::OutputArgs;
+use crate::export::{self, events::EventsFile, json::Results};
+use crate::output::{progress::Progress, table};
+use crate::plan::{sizes::format_size, RunConfig};
+use crate::run::{CaseRecord, RepRecord, RunSink};
+use crate::stats::CaseResult;
+use anyhow::Result;
+use std::path::PathBuf;
+
+pub struct Recorder {
+    pub results: Results,
+    progress: Progress,
+    json: Option<PathBuf>,
+    csv: Option<PathBuf>,
+    md: Option<PathBuf>,
+    events: Option<EventsFile>,
+    verify: bool,
+}
+
+impl Recorder {
+    /// Check every output path (a missing directory is a usage error): call before connecting to anything.
+    pub fn check_outputs(out: &OutputArgs) -> Result<()> {
+        for (flag, p) in [
+            ("--json", &out.json),
+            ("--csv", &out.csv),
+            ("--md", &out.md),
+            ("--events", &out.events),
+        ] {
+            if let Some(p) = p {
+                export::check_writable(flag, p)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn new(results: Results, cfg: &RunConfig, out: &OutputArgs) -> Result<Recorder> {
+        let events = out.events.as_deref().map(EventsFile::create).transpose()?;
+        let total = cfg.cases.len() as u64 * (cfg.reps + cfg.warmup) as u64;
+        let progress = Progress::new(total);
+        progress.println(&table::live_header());
+        Ok(Recorder {
+            results,
+            progress,
+            json: out.json.clone(),
+            csv: out.csv.clone(),
+            md: out.md.clone(),
+            events,
+            verify: cfg.verify,
+        })
+    }
+
+    /// Rewrite every requested file from the current results.
+    pub fn save(&self) -> Result<()> {
+        let all = std::slice::from_ref(&self.results);
+        if let Some(p) = &self.json {
+            self.results.write(p)?;
+        }
+        if let Some(p) = &self.csv {
+            export::write_atomic(p, export::csv::render(all)?.as_bytes())?;
+        }
+        if let Some(p) = &self.md {
+            export::write_atomic(p, export::markdown::render(all).as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Record why the run stopped (kept in the JSON next to the completed cases) and close the bar.
+    pub fn finish(&mut self, error: Option<&anyhow::Error>) -> Result<()> {
+        self.progress.finish();
+        if let Some(e) = error {
+            self.results.error = Some(format!("{e:#}"));
+        }
+        self.save()?;
+        let clamped = self.results.cases.iter().any(|c| c.block_clamped);
+        if clamped {
+            println!("* block size clamped to the transfer size");
+        }
+        for (what, p) in [
+            ("results", &self.json),
+            ("csv", &self.csv),
+            ("markdown", &self.md),
+        ] {
+            if let Some(p) = p {
+                eprintln!("{what}: {}", p.display());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RunSink for Recorder {
+    fn rep_done(&mut self, case: &CaseRecord, rep: &RepRecord, warmup: bool) {
+        if let Some(ev) = &mut self.events {
+            if let Err(e) = ev.rep(case, rep, warmup) {
+                eprintln!("warning: --events: {e:#}");
+            }
+        }
+        self.progress.inc();
+        self.progress.set_message(format!(
+            "{} {:.2} GB/s",
+            format_size(case.case.size_bytes),
+            rep.gbps
+        ));
+    }
+
+    fn case_done(&mut self, case: &CaseRecord) -> Result<()> {
+        let result = CaseResult::from_record(case, self.verify);
+        self.progress.println(&table::live_row(&result));
+        self.results.cases.push(result);
+        self.save()
+    }
+}

@@ -1,0 +1,63 @@
+//! `kvxfer serve`: the receiver's accept loop. One sender at a time; a failed session is reported and the loop
+//! goes on (with `--once`, the exit code is that session's).
+
+use crate::cli::ServeArgs;
+use crate::plan::sizes::parse_size;
+use crate::run::receiver::{serve_session, ReceiverLimits};
+use crate::{bail_usage, transport};
+use anyhow::{anyhow, Result};
+use std::net::{SocketAddr, TcpListener};
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    let addr: SocketAddr = a.listen.parse().map_err(|_| {
+        crate::error::usage(format!(
+            "--listen {:?}: expected ADDR:PORT like 0.0.0.0:18515",
+            a.listen
+        ))
+    })?;
+    let token = a.token.clone().unwrap_or_default();
+    if !addr.ip().is_loopback() && token.is_empty() {
+        bail_usage!(
+            "--listen {addr}: a non-loopback address needs a token (--token T or KVXFER_TOKEN), so that only your sender can write into this host's memory"
+        );
+    }
+    let limits = ReceiverLimits {
+        max_size: a
+            .max_size
+            .as_deref()
+            .map(|s| parse_size(s).map_err(|e| crate::error::usage(format!("--max-size: {e}"))))
+            .transpose()?,
+        max_streams: a.max_streams.max(1),
+        timeouts: super::timeouts(&a.connect_timeout, &a.io_timeout)?,
+    };
+    let listener = bind(addr)?;
+    eprintln!(
+        "kvxfer serve: listening on {addr} (transports: {})",
+        transport::TRANSPORTS.join(", ")
+    );
+    loop {
+        let (stream, peer) = listener
+            .accept()
+            .map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;
+        eprintln!("sender connected from {peer}");
+        let outcome = serve_session(stream, &token, &limits);
+        match &outcome {
+            Ok(()) => eprintln!("sender {peer}: run complete"),
+            Err(e) => eprintln!("error: sender {peer}: {e:#}"),
+        }
+        if a.once {
+            return outcome;
+        }
+    }
+}
+
+pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "; is another kvxfer serve running? pick another port with --listen"
+        } else {
+            ""
+        };
+        anyhow!("cannot listen on {addr}: {e}{hint}")
+    })
+}

@@ -1,0 +1,88 @@
+//! `kvxfer sweep`: the main job on one machine. A receiver runs in a thread of this process on loopback, with a
+//! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
+
+use super::recorder::Recorder;
+use super::send::{drive, SendJob};
+use crate::cli::SweepArgs;
+use crate::run::receiver::{serve_session, ReceiverLimits};
+use anyhow::{Context, Result};
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr};
+
+pub fn run(a: SweepArgs) -> Result<()> {
+    let (cases, geometry) = super::resolve_cases(&a.sizes)?;
+    let cfg = super::run_config(&a.run, cases)?;
+    let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
+    super::check_memory(&cfg, 2)?;
+
+    let mut out = a.out.clone();
+    if out.json.is_none() || out.md.is_none() {
+        std::fs::create_dir_all(&a.out_dir).map_err(|e| {
+            crate::error::usage(format!(
+                "--out-dir {}: cannot create: {e}",
+                a.out_dir.display()
+            ))
+        })?;
+        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .chars()
+            .filter(|c| !matches!(c, '-' | ':'))
+            .collect();
+        out.json
+            .get_or_insert_with(|| a.out_dir.join(format!("{stamp}.json")));
+        out.md
+            .get_or_insert_with(|| a.out_dir.join(format!("{stamp}.md")));
+    }
+    Recorder::check_outputs(&out)?;
+
+    let listener = super::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+    let addr = listener.local_addr()?;
+    let token = random_token()?;
+    let limits = ReceiverLimits {
+        max_size: None,
+        max_streams: 64,
+        timeouts,
+    };
+    let receiver_token = token.clone();
+    let receiver = std::thread::Builder::new()
+        .name("kvxfer-receiver".into())
+        .spawn(move || -> Result<()> {
+            let (stream, _) = listener.accept()?;
+            serve_session(stream, &receiver_token, &limits)
+        })?;
+
+    let label = a.run.label.clone().or_else(|| {
+        Some(format!(
+            "{} loopback on {}",
+            cfg.transport,
+            crate::env::hostname()
+        ))
+    });
+    let outcome = drive(SendJob {
+        peer: &addr.to_string(),
+        token: &token,
+        cfg,
+        timeouts,
+        out: &out,
+        label,
+        model: geometry.map(|g| g.name),
+        role: "sweep",
+    });
+    // The receiver's own error (if any) is the more precise one when the sender only saw a closed connection.
+    let receiver_outcome = receiver
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the receiver thread panicked")));
+    match (outcome, receiver_outcome) {
+        (Ok(_), _) => Ok(()),
+        (Err(e), Ok(())) => Err(e),
+        (Err(e), Err(r)) => Err(e.context(format!("receiver: {r:#}"))),
+    }
+}
+
+fn random_token() -> Result<String> {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}

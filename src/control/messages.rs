@@ -1,0 +1,96 @@
+//! The control protocol between sender and receiver.
+//!
+//! ```text
+//! sender                              receiver
+//! Hello{magic,protocol,version,token} ──▶  checks magic, protocol, token
+//!                                     ◀──  Welcome{version,hostname}  | Error
+//! Config{RunConfig}                   ──▶  validates, allocates, opens the transport's target
+//!                                     ◀──  Accept{offer}              | Error
+//! Connect{answer}                     ──▶  finishes the transport connection
+//!                                     ◀──  Connected
+//! per rep: RepStart{case,rep,size}    ──▶  arms the target for `size` bytes
+//!                                     ◀──  RepReady
+//!          (transport moves the bytes; the receiver learns they landed)
+//!                                     ◀──  RepDone{stage times, verify result}
+//! Finish                              ──▶
+//!                                     ◀──  Bye
+//! ```
+//! Either side may send `Error{message}` instead of any reply; the other side reports it and exits 1.
+
+use crate::plan::RunConfig;
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: &str = "kvxfer";
+/// Bumped on any incompatible change of these messages or of a transport's wire format.
+pub const PROTOCOL: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Msg {
+    Hello {
+        magic: String,
+        protocol: u32,
+        version: String,
+        token: String,
+    },
+    Welcome {
+        version: String,
+        hostname: String,
+    },
+    Config {
+        config: RunConfig,
+    },
+    /// The receiver's transport-specific description of its exposed region and how to reach it.
+    Accept {
+        offer: serde_json::Value,
+    },
+    /// The sender's transport-specific answer (e.g. its queue pair numbers).
+    Connect {
+        answer: serde_json::Value,
+    },
+    Connected,
+    RepStart {
+        case: usize,
+        rep: u32,
+        warmup: bool,
+        size_bytes: u64,
+    },
+    RepReady,
+    RepDone(RepReport),
+    Finish,
+    Bye,
+    Error {
+        message: String,
+    },
+}
+
+/// What the receiver saw of one rep, on its own monotonic clock (never compared with the sender's clock).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RepReport {
+    /// From receiving RepStart to knowing that every byte landed.
+    pub notify_ms: f64,
+    /// Receiver-clock timestamps (ms since the receiver's run start) for the events file.
+    pub t_rep_start_ms: f64,
+    pub t_landed_ms: f64,
+    pub verify_ms: Option<f64>,
+    pub mismatched_bytes: Option<u64>,
+}
+
+impl Msg {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Msg::Hello { .. } => "Hello",
+            Msg::Welcome { .. } => "Welcome",
+            Msg::Config { .. } => "Config",
+            Msg::Accept { .. } => "Accept",
+            Msg::Connect { .. } => "Connect",
+            Msg::Connected => "Connected",
+            Msg::RepStart { .. } => "RepStart",
+            Msg::RepReady => "RepReady",
+            Msg::RepDone(_) => "RepDone",
+            Msg::Finish => "Finish",
+            Msg::Bye => "Bye",
+            Msg::Error { .. } => "Error",
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The out-of-band channel: a TCP connection that carries the run's configuration, the transport's connection
+//! details and per-rep start/done messages. Bulk data never crosses it.
+
+pub mod frame;
+pub mod messages;
+pub mod peer;
+
+pub use messages::{Msg, RepReport};
+pub use peer::{ControlChannel, Timeouts};

@@ -1,0 +1,215 @@
+//! One end of the control connection: typed messages over frames, with timeouts, and the handshake of each role.
+
+use super::frame::{read_frame, write_frame, FrameError};
+use super::messages::{Msg, MAGIC, PROTOCOL};
+use anyhow::{anyhow, bail, Context, Result};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// Timeouts that keep either side from hanging on a silent peer.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub io: Duration,
+}
+
+/// A connected control channel.
+pub struct ControlChannel {
+    stream: TcpStream,
+    /// What the other end is, for error messages ("the receiver", "the sender").
+    peer_role: &'static str,
+    io_timeout: Duration,
+}
+
+/// The peer reported an error in an `Error` message: its text is shown as is.
+#[derive(Debug, thiserror::Error)]
+#[error("{role} reported: {message}")]
+pub struct PeerReported {
+    pub role: &'static str,
+    pub message: String,
+}
+
+impl ControlChannel {
+    pub fn new(stream: TcpStream, peer_role: &'static str, io_timeout: Duration) -> Result<Self> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(io_timeout))?;
+        stream.set_write_timeout(Some(io_timeout))?;
+        Ok(ControlChannel {
+            stream,
+            peer_role,
+            io_timeout,
+        })
+    }
+
+    /// Connect to `peer` (HOST:PORT), trying each resolved address within `timeouts.connect`.
+    pub fn connect(peer: &str, timeouts: Timeouts) -> Result<Self> {
+        let addrs: Vec<SocketAddr> = peer
+            .to_socket_addrs()
+            .map_err(|e| {
+                crate::error::usage(format!(
+                    "--peer {peer}: cannot resolve: {e}; expected HOST:PORT"
+                ))
+            })?
+            .collect();
+        let mut last = None;
+        for addr in &addrs {
+            match TcpStream::connect_timeout(addr, timeouts.connect) {
+                Ok(s) => return Self::new(s, "the receiver", timeouts.io),
+                Err(e) => last = Some(e),
+            }
+        }
+        let why = last
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "no address".into());
+        bail!("cannot reach the receiver at {peer}: {why}; is `kvxfer serve` running there and the port open?")
+    }
+
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.stream.local_addr().ok()
+    }
+
+    pub fn io_timeout(&self) -> Duration {
+        self.io_timeout
+    }
+
+    pub fn send(&mut self, msg: &Msg) -> Result<()> {
+        let bytes = serde_json::to_vec(msg)?;
+        write_frame(&mut self.stream, &bytes).map_err(|e| self.frame_error(e, msg.name()))
+    }
+
+    /// Receive the next message. An `Error` from the peer becomes an `Err` carrying its text.
+    pub fn recv(&mut self, waiting_for: &str) -> Result<Msg> {
+        let bytes = read_frame(&mut self.stream).map_err(|e| self.frame_error(e, waiting_for))?;
+        let msg: Msg = serde_json::from_slice(&bytes).map_err(|e| {
+            anyhow!(
+                "{} sent a malformed control message ({e}); is it a kvxfer peer?",
+                self.peer_role
+            )
+        })?;
+        if let Msg::Error { message } = msg {
+            let reported = PeerReported {
+                role: self.peer_role,
+                message: message.clone(),
+            };
+            // A peer refusing our input (bad size, wrong token) is the user's to fix: keep exit code 2.
+            if message.starts_with("usage: ") {
+                let text = message.trim_start_matches("usage: ").to_string();
+                return Err(crate::error::usage(format!(
+                    "{} refused: {text}",
+                    self.peer_role
+                )));
+            }
+            return Err(reported.into());
+        }
+        Ok(msg)
+    }
+
+    /// Tell the peer why we stop. Best effort: the connection may already be gone.
+    pub fn send_error(&mut self, err: &anyhow::Error) {
+        let prefix = if crate::error::exit_code(err) == 2 {
+            "usage: "
+        } else {
+            ""
+        };
+        let _ = self.send(&Msg::Error {
+            message: format!("{prefix}{err:#}"),
+        });
+    }
+
+    fn frame_error(&self, e: FrameError, during: &str) -> anyhow::Error {
+        let role = self.peer_role;
+        match e {
+            FrameError::Closed | FrameError::Truncated => {
+                anyhow!("{role} closed the control connection (while waiting for {during}); did it exit or crash?")
+            }
+            FrameError::TimedOut => anyhow!(
+                "{role} did not answer within {:.0} s (waiting for {during}); raise --io-timeout if it is just slow",
+                self.io_timeout.as_secs_f64()
+            ),
+            other => anyhow!("{other} (waiting for {during} from {role})"),
+        }
+    }
+}
+
+/// Sender side of the handshake. Returns the receiver's hostname.
+pub fn client_hello(ch: &mut ControlChannel, token: &str) -> Result<String> {
+    ch.send(&Msg::Hello {
+        magic: MAGIC.into(),
+        protocol: PROTOCOL,
+        version: env!("CARGO_PKG_VERSION").into(),
+        token: token.into(),
+    })?;
+    match ch.recv("Welcome")? {
+        Msg::Welcome { hostname, .. } => Ok(hostname),
+        other => bail!(
+            "the receiver answered {} to Hello; is it a kvxfer peer?",
+            other.name()
+        ),
+    }
+}
+
+/// Receiver side of the handshake: check magic, protocol and token; answer Welcome or Error.
+pub fn server_hello(ch: &mut ControlChannel, expected_token: &str) -> Result<()> {
+    let msg = ch.recv("Hello").context("handshake")?;
+    let Msg::Hello {
+        magic,
+        protocol,
+        version,
+        token,
+    } = msg
+    else {
+        bail!(
+            "the sender opened with {} instead of Hello; is it a kvxfer peer?",
+            msg.name()
+        );
+    };
+    if magic != MAGIC {
+        bail!("the sender is not kvxfer (magic {magic:?})");
+    }
+    if protocol != PROTOCOL {
+        let text = format!(
+            "protocol version mismatch: sender kvxfer {version} speaks protocol {protocol}, receiver kvxfer {} speaks {PROTOCOL}; run the same kvxfer version on both ends",
+            env!("CARGO_PKG_VERSION")
+        );
+        let _ = ch.send(&Msg::Error {
+            message: text.clone(),
+        });
+        bail!(text);
+    }
+    if !tokens_match(&token, expected_token) {
+        let _ = ch.send(&Msg::Error {
+            message: "usage: wrong token; pass the receiver's token with --token or KVXFER_TOKEN"
+                .into(),
+        });
+        return Err(crate::error::usage(
+            "the sender presented a wrong token; connection refused",
+        ));
+    }
+    ch.send(&Msg::Welcome {
+        version: env!("CARGO_PKG_VERSION").into(),
+        hostname: crate::env::hostname(),
+    })
+}
+
+/// Compare tokens in constant time (for equal lengths) so the comparison leaks nothing about the expected token.
+pub fn tokens_match(given: &str, expected: &str) -> bool {
+    given.as_bytes().ct_eq(expected.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(tokens_match("abc", "abc"));
+        assert!(tokens_match("", ""));
+        assert!(!tokens_match("abd", "abc"));
+        assert!(!tokens_match("ab", "abc"));
+    }
+}

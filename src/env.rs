@@ -1,0 +1,72 @@
+//! The environment fingerprint stored in every results file, and what `kvxfer devices` prints about the host.
+
+use crate::mem::host::meminfo_field;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Env {
+    pub hostname: String,
+    pub kernel: String,
+    pub os: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_available_bytes: Option<u64>,
+    pub hugepages_total: Option<u64>,
+    pub hugepages_free: Option<u64>,
+    pub hugepage_size_bytes: Option<u64>,
+    pub kvxfer_version: String,
+    pub command_line: Vec<String>,
+}
+
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn os_name() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("PRETTY_NAME=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+impl Env {
+    pub fn capture() -> Env {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        Env {
+            hostname: hostname(),
+            kernel: nix::sys::utsname::uname()
+                .map(|u| u.release().to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "unknown".into()),
+            os: os_name(),
+            cpu: cpu_model(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            mem_total_bytes: meminfo_field(&meminfo, "MemTotal"),
+            mem_available_bytes: meminfo_field(&meminfo, "MemAvailable"),
+            hugepages_total: meminfo_field(&meminfo, "HugePages_Total"),
+            hugepages_free: meminfo_field(&meminfo, "HugePages_Free"),
+            hugepage_size_bytes: meminfo_field(&meminfo, "Hugepagesize"),
+            kvxfer_version: env!("CARGO_PKG_VERSION").to_string(),
+            command_line: std::env::args().collect(),
+        }
+    }
+}

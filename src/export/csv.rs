@@ -1,0 +1,73 @@
+//! `--csv`: one row per case, flat columns for spreadsheets and pandas.
+
+use super::json::Results;
+use anyhow::Result;
+
+const HEADER: &[&str] = &[
+    "label",
+    "transport",
+    "size_bytes",
+    "tokens",
+    "bytes_per_token",
+    "n",
+    "block_size",
+    "transfer_ms_p50",
+    "transfer_ms_p90",
+    "transfer_ms_p99",
+    "transfer_ms_min",
+    "transfer_ms_max",
+    "transfer_ms_mean",
+    "transfer_ms_stdev",
+    "gbps_p50",
+    "gbps_min",
+    "gbps_max",
+    "gbps_mean",
+    "setup_ms_p50",
+    "notify_ms_p50",
+    "total_ms_p50",
+    "block_latency_us_p50",
+    "block_latency_us_p99",
+    "verified",
+    "mismatched_bytes",
+];
+
+/// Render one or more results as CSV (bandwidth in GB/s = 10^9 B/s, times in ms).
+pub fn render(all: &[Results]) -> Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(HEADER)?;
+    let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for r in all {
+        for c in &r.cases {
+            let t = &c.transfer_ms;
+            let lat = c.block_latency_us;
+            w.write_record([
+                r.label.clone(),
+                r.config.transport.clone(),
+                c.size_bytes.to_string(),
+                opt(c.tokens),
+                opt(c.bytes_per_token),
+                c.n.to_string(),
+                c.block_size.to_string(),
+                format!("{:.4}", t.p50),
+                format!("{:.4}", t.p90),
+                format!("{:.4}", t.p99),
+                format!("{:.4}", t.min),
+                format!("{:.4}", t.max),
+                format!("{:.4}", t.mean),
+                format!("{:.4}", t.stdev),
+                format!("{:.4}", c.gbps.p50),
+                format!("{:.4}", c.gbps.min),
+                format!("{:.4}", c.gbps.max),
+                format!("{:.4}", c.gbps.mean),
+                format!("{:.4}", c.setup_ms.p50),
+                format!("{:.4}", c.notify_ms.p50),
+                format!("{:.4}", c.total_ms.p50),
+                lat.map(|l| format!("{:.0}", l.p50)).unwrap_or_default(),
+                lat.map(|l| format!("{:.0}", l.p99)).unwrap_or_default(),
+                c.verified.map(|v| v.to_string()).unwrap_or_default(),
+                opt(c.mismatched_bytes),
+            ])?;
+        }
+    }
+    Ok(String::from_utf8(w.into_inner()?)?)
+}

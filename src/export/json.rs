@@ -1,0 +1,82 @@
+//! The results JSON (`kvxfer/results/v1`): the contract users script against. Extend, never rename.
+
+use crate::env::Env;
+use crate::stats::CaseResult;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const SCHEMA: &str = "kvxfer/results/v1";
+
+/// `config` in the results file: the run configuration as the user set it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigJson {
+    pub transport: String,
+    pub block_size: u64,
+    pub streams: u32,
+    pub reps: u32,
+    pub warmup: u32,
+    pub verify: bool,
+    pub seed: u64,
+    pub hugepages: bool,
+    pub model: Option<String>,
+    pub peer: String,
+    pub role: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    pub schema: String,
+    pub kvxfer_version: String,
+    pub started_at: String,
+    pub label: String,
+    pub env: serde_json::Value,
+    pub config: ConfigJson,
+    pub cases: Vec<CaseResult>,
+    /// Set when the run stopped early; the cases above are complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Results {
+    pub fn new(label: String, env: &Env, config: ConfigJson) -> Results {
+        Results {
+            schema: SCHEMA.into(),
+            kvxfer_version: env!("CARGO_PKG_VERSION").into(),
+            started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            label,
+            env: serde_json::to_value(env).expect("env serializes"),
+            config,
+            cases: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(self)?;
+        bytes.push(b'\n');
+        super::write_atomic(path, &bytes)
+    }
+
+    /// Read a results file; errors are usage errors naming the file.
+    pub fn read(path: &Path) -> Result<Results> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| crate::error::usage(format!("{}: cannot read: {e}", path.display())))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| crate::error::usage(format!("{}: not valid JSON: {e}", path.display())))?;
+        match v.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => bail!(crate::error::usage(format!(
+                "{}: schema {other:?} is not {SCHEMA}; was it written by a newer kvxfer?",
+                path.display()
+            ))),
+            None => bail!(crate::error::usage(format!(
+                "{}: not a kvxfer results file (no \"schema\")",
+                path.display()
+            ))),
+        }
+        serde_json::from_value(v)
+            .map_err(|e| crate::error::usage(format!("{}: malformed results: {e}", path.display())))
+            .context("reading results")
+    }
+}

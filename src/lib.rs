@@ -1,0 +1,17 @@
+//! kvxfer: measure how fast KV-cache-sized buffers move between hosts and GPUs.
+//!
+//! The folders are the pipeline: `plan` (what to run) → `mem` + `transport` (the endpoints) → `control` + `run`
+//! (doing it) → `stats` (summaries) → `export` + `output` (what users read). `commands` wires them per subcommand.
+
+pub mod cli;
+pub mod commands;
+pub mod control;
+pub mod env;
+pub mod error;
+pub mod export;
+pub mod mem;
+pub mod output;
+pub mod plan;
+pub mod run;
+pub mod stats;
+pub mod transport;

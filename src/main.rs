@@ -1,0 +1,25 @@
+use clap::Parser;
+use kvxfer::cli::{Cli, Command};
+use kvxfer::commands;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let outcome = match cli.command {
+        Command::Serve(a) => commands::serve::run(a),
+        Command::Send(a) => commands::send::run(a),
+        Command::Sweep(a) => commands::sweep::run(a),
+        Command::Report(a) => commands::report::run(a),
+        Command::Devices(a) => commands::devices::run(a),
+    };
+    if let Err(e) = outcome {
+        eprintln!("error: {e:#}");
+        std::process::exit(kvxfer::error::exit_code(&e));
+    }
+}

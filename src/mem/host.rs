@@ -1,0 +1,137 @@
+//! Host memory: page-aligned anonymous mappings, populated before the first rep so page faults never land inside a
+//! measured transfer.
+
+use anyhow::{bail, Result};
+use nix::sys::mman::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+/// A page-aligned buffer owned by this process.
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Whether the mapping really uses huge pages (`--hugepages` may fall back to normal pages).
+    pub huge: bool,
+}
+
+// SAFETY: the buffer is plain memory owned by the mapping; sharing the pointer between threads is sound as long as
+// concurrent writers touch disjoint bytes, which the transports guarantee (and verify only reads between reps).
+unsafe impl Send for HostBuffer {}
+// SAFETY: see `Send`; `&HostBuffer` only hands out shared slices or raw pointers.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// Map `len` bytes, populated up front. With `hugepages`, try MAP_HUGETLB first and report the fallback in `huge`.
+    pub fn new(len: u64, hugepages: bool) -> Result<HostBuffer> {
+        let len_usize = usize::try_from(len)?;
+        let Some(nz) = NonZeroUsize::new(len_usize) else {
+            bail!("cannot allocate an empty buffer")
+        };
+        let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        let base = MapFlags::MAP_PRIVATE | MapFlags::MAP_POPULATE;
+        if hugepages {
+            // SAFETY: an anonymous private mapping aliases no existing memory; the result is checked.
+            if let Ok(p) = unsafe { mmap_anonymous(None, nz, prot, base | MapFlags::MAP_HUGETLB) } {
+                return Ok(HostBuffer {
+                    ptr: p.cast(),
+                    len: len_usize,
+                    huge: true,
+                });
+            }
+        }
+        // SAFETY: as above.
+        let p = unsafe { mmap_anonymous(None, nz, prot, base) }.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot map {} of host memory: {e}",
+                crate::plan::sizes::format_size(len)
+            )
+        })?;
+        Ok(HostBuffer {
+            ptr: p.cast(),
+            len: len_usize,
+            huge: false,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Raw base pointer, for transports that hand the memory to the kernel or a NIC.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` bytes, readable, and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` guarantees no other reference into the buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe exactly the mapping created in `new`, unmapped once.
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes (None where it cannot be read).
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_field(&text, "MemAvailable")
+}
+
+/// One `Name:  N kB` field of /proc/meminfo, in bytes (or in pages for the HugePages_* counters).
+pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.split(':').next() == Some(name))?;
+    let mut words = line.split(':').nth(1)?.split_whitespace();
+    let n: u64 = words.next()?.parse().ok()?;
+    Some(if words.next() == Some("kB") {
+        n * 1024
+    } else {
+        n
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_is_page_aligned_zeroed_and_writable() {
+        let mut b = HostBuffer::new(3 * 4096 + 5, false).unwrap();
+        assert_eq!(b.as_ptr() as usize % 4096, 0);
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+        b.as_mut_slice()[12292] = 7;
+        assert_eq!(b.as_slice()[12292], 7);
+    }
+
+    #[test]
+    fn hugepages_fall_back_when_none_are_reserved() {
+        let b = HostBuffer::new(2 << 20, true).unwrap();
+        assert_eq!(b.len(), 2 << 20);
+        let reserved = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| meminfo_field(&t, "HugePages_Free"));
+        if reserved == Some(0) {
+            assert!(!b.huge);
+        }
+    }
+
+    #[test]
+    fn parses_meminfo() {
+        let t = "MemTotal:       24000000 kB\nMemAvailable:   1000 kB\nHugePages_Free:        3\n";
+        assert_eq!(meminfo_field(t, "MemAvailable"), Some(1_024_000));
+        assert_eq!(meminfo_field(t, "HugePages_Free"), Some(3));
+        assert_eq!(meminfo_field(t, "Nope"), None);
+    }
+}

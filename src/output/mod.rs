@@ -1,0 +1,4 @@
+//! What the user sees while a run goes: live rows and a progress bar.
+
+pub mod progress;
+pub mod table;

@@ -1,0 +1,42 @@
+//! The progress bar on stderr. indicatif draws nothing when stderr is not a terminal, so logs and pipes stay clean;
+//! console rows go to stdout through [`Progress::println`] so they never tear the bar.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::time::Duration;
+
+pub struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    /// A bar over `total_reps` reps (warm-up included).
+    pub fn new(total_reps: u64) -> Progress {
+        let bar = ProgressBar::with_draw_target(Some(total_reps), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} reps  {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress { bar }
+    }
+
+    pub fn set_message(&self, msg: String) {
+        self.bar.set_message(msg);
+    }
+
+    pub fn inc(&self) {
+        self.bar.inc(1);
+    }
+
+    /// Print a line on stdout without disturbing the bar.
+    pub fn println(&self, line: &str) {
+        self.bar.suspend(|| println!("{line}"));
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

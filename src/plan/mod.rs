@@ -1,0 +1,105 @@
+//! What to run: sizes, model geometry, and the list of writes one transfer is made of.
+
+pub mod kv;
+pub mod sizes;
+
+use serde::{Deserialize, Serialize};
+
+/// One size to measure, with its token count when the user asked in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeCase {
+    pub size_bytes: u64,
+    pub tokens: Option<u64>,
+    pub bytes_per_token: Option<u64>,
+}
+
+/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub transport: String,
+    pub block_size: u64,
+    pub streams: u32,
+    pub reps: u32,
+    pub warmup: u32,
+    pub verify: bool,
+    /// Seed of the `--verify` pattern.
+    pub seed: u64,
+    pub hugepages: bool,
+    pub cases: Vec<SizeCase>,
+}
+
+impl RunConfig {
+    pub fn max_size(&self) -> u64 {
+        self.cases.iter().map(|c| c.size_bytes).max().unwrap_or(0)
+    }
+}
+
+/// One write of a transfer: `len` bytes from the sender's buffer at `local_offset` to the receiver's region at
+/// `remote_offset`. Contiguous and (later) paged layouts differ only in this list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    pub local_offset: u64,
+    pub remote_offset: u64,
+    pub len: u64,
+}
+
+/// The writes of one transfer.
+#[derive(Debug, Clone)]
+pub struct TransferPlan {
+    pub size_bytes: u64,
+    pub block_size: u64,
+    pub writes: Vec<Write>,
+}
+
+impl TransferPlan {
+    /// A contiguous transfer of `size` bytes cut into blocks of `block_size` (the last one may be shorter).
+    pub fn contiguous(size: u64, block_size: u64) -> TransferPlan {
+        assert!(block_size > 0, "block size is validated before planning");
+        let block_size = block_size.min(size);
+        let writes = (0..size.div_ceil(block_size))
+            .map(|i| {
+                let off = i * block_size;
+                Write {
+                    local_offset: off,
+                    remote_offset: off,
+                    len: block_size.min(size - off),
+                }
+            })
+            .collect();
+        TransferPlan {
+            size_bytes: size,
+            block_size,
+            writes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_plan_covers_every_byte_once() {
+        let p = TransferPlan::contiguous(10 << 20, 3 << 20);
+        assert_eq!(p.writes.len(), 4);
+        assert_eq!(p.writes.iter().map(|w| w.len).sum::<u64>(), 10 << 20);
+        assert_eq!(
+            p.writes[3],
+            Write {
+                local_offset: 9 << 20,
+                remote_offset: 9 << 20,
+                len: 1 << 20
+            }
+        );
+        for pair in p.writes.windows(2) {
+            assert_eq!(pair[0].remote_offset + pair[0].len, pair[1].remote_offset);
+        }
+    }
+
+    #[test]
+    fn block_larger_than_transfer_is_clamped() {
+        let p = TransferPlan::contiguous(4096, 1 << 30);
+        assert_eq!(p.block_size, 4096);
+        assert_eq!(p.writes.len(), 1);
+    }
+}

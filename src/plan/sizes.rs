@@ -1,0 +1,212 @@
+//! Byte sizes and token counts as users type them.
+//!
+//! Sizes are binary only (B, KiB, MiB, GiB, TiB): a KV cache is laid out in powers of two and "GB" is ambiguous,
+//! so decimal units are rejected with a hint rather than guessed. Token counts take `k` = 1024 (so `1k` tokens of a
+//! model at 96 KiB/token is exactly 96 MiB, the convention of the seed's tables).
+
+use crate::bail_usage;
+use anyhow::Result;
+
+const UNITS: [(&str, u64); 5] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+    ("B", 1),
+];
+
+/// Parse one size such as `96MiB`, `1.5GiB`, `4096` or `4096B` into bytes.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = (&t[..split], t[split..].trim());
+    if num.is_empty() {
+        bail_usage!("size {text:?}: expected a number followed by B, KiB, MiB or GiB (e.g. 96MiB)");
+    }
+    let mult = match UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(unit)) {
+        Some((_, m)) => *m,
+        None if unit.is_empty() => 1,
+        None => {
+            let hint = match unit.to_ascii_lowercase().as_str() {
+                "kb" | "k" => " use KiB (1024 bytes)",
+                "mb" | "m" => " use MiB (2^20 bytes)",
+                "gb" | "g" => " use GiB (2^30 bytes)",
+                "tb" | "t" => " use TiB (2^40 bytes)",
+                _ => " use B, KiB, MiB, GiB or TiB",
+            };
+            bail_usage!("size {text:?}: unknown unit {unit:?};{hint}, e.g. 12GiB (sizes are binary units only)");
+        }
+    };
+    let bytes = if num.contains('.') {
+        let v: f64 = num
+            .parse()
+            .map_err(|_| crate::error::usage(format!("size {text:?}: {num:?} is not a number")))?;
+        let b = v * mult as f64;
+        if b.fract() != 0.0 {
+            bail_usage!("size {text:?} is not a whole number of bytes");
+        }
+        if b >= u64::MAX as f64 {
+            bail_usage!("size {text:?} is too large");
+        }
+        b as u64
+    } else {
+        let v: u64 = num
+            .parse()
+            .map_err(|_| crate::error::usage(format!("size {text:?} is too large")))?;
+        v.checked_mul(mult)
+            .ok_or_else(|| crate::error::usage(format!("size {text:?} is too large")))?
+    };
+    if bytes == 0 {
+        bail_usage!("size {text:?} is zero; give a positive size such as 96MiB");
+    }
+    Ok(bytes)
+}
+
+/// Parse a comma-separated list of sizes (`96MiB,1GiB,12GiB`).
+pub fn parse_size_list(text: &str) -> Result<Vec<u64>> {
+    split_list(text, "--sizes")?
+        .into_iter()
+        .map(parse_size)
+        .collect()
+}
+
+/// Parse one token count: `512`, `1k` (= 1024), `128k`, `1m` (= 1024 × 1024).
+pub fn parse_tokens(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1024u64),
+        Some((i, 'm' | 'M')) => (&t[..i], 1024 * 1024),
+        _ => (t, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| {
+        crate::error::usage(format!(
+            "token count {text:?}: expected a whole number like 512, 1k or 128k"
+        ))
+    })?;
+    let n = n
+        .checked_mul(mult)
+        .ok_or_else(|| crate::error::usage(format!("token count {text:?} is too large")))?;
+    if n == 0 {
+        bail_usage!("token count {text:?} is zero; give a positive count such as 1k");
+    }
+    Ok(n)
+}
+
+/// Parse a comma-separated list of token counts (`1k,32k,128k`).
+pub fn parse_token_list(text: &str) -> Result<Vec<u64>> {
+    split_list(text, "--tokens")?
+        .into_iter()
+        .map(parse_tokens)
+        .collect()
+}
+
+fn split_list<'a>(text: &'a str, flag: &str) -> Result<Vec<&'a str>> {
+    let items: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if items.is_empty() {
+        bail_usage!("{flag} {text:?}: expected a comma-separated list");
+    }
+    Ok(items)
+}
+
+/// Format bytes in the largest binary unit that keeps the number readable: `96 MiB`, `1.5 GiB`, `4 KiB`, `100 B`.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, mult) in UNITS {
+        if bytes >= mult && mult > 1 {
+            let v = bytes as f64 / mult as f64;
+            return if v.fract() == 0.0 || v >= 100.0 {
+                format!("{v:.0} {unit}")
+            } else {
+                let s = format!("{v:.2}");
+                format!("{} {unit}", s.trim_end_matches('0').trim_end_matches('.'))
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Format a token count the way users type it (`1k`, `128k`, `1536`).
+pub fn format_tokens(tokens: u64) -> String {
+    if tokens >= 1024 && tokens % 1024 == 0 {
+        format!("{}k", tokens / 1024)
+    } else {
+        tokens.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_binary_units() {
+        assert_eq!(parse_size("96MiB").unwrap(), 96 << 20);
+        assert_eq!(parse_size("12GiB").unwrap(), 12 << 30);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64 KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("7B").unwrap(), 7);
+        assert_eq!(
+            parse_size_list("96MiB, 1GiB").unwrap(),
+            vec![96 << 20, 1 << 30]
+        );
+    }
+
+    #[test]
+    fn rejects_decimal_units_with_a_hint() {
+        let e = parse_size("12GB").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown unit \"GB\"") && e.contains("GiB"),
+            "{e}"
+        );
+        assert!(parse_size("5MB").unwrap_err().to_string().contains("MiB"));
+    }
+
+    #[test]
+    fn rejects_zero_negative_garbage_and_overflow() {
+        for bad in [
+            "0",
+            "0MiB",
+            "-1MiB",
+            "abc",
+            "",
+            "1.3B",
+            "99999999999TiB",
+            "184467440737095516160",
+        ] {
+            let e = parse_size(bad).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}: {e}");
+        }
+        assert!(parse_size_list(",").is_err());
+    }
+
+    #[test]
+    fn tokens_use_k_as_1024() {
+        assert_eq!(parse_tokens("1k").unwrap(), 1024);
+        assert_eq!(parse_tokens("128k").unwrap(), 131072);
+        assert_eq!(parse_tokens("512").unwrap(), 512);
+        assert_eq!(parse_token_list("512,1k").unwrap(), vec![512, 1024]);
+        assert!(parse_tokens("0").is_err());
+        assert!(parse_tokens("1.5k").is_err());
+        assert!(parse_tokens("k").is_err());
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        assert_eq!(format_size(96 << 20), "96 MiB");
+        assert_eq!(format_size(3 << 29), "1.5 GiB");
+        assert_eq!(format_size(12 << 30), "12 GiB");
+        assert_eq!(format_size(100), "100 B");
+        assert_eq!(format_size(1536), "1.5 KiB");
+        assert_eq!(format_tokens(131072), "128k");
+        assert_eq!(format_tokens(1536), "1536");
+        for s in [96u64 << 20, 3 << 29, 4096, 12 << 30] {
+            assert_eq!(parse_size(&format_size(s).replace(' ', "")).unwrap(), s);
+        }
+    }
+}

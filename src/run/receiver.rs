@@ -1,0 +1,156 @@
+//! The receiver role: accept a sender, validate its configuration before allocating, expose the region, and
+//! answer each rep with what it saw on its own clock.
+
+use super::{sender::pattern_key, verify};
+use crate::control::peer::server_hello;
+use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
+use crate::mem::{host::available_memory, HostBuffer};
+use crate::plan::{sizes::format_size, RunConfig};
+use crate::transport::{self, Context};
+use anyhow::{bail, Result};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What the receiver allows and how it waits.
+#[derive(Debug, Clone)]
+pub struct ReceiverLimits {
+    /// Largest transfer accepted; None: whatever memory is available when a sender asks.
+    pub max_size: Option<u64>,
+    pub max_streams: u32,
+    pub timeouts: Timeouts,
+}
+
+/// Check a sender's configuration against this receiver's limits. Errors are usage errors: the sender asked for
+/// something this receiver refuses.
+pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
+    let usage = |m: String| crate::error::usage(m);
+    if !transport::TRANSPORTS.contains(&cfg.transport.as_str()) {
+        return Err(usage(format!(
+            "transport {:?} is not supported by this receiver (it has: {})",
+            cfg.transport,
+            transport::TRANSPORTS.join(", ")
+        )));
+    }
+    if cfg.cases.is_empty() || cfg.cases.iter().any(|c| c.size_bytes == 0) {
+        return Err(usage("the run has no sizes or a zero size".into()));
+    }
+    if cfg.block_size == 0 || cfg.reps == 0 || cfg.streams == 0 {
+        return Err(usage(
+            "block size, reps and streams must be positive".into(),
+        ));
+    }
+    if cfg.streams > limits.max_streams {
+        return Err(usage(format!(
+            "{} streams asked, this receiver allows at most {}",
+            cfg.streams, limits.max_streams
+        )));
+    }
+    let size = cfg.max_size();
+    if let Some(max) = limits.max_size {
+        if size > max {
+            return Err(usage(format!(
+                "size {} is above this receiver's --max-size {}",
+                format_size(size),
+                format_size(max)
+            )));
+        }
+    }
+    if let Some(avail) = available_memory() {
+        if size > avail {
+            return Err(usage(format!(
+                "size {} does not fit in the receiver's available memory ({})",
+                format_size(size),
+                format_size(avail)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Serve one sender on an accepted control connection, from Hello to Bye.
+pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) -> Result<()> {
+    let local_ip = stream.local_addr()?.ip();
+    let peer_ip = stream.peer_addr()?.ip();
+    let mut ch = ControlChannel::new(stream, "the sender", limits.timeouts.io)?;
+    server_hello(&mut ch, token)?;
+    let cfg = match ch.recv("Config")? {
+        Msg::Config { config } => config,
+        other => bail!("the sender sent {} instead of Config", other.name()),
+    };
+    if let Err(e) = validate(&cfg, limits) {
+        ch.send_error(&e);
+        return Err(e);
+    }
+    match session(
+        &mut ch,
+        &cfg,
+        Context {
+            peer_ip,
+            local_ip,
+            timeouts: limits.timeouts,
+        },
+    ) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            ch.send_error(&e);
+            Err(e)
+        }
+    }
+}
+
+fn session(ch: &mut ControlChannel, cfg: &RunConfig, ctx: Context) -> Result<()> {
+    let buf = Arc::new(HostBuffer::new(cfg.max_size(), cfg.hugepages)?);
+    let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
+    ch.send(&Msg::Accept {
+        offer: target.offer(),
+    })?;
+    match ch.recv("Connect")? {
+        Msg::Connect { answer } => target.accept(answer)?,
+        other => bail!("the sender sent {} instead of Connect", other.name()),
+    }
+    ch.send(&Msg::Connected)?;
+    let started = Instant::now();
+    let ms = |t: Instant| t.saturating_duration_since(started).as_secs_f64() * 1e3;
+    loop {
+        // Between reps the sender may spend a while (filling a verify pattern); the io timeout still bounds it.
+        match ch.recv("RepStart or Finish")? {
+            Msg::RepStart {
+                case,
+                rep,
+                size_bytes,
+                ..
+            } => {
+                if size_bytes == 0 || size_bytes > buf.len() as u64 {
+                    bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
+                }
+                target.arm(size_bytes)?;
+                let t_start = Instant::now();
+                ch.send(&Msg::RepReady)?;
+                let landed = target.wait_landed(ctx.timeouts.io)?;
+                let mut report = RepReport {
+                    notify_ms: landed.saturating_duration_since(t_start).as_secs_f64() * 1e3,
+                    t_rep_start_ms: ms(t_start),
+                    t_landed_ms: ms(landed),
+                    ..RepReport::default()
+                };
+                if cfg.verify {
+                    let t = Instant::now();
+                    let bad = verify::count_mismatches(
+                        &buf.as_slice()[..size_bytes as usize],
+                        cfg.seed,
+                        pattern_key(case, rep),
+                    );
+                    report.verify_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                    report.mismatched_bytes = Some(bad);
+                }
+                ch.send(&Msg::RepDone(report))?;
+            }
+            Msg::Finish => {
+                ch.send(&Msg::Bye)?;
+                return Ok(());
+            }
+            other => bail!("the sender sent {} in the middle of a run", other.name()),
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The sender role: it drives the run. For each size it runs the warm-up and measured reps, each rep being
+//! RepStart → RepReady (setup) → transfer → RepDone (the receiver's view), and hands every record to the sink.
+
+use super::{verify, CaseRecord, RepRecord, RunSink, StageTimes};
+use crate::control::{ControlChannel, Msg};
+use crate::mem::HostBuffer;
+use crate::plan::{RunConfig, TransferPlan};
+use crate::stats::gbps;
+use crate::transport::{self, Context, Source};
+use anyhow::{bail, Result};
+use std::time::Instant;
+
+/// An established session: handshake done, buffers allocated, transport connected.
+pub struct SenderSession {
+    ch: ControlChannel,
+    cfg: RunConfig,
+    // Declared before `buf` so it is dropped first: a transport may have registered the buffer with a device.
+    source: Box<dyn Source>,
+    buf: HostBuffer,
+    started: Instant,
+}
+
+fn ms_since(t0: Instant, t: Instant) -> f64 {
+    t.saturating_duration_since(t0).as_secs_f64() * 1e3
+}
+
+/// The `--verify` pattern's rep key: distinct for every (case, rep) of a run.
+pub fn pattern_key(case: usize, rep: u32) -> u64 {
+    ((case as u64) << 20) | rep as u64
+}
+
+impl SenderSession {
+    /// Send the configuration, allocate the source buffer and connect the transport.
+    pub fn establish(
+        mut ch: ControlChannel,
+        cfg: RunConfig,
+        ctx: &Context,
+    ) -> Result<SenderSession> {
+        ch.send(&Msg::Config {
+            config: cfg.clone(),
+        })?;
+        let offer = match ch.recv("Accept")? {
+            Msg::Accept { offer } => offer,
+            other => bail!("the receiver answered {} to Config", other.name()),
+        };
+        let buf = HostBuffer::new(cfg.max_size(), cfg.hugepages)?;
+        if cfg.hugepages && !buf.huge {
+            eprintln!("note: --hugepages: no huge pages available for the send buffer; using normal pages");
+        }
+        let source = match transport::connect_source(&cfg, &buf, offer, ctx) {
+            Ok(s) => s,
+            Err(e) => {
+                ch.send_error(&e);
+                return Err(e);
+            }
+        };
+        ch.send(&Msg::Connect {
+            answer: source.answer(),
+        })?;
+        match ch.recv("Connected")? {
+            Msg::Connected => {}
+            other => bail!("the receiver answered {} to Connect", other.name()),
+        }
+        Ok(SenderSession {
+            ch,
+            cfg,
+            buf,
+            source,
+            started: Instant::now(),
+        })
+    }
+
+    /// Run every case; stop at the first failure (after handing completed cases to the sink).
+    pub fn run(mut self, sink: &mut dyn RunSink) -> Result<()> {
+        let result = self.run_cases(sink);
+        match &result {
+            Ok(()) => {
+                self.ch.send(&Msg::Finish)?;
+                match self.ch.recv("Bye")? {
+                    Msg::Bye => {}
+                    other => bail!("the receiver answered {} to Finish", other.name()),
+                }
+            }
+            Err(e) => self.ch.send_error(e),
+        }
+        result
+    }
+
+    fn run_cases(&mut self, sink: &mut dyn RunSink) -> Result<()> {
+        for (index, case) in self.cfg.cases.clone().into_iter().enumerate() {
+            let plan = TransferPlan::contiguous(case.size_bytes, self.cfg.block_size);
+            let mut rec = CaseRecord {
+                index,
+                case,
+                block_size: plan.block_size,
+                block_clamped: plan.block_size < self.cfg.block_size,
+                writes: plan.writes.len(),
+                reps: Vec::new(),
+                warmups: Vec::new(),
+                block_latency_us: hdrhistogram::Histogram::new(3)
+                    .expect("3 significant digits is valid"),
+            };
+            let total = self.cfg.warmup + self.cfg.reps;
+            for seq in 0..total {
+                let warmup = seq < self.cfg.warmup;
+                let r = self.run_rep(index, seq, warmup, &plan, &mut rec)?;
+                sink.rep_done(&rec, &r, warmup);
+                if warmup {
+                    rec.warmups.push(r);
+                } else {
+                    rec.reps.push(r);
+                }
+            }
+            sink.case_done(&rec)?;
+            let bad: u64 = rec
+                .reps
+                .iter()
+                .chain(&rec.warmups)
+                .filter_map(|r| r.mismatched_bytes)
+                .sum();
+            if bad > 0 {
+                bail!(
+                    "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
+                    crate::plan::sizes::format_size(case.size_bytes)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn run_rep(
+        &mut self,
+        case: usize,
+        seq: u32,
+        warmup: bool,
+        plan: &TransferPlan,
+        rec: &mut CaseRecord,
+    ) -> Result<RepRecord> {
+        let size = plan.size_bytes;
+        if self.cfg.verify {
+            verify::fill(
+                &mut self.buf.as_mut_slice()[..size as usize],
+                self.cfg.seed,
+                pattern_key(case, seq),
+            );
+        }
+        let t0 = Instant::now();
+        self.ch.send(&Msg::RepStart {
+            case,
+            rep: seq,
+            warmup,
+            size_bytes: size,
+        })?;
+        match self.ch.recv("RepReady")? {
+            Msg::RepReady => {}
+            other => bail!("the receiver answered {} to RepStart", other.name()),
+        }
+        let t_ready = Instant::now();
+        let hist = &mut rec.block_latency_us;
+        let times = self
+            .source
+            .transfer(&self.buf, &plan.writes, &mut |_, posted, done| {
+                if !warmup {
+                    let us = done.saturating_duration_since(posted).as_micros().max(1) as u64;
+                    let _ = hist.record(us);
+                }
+            })?;
+        let report = match self.ch.recv("RepDone")? {
+            Msg::RepDone(r) => r,
+            other => bail!("the receiver answered {} instead of RepDone", other.name()),
+        };
+        let t_done = Instant::now();
+        let transfer_ms = ms_since(times.first_post, times.last_complete);
+        let s0 = self.started;
+        Ok(RepRecord {
+            i: if warmup { seq } else { seq - self.cfg.warmup },
+            transfer_ms,
+            gbps: gbps(size, transfer_ms),
+            setup_ms: ms_since(t0, t_ready),
+            notify_ms: report.notify_ms,
+            total_ms: ms_since(t0, t_done),
+            mismatched_bytes: report.mismatched_bytes,
+            sender: StageTimes {
+                t_setup_start_ms: ms_since(s0, t0),
+                t_ready_ms: ms_since(s0, t_ready),
+                t_first_post_ms: ms_since(s0, times.first_post),
+                t_last_complete_ms: ms_since(s0, times.last_complete),
+                t_done_ms: ms_since(s0, t_done),
+            },
+            receiver: report,
+        })
+    }
+}

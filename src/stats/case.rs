@@ -1,0 +1,73 @@
+//! One size's results as stored in the results JSON (the `cases[]` contract) and rendered in tables.
+
+use super::{RateSummary, Summary};
+use crate::run::{CaseRecord, RepRecord};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencyQuantiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaseResult {
+    pub size_bytes: u64,
+    pub tokens: Option<u64>,
+    pub bytes_per_token: Option<u64>,
+    pub n: usize,
+    pub transfer_ms: Summary,
+    pub gbps: RateSummary,
+    pub setup_ms: Summary,
+    pub notify_ms: Summary,
+    pub total_ms: Summary,
+    /// Per-block completion latency: posted → acknowledged/completed, in µs.
+    pub block_latency_us: Option<LatencyQuantiles>,
+    pub verified: Option<bool>,
+    pub mismatched_bytes: Option<u64>,
+    /// The block size actually used, and whether the requested one was clamped to the transfer size.
+    pub block_size: u64,
+    pub block_clamped: bool,
+    pub writes: usize,
+    pub reps: Vec<RepRecord>,
+    /// Warm-up reps, kept apart: they never enter the statistics.
+    pub warmup_reps: Vec<RepRecord>,
+}
+
+impl CaseResult {
+    pub fn from_record(rec: &CaseRecord, verify: bool) -> CaseResult {
+        let col =
+            |f: fn(&RepRecord) -> f64| Summary::of(&rec.reps.iter().map(f).collect::<Vec<_>>());
+        let h = &rec.block_latency_us;
+        let mismatched: u64 = rec
+            .reps
+            .iter()
+            .chain(&rec.warmups)
+            .filter_map(|r| r.mismatched_bytes)
+            .sum();
+        CaseResult {
+            size_bytes: rec.case.size_bytes,
+            tokens: rec.case.tokens,
+            bytes_per_token: rec.case.bytes_per_token,
+            n: rec.reps.len(),
+            transfer_ms: col(|r| r.transfer_ms),
+            gbps: col(|r| r.gbps).rate(),
+            setup_ms: col(|r| r.setup_ms),
+            notify_ms: col(|r| r.notify_ms),
+            total_ms: col(|r| r.total_ms),
+            block_latency_us: (!h.is_empty()).then(|| LatencyQuantiles {
+                p50: h.value_at_quantile(0.5) as f64,
+                p99: h.value_at_quantile(0.99) as f64,
+                max: h.max() as f64,
+            }),
+            verified: verify.then_some(mismatched == 0),
+            mismatched_bytes: verify.then_some(mismatched),
+            block_size: rec.block_size,
+            block_clamped: rec.block_clamped,
+            writes: rec.writes,
+            reps: rec.reps.clone(),
+            warmup_reps: rec.warmups.clone(),
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! How bytes move. Every transport does the same thing: the receiver exposes a region the sender may write into;
+//! the sender turns a transfer into [`Write`]s and pushes them as parallel as the transport allows, learns when each
+//! completed, and the receiver learns when all of them landed.
+//!
+//! A transport is two halves behind two small traits, connected through the control channel in two steps:
+//! the target's [`Target::offer`] (e.g. TCP: data port; verbs: rkeys and QP numbers) travels in `Accept`, the
+//! source's [`Source::answer`] travels back in `Connect`. Plan, run, stats and export never know which transport
+//! they drive.
+
+pub mod tcp;
+
+use crate::mem::HostBuffer;
+use crate::plan::{RunConfig, Write};
+use anyhow::Result;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Names accepted by `--transport`.
+pub const TRANSPORTS: &[&str] = &["tcp"];
+
+/// Each transport's default block size when the user gives none.
+pub fn default_block_size(_transport: &str) -> u64 {
+    tcp::DEFAULT_BLOCK_SIZE
+}
+
+/// When the first byte of a transfer was posted and the last completion was seen (sender clock).
+#[derive(Debug, Clone, Copy)]
+pub struct TransferTimes {
+    pub first_post: Instant,
+    pub last_complete: Instant,
+}
+
+/// The sender's half: writes into the receiver's region.
+pub trait Source: Send {
+    /// What the receiver needs to finish the connection (sent in `Connect`).
+    fn answer(&self) -> serde_json::Value;
+    /// Push every write from `mem` (the buffer the source was connected with) and return once all completed.
+    /// `done(i, posted, completed)` is called once per write `i` of `writes` when its completion is observed (for
+    /// the per-block latency histogram).
+    fn transfer(
+        &mut self,
+        mem: &HostBuffer,
+        writes: &[Write],
+        done: &mut dyn FnMut(usize, Instant, Instant),
+    ) -> Result<TransferTimes>;
+}
+
+/// The receiver's half: owns the exposed region and learns when a rep's bytes have landed.
+pub trait Target: Send {
+    /// How the sender reaches the region (sent in `Accept`).
+    fn offer(&self) -> serde_json::Value;
+    /// Finish connecting with the sender's answer.
+    fn accept(&mut self, answer: serde_json::Value) -> Result<()>;
+    /// Expect one rep of `size_bytes`.
+    fn arm(&mut self, size_bytes: u64) -> Result<()>;
+    /// Block until the armed rep has landed; return when that was observed.
+    fn wait_landed(&mut self, timeout: Duration) -> Result<Instant>;
+}
+
+/// What a transport needs to know about where it runs.
+pub struct Context {
+    /// The receiver's address as the sender dialled it (sender side) or as the receiver listens (receiver side).
+    pub peer_ip: IpAddr,
+    pub local_ip: IpAddr,
+    pub timeouts: crate::control::Timeouts,
+}
+
+pub fn open_target(
+    cfg: &RunConfig,
+    buf: Arc<HostBuffer>,
+    ctx: &Context,
+) -> Result<Box<dyn Target>> {
+    match cfg.transport.as_str() {
+        "tcp" => Ok(Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?)),
+        other => Err(unknown_transport(other)),
+    }
+}
+
+pub fn connect_source(
+    cfg: &RunConfig,
+    buf: &HostBuffer,
+    offer: serde_json::Value,
+    ctx: &Context,
+) -> Result<Box<dyn Source>> {
+    match cfg.transport.as_str() {
+        "tcp" => {
+            let _ = buf; // TCP sends from whatever buffer `transfer` is given
+            Ok(Box::new(tcp::TcpSource::connect(cfg, offer, ctx)?))
+        }
+        other => Err(unknown_transport(other)),
+    }
+}
+
+fn unknown_transport(name: &str) -> anyhow::Error {
+    crate::error::usage(format!(
+        "--transport {name:?}: unknown transport; choose one of {}",
+        TRANSPORTS.join(", ")
+    ))
+}

@@ -1,0 +1,428 @@
+//! TCP baseline: the region is the receiver's buffer; a write is a frame `(index, remote offset, length)` followed by
+//! the payload, read by the receiver straight into its buffer at that offset; completion is the receiver's 8-byte
+//! ack of the index. `--streams N` spreads writes round-robin over N connections.
+//!
+//! Data connections are separate from the control connection, authenticated by a random session key that the
+//! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
+
+use super::{Context, Source, Target, TransferTimes};
+use crate::mem::HostBuffer;
+use crate::plan::{RunConfig, Write};
+use anyhow::{anyhow, bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{ErrorKind, Read, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
+const HEADER_LEN: usize = 24;
+const KEY_LEN: usize = 16;
+
+#[derive(Serialize, Deserialize)]
+struct Offer {
+    data_port: u16,
+    session_key: String,
+    region_len: u64,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_key() -> Result<[u8; KEY_LEN]> {
+    let mut key = [0u8; KEY_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    Ok(key)
+}
+
+fn data_error(role: &str, e: std::io::Error) -> anyhow::Error {
+    match e.kind() {
+        ErrorKind::UnexpectedEof
+        | ErrorKind::ConnectionReset
+        | ErrorKind::BrokenPipe
+        | ErrorKind::ConnectionAborted => {
+            anyhow!("{role} closed the data connection mid-transfer ({e}); did it exit or crash?")
+        }
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            anyhow!("the data connection to {role} stalled past --io-timeout")
+        }
+        _ => anyhow!("data connection to {role}: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- receiver
+
+/// Progress of the armed rep, shared by the per-connection reader threads.
+#[derive(Default)]
+struct LandState {
+    expected: u64,
+    received: u64,
+    landed_at: Option<Instant>,
+    error: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<LandState>,
+    cv: Condvar,
+}
+
+impl Shared {
+    fn fail(&self, msg: String) {
+        let mut s = self.state.lock().unwrap();
+        s.error.get_or_insert(msg);
+        self.cv.notify_all();
+    }
+}
+
+pub struct TcpTarget {
+    listener: TcpListener,
+    key: [u8; KEY_LEN],
+    buf: Arc<HostBuffer>,
+    streams: u32,
+    io_timeout: Duration,
+    shared: Arc<Shared>,
+    conns: Vec<TcpStream>,
+}
+
+impl TcpTarget {
+    pub fn open(cfg: &RunConfig, buf: Arc<HostBuffer>, ctx: &Context) -> Result<TcpTarget> {
+        let listener = TcpListener::bind(SocketAddr::new(ctx.local_ip, 0))
+            .with_context(|| format!("cannot open a TCP data port on {}", ctx.local_ip))?;
+        Ok(TcpTarget {
+            listener,
+            key: random_key()?,
+            buf,
+            streams: cfg.streams,
+            io_timeout: ctx.timeouts.io,
+            shared: Arc::new(Shared {
+                state: Mutex::new(LandState::default()),
+                cv: Condvar::new(),
+            }),
+            conns: Vec::new(),
+        })
+    }
+}
+
+impl Target for TcpTarget {
+    fn offer(&self) -> serde_json::Value {
+        let port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        serde_json::to_value(Offer {
+            data_port: port,
+            session_key: hex(&self.key),
+            region_len: self.buf.len() as u64,
+        })
+        .expect("offer serializes")
+    }
+
+    fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
+        // The sender connected its streams before answering; they wait in the backlog.
+        let deadline = Instant::now() + self.io_timeout;
+        self.listener.set_nonblocking(true)?;
+        while self.conns.len() < self.streams as usize {
+            match self.listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_read_timeout(Some(self.io_timeout))?;
+                    let mut key = [0u8; KEY_LEN];
+                    if s.read_exact(&mut key).is_err()
+                        || !crate::control::peer::tokens_match(&hex(&key), &hex(&self.key))
+                    {
+                        continue; // not our sender: drop it and keep waiting
+                    }
+                    s.set_nodelay(true)?;
+                    // Between reps a data connection is legitimately idle for a long time.
+                    s.set_read_timeout(None)?;
+                    s.set_write_timeout(Some(self.io_timeout))?;
+                    self.conns.push(s.try_clone()?);
+                    let (buf, shared) = (self.buf.clone(), self.shared.clone());
+                    std::thread::Builder::new()
+                        .name("kvxfer-tcp-rx".into())
+                        .spawn(move || receive_loop(s, &buf, &shared))?;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        bail!(
+                            "the sender opened {} of {} TCP data connections in time",
+                            self.conns.len(),
+                            self.streams
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e).context("accepting a TCP data connection"),
+            }
+        }
+        Ok(())
+    }
+
+    fn arm(&mut self, size_bytes: u64) -> Result<()> {
+        let mut s = self.shared.state.lock().unwrap();
+        if let Some(e) = &s.error {
+            bail!("{e}");
+        }
+        *s = LandState {
+            expected: size_bytes,
+            ..LandState::default()
+        };
+        Ok(())
+    }
+
+    fn wait_landed(&mut self, timeout: Duration) -> Result<Instant> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.shared.state.lock().unwrap();
+        loop {
+            if let Some(e) = &s.error {
+                bail!("{e}");
+            }
+            if let Some(at) = s.landed_at {
+                return Ok(at);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                bail!(
+                    "only {} of {} bytes arrived within --io-timeout ({:.0} s)",
+                    s.received,
+                    s.expected,
+                    timeout.as_secs_f64()
+                );
+            }
+            s = self.shared.cv.wait_timeout(s, deadline - now).unwrap().0;
+        }
+    }
+}
+
+impl Drop for TcpTarget {
+    fn drop(&mut self) {
+        for c in &self.conns {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// One data connection: read frames into the region, ack each, count bytes towards the armed rep.
+fn receive_loop(mut s: TcpStream, buf: &HostBuffer, shared: &Shared) {
+    let region_len = buf.len() as u64;
+    loop {
+        let mut hdr = [0u8; HEADER_LEN];
+        match s.read_exact(&mut hdr) {
+            Ok(()) => {}
+            Err(e) => {
+                let st = shared.state.lock().unwrap();
+                let mid_rep = st.expected > 0 && st.landed_at.is_none();
+                drop(st);
+                if mid_rep || e.kind() != ErrorKind::UnexpectedEof {
+                    shared.fail(data_error("the sender", e).to_string());
+                } else {
+                    shared.fail("the sender closed a data connection".into());
+                }
+                return;
+            }
+        }
+        let word = |i: usize| u64::from_le_bytes(hdr[i * 8..i * 8 + 8].try_into().unwrap());
+        let (index, offset, len) = (word(0), word(1), word(2));
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > region_len) {
+            shared.fail(format!(
+                "the sender tried to write {len} bytes at offset {offset}, outside the {region_len}-byte region; refused"
+            ));
+            return;
+        }
+        if let Err(e) = recv_into(&s, buf, offset, len) {
+            shared.fail(data_error("the sender", e).to_string());
+            return;
+        }
+        if let Err(e) = s.write_all(&index.to_le_bytes()) {
+            shared.fail(data_error("the sender", e).to_string());
+            return;
+        }
+        let mut st = shared.state.lock().unwrap();
+        st.received += len;
+        if st.expected > 0 && st.received >= st.expected && st.landed_at.is_none() {
+            st.landed_at = Some(Instant::now());
+            shared.cv.notify_all();
+        }
+    }
+}
+
+/// Receive exactly `len` bytes from the socket into `buf[offset..offset+len]`.
+fn recv_into(s: &TcpStream, buf: &HostBuffer, offset: u64, len: u64) -> std::io::Result<()> {
+    debug_assert!(offset + len <= buf.len() as u64);
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(1 << 30) as usize;
+        // SAFETY: `offset + len <= buf.len()` was checked by the caller, so the destination lies inside the live
+        // mapping that `buf` owns; the kernel writes through the raw pointer and no Rust reference to these bytes
+        // exists while a rep is in flight (verify reads only after the rep has landed).
+        let n = unsafe {
+            nix::libc::recv(
+                s.as_raw_fd(),
+                buf.as_ptr().add((offset + done) as usize).cast(),
+                want,
+                0,
+            )
+        };
+        match n {
+            0 => return Err(ErrorKind::UnexpectedEof.into()),
+            n if n < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => done += n as u64,
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------ sender
+
+pub struct TcpSource {
+    conns: Vec<TcpStream>,
+    io_timeout: Duration,
+}
+
+impl TcpSource {
+    pub fn connect(cfg: &RunConfig, offer: serde_json::Value, ctx: &Context) -> Result<TcpSource> {
+        let offer: Offer =
+            serde_json::from_value(offer).context("the receiver's TCP offer is malformed")?;
+        let key: Vec<u8> = (0..offer.session_key.len() / 2)
+            .map(|i| u8::from_str_radix(&offer.session_key[2 * i..2 * i + 2], 16))
+            .collect::<Result<_, _>>()
+            .context("the receiver's session key is malformed")?;
+        let addr = SocketAddr::new(ctx.peer_ip, offer.data_port);
+        let mut conns = Vec::new();
+        for _ in 0..cfg.streams {
+            let mut s =
+                TcpStream::connect_timeout(&addr, ctx.timeouts.connect).with_context(|| {
+                    format!("cannot open a TCP data connection to {addr}; is that port reachable?")
+                })?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(ctx.timeouts.io))?;
+            s.set_write_timeout(Some(ctx.timeouts.io))?;
+            s.write_all(&key)?;
+            conns.push(s);
+        }
+        Ok(TcpSource {
+            conns,
+            io_timeout: ctx.timeouts.io,
+        })
+    }
+}
+
+enum Event {
+    Posted(usize, Instant),
+    Acked(u64, Instant),
+    Failed(anyhow::Error),
+}
+
+impl Source for TcpSource {
+    fn answer(&self) -> serde_json::Value {
+        serde_json::json!({ "streams": self.conns.len() })
+    }
+
+    fn transfer(
+        &mut self,
+        mem: &HostBuffer,
+        writes: &[Write],
+        done: &mut dyn FnMut(usize, Instant, Instant),
+    ) -> Result<TransferTimes> {
+        let streams = self.conns.len();
+        let (tx, rx) = mpsc::channel::<Event>();
+        let data = mem.as_slice();
+        let result = std::thread::scope(|scope| -> Result<TransferTimes> {
+            for (k, conn) in self.conns.iter().enumerate() {
+                let mine: Vec<usize> = (k..writes.len()).step_by(streams).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let (tx_w, tx_a) = (tx.clone(), tx.clone());
+                let mut w = conn.try_clone()?;
+                let mut r = conn.try_clone()?;
+                let expected_acks = mine.len();
+                scope.spawn(move || {
+                    for i in mine {
+                        let _ = tx_w.send(Event::Posted(i, Instant::now()));
+                        let wr = writes[i];
+                        let mut hdr = [0u8; HEADER_LEN];
+                        hdr[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                        hdr[8..16].copy_from_slice(&wr.remote_offset.to_le_bytes());
+                        hdr[16..].copy_from_slice(&wr.len.to_le_bytes());
+                        let payload =
+                            &data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize];
+                        if let Err(e) = w.write_all(&hdr).and_then(|_| w.write_all(payload)) {
+                            let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
+                            return;
+                        }
+                    }
+                });
+                scope.spawn(move || {
+                    for _ in 0..expected_acks {
+                        let mut ack = [0u8; 8];
+                        match r.read_exact(&mut ack) {
+                            Ok(()) => {
+                                let _ = tx_a
+                                    .send(Event::Acked(u64::from_le_bytes(ack), Instant::now()));
+                            }
+                            Err(e) => {
+                                let _ = tx_a.send(Event::Failed(data_error("the receiver", e)));
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            let mut first_post: Option<Instant> = None;
+            let mut last = None;
+            let mut acked = 0usize;
+            let mut posted: Vec<Option<Instant>> = vec![None; writes.len()];
+            let mut seen = vec![false; writes.len()];
+            while acked < writes.len() {
+                let ev = rx.recv_timeout(self.io_timeout).unwrap_or_else(|_| {
+                    Event::Failed(anyhow!(
+                        "no acknowledgement from the receiver within --io-timeout"
+                    ))
+                });
+                match ev {
+                    Event::Posted(i, t) => {
+                        posted[i] = Some(t);
+                        first_post = Some(first_post.map_or(t, |f| f.min(t)));
+                    }
+                    Event::Acked(i, t) => {
+                        let i = i as usize;
+                        if i >= writes.len() || seen[i] {
+                            self.abort();
+                            bail!("the receiver acknowledged block {i}, which was not outstanding");
+                        }
+                        seen[i] = true;
+                        // A write is posted (Posted sent) before its bytes leave, so its ack comes after.
+                        done(i, posted[i].unwrap_or(t), t);
+                        acked += 1;
+                        last = Some(t);
+                    }
+                    Event::Failed(e) => {
+                        // Unblock the other threads of this transfer before the scope joins them.
+                        self.abort();
+                        return Err(e);
+                    }
+                }
+            }
+            let first_post = first_post.expect("every stream with writes posts first");
+            Ok(TransferTimes {
+                first_post,
+                last_complete: last.unwrap_or(first_post),
+            })
+        });
+        result
+    }
+}
+
+impl TcpSource {
+    fn abort(&self) {
+        for c in &self.conns {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
