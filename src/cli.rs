@@ -25,7 +25,8 @@ pub enum Command {
     Send(SendArgs),
     /// Run receiver and sender on this machine (loopback) and sweep sizes: the main job.
     #[command(after_help = "Examples:\n  kvxfer sweep                              # default: 1k..16k tokens of qwen3-30b-a3b\n  \
-                            kvxfer sweep --sizes 96MiB,1GiB --reps 10 --verify\n\n".to_owned() + UNITS_NOTE)]
+                            kvxfer sweep --sizes 96MiB,1GiB --reps 10 --verify\n  \
+                            kvxfer sweep --transport cuda --src gpu:0 --dst gpu:1 --tokens 1k,128k --model qwen3-30b-a3b\n\n".to_owned() + UNITS_NOTE)]
     Sweep(SweepArgs),
     /// Re-render tables from saved results files.
     #[command(after_help = "Example:\n  kvxfer report results/a.json results/b.json --md tables.md\n\n".to_owned() + UNITS_NOTE)]
@@ -68,9 +69,12 @@ pub struct RunArgs {
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
     #[arg(long, value_name = "SIZE")]
     pub block_size: Option<String>,
-    /// Parallel connections (tcp)
+    /// Parallel connections (tcp) or CUDA streams (cuda)
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
+    /// cuda transport: copy with the copy engine (ce, cuMemcpyAsync) or an SM copy kernel (sm)
+    #[arg(long, default_value = "ce", value_parser = ["ce", "sm"])]
+    pub copy: String,
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]
     pub verify: bool,
@@ -118,6 +122,9 @@ pub struct ServeArgs {
     /// Exit after one sender (exit code reflects that session)
     #[arg(long)]
     pub once: bool,
+    /// Where the receive buffer lives: host, pinned or gpu:N (`--transport cuda` from another process needs gpu:N)
+    #[arg(long, default_value = "host", value_name = "KIND")]
+    pub mem: String,
     /// Refuse transfers larger than this (default: the memory available when a sender asks)
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
@@ -138,6 +145,9 @@ pub struct SendArgs {
     /// The receiver's token
     #[arg(long, env = "KVXFER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Where the send buffer lives: host, pinned or gpu:N
+    #[arg(long, default_value = "host", value_name = "KIND")]
+    pub mem: String,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]
@@ -148,6 +158,12 @@ pub struct SendArgs {
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
+    /// Where the sender's buffer lives: host, pinned or gpu:N
+    #[arg(long, default_value = "host", value_name = "KIND")]
+    pub src: String,
+    /// Where the receiver's buffer lives: host, pinned or gpu:N
+    #[arg(long, default_value = "host", value_name = "KIND")]
+    pub dst: String,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]

@@ -1,38 +1,75 @@
-//! `kvxfer devices`: what this host offers. Transports add their own devices (RDMA NICs, GPUs) here.
+//! `kvxfer devices`: what this host offers — CPUs, memory, huge pages, GPUs (and, with the verbs transport, NICs).
 
 use crate::cli::DevicesArgs;
 use crate::env::Env;
+use crate::mem::cuda;
 use crate::plan::sizes::format_size;
 use anyhow::Result;
 
 pub fn run(a: DevicesArgs) -> Result<()> {
     let env = Env::capture();
+    let gpus = cuda::gpus();
+    let cuda_version = cuda::driver().ok();
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "host": env }))?
-        );
+        let mut v = serde_json::json!({ "host": env, "cuda_driver_version": cuda_version });
+        match &gpus {
+            Ok(g) => v["gpus"] = serde_json::to_value(g)?,
+            Err(e) => v["gpu_error"] = format!("{e:#}").into(),
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     let size = |v: Option<u64>| v.map(format_size).unwrap_or_else(|| "unknown".into());
-    println!("host      {}", env.hostname);
-    println!("os        {} (kernel {})", env.os, env.kernel);
-    println!("cpu       {} × {}", env.cpus, env.cpu);
-    println!(
-        "memory    {} total, {} available",
-        size(env.mem_total_bytes),
-        size(env.mem_available_bytes)
-    );
-    match (
-        env.hugepages_total,
-        env.hugepages_free,
-        env.hugepage_size_bytes,
-    ) {
-        (Some(t), Some(f), Some(s)) if t > 0 => {
-            println!("hugepages {t} × {} reserved, {f} free", format_size(s))
-        }
-        _ => println!("hugepages none reserved (--hugepages falls back to normal pages)"),
+    println!("host       {}", env.hostname);
+    println!("os         {} (kernel {})", env.os, env.kernel);
+    println!("cpu        {} × {}", env.cpus, env.cpu);
+    println!("memory     {} total, {} available", size(env.mem_total_bytes), size(env.mem_available_bytes));
+    match (env.hugepages_total, env.hugepages_free, env.hugepage_size_bytes) {
+        (Some(t), Some(f), Some(s)) if t > 0 => println!("hugepages  {t} × {} reserved, {f} free", format_size(s)),
+        _ => println!("hugepages  none reserved (--hugepages falls back to normal pages)"),
     }
     println!("transports {}", crate::transport::TRANSPORTS.join(", "));
+    match gpus {
+        Err(e) => println!("gpus       none: {e:#}"),
+        Ok(g) if g.is_empty() => println!("gpus       none (CUDA driver present, no devices)"),
+        Ok(g) => {
+            let v = cuda_version.unwrap_or(0);
+            println!("gpus       {} (CUDA driver {}.{})", g.len(), v / 1000, v % 1000 / 10);
+            for d in &g {
+                println!(
+                    "  gpu:{}  {}  {}  sm_{}  pci {}  dma-buf {}  GPUDirect RDMA {}",
+                    d.ordinal,
+                    d.name,
+                    format_size(d.memory_bytes),
+                    d.compute_capability.replace('.', ""),
+                    d.pci_bus_id,
+                    yes(d.dma_buf),
+                    yes(d.gpudirect_rdma)
+                );
+            }
+            if g.len() > 1 {
+                println!("  peer access (row → column):");
+                println!("         {}", g.iter().map(|d| format!("gpu:{:<3}", d.ordinal)).collect::<String>());
+                for d in &g {
+                    let cells: String = g
+                        .iter()
+                        .map(|o| {
+                            let c = if o.ordinal == d.ordinal { "-" } else { yes(d.peers.contains(&o.ordinal)) };
+                            format!("{c:<7}")
+                        })
+                        .collect();
+                    println!("  gpu:{:<3}{cells}", d.ordinal);
+                }
+            }
+        }
+    }
     Ok(())
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
 }

@@ -10,6 +10,7 @@ pub mod sweep;
 use crate::bail_usage;
 use crate::cli::{RunArgs, SizeArgs};
 use crate::control::Timeouts;
+use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::sizes::{format_size, parse_size, parse_size_list, parse_token_list};
 use crate::plan::{RunConfig, SizeCase};
@@ -24,17 +25,11 @@ pub const DEFAULT_MODEL: &str = "qwen3-30b-a3b";
 pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
     if let Some(list) = &a.sizes {
         if a.model.is_some() || a.model_config.is_some() || a.kv_bytes_per_token.is_some() {
-            bail_usage!(
-                "--model/--model-config/--kv-bytes-per-token go with --tokens, not --sizes"
-            );
+            bail_usage!("--model/--model-config/--kv-bytes-per-token go with --tokens, not --sizes");
         }
         let cases = parse_size_list(list)?
             .into_iter()
-            .map(|s| SizeCase {
-                size_bytes: s,
-                tokens: None,
-                bytes_per_token: None,
-            })
+            .map(|s| SizeCase { size_bytes: s, tokens: None, bytes_per_token: None })
             .collect();
         return Ok((cases, None));
     }
@@ -66,14 +61,9 @@ pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)
     let cases = tokens
         .into_iter()
         .map(|t| {
-            let size = t
-                .checked_mul(bpt)
-                .ok_or_else(|| crate::error::usage(format!("{t} tokens × {bpt} B overflows")))?;
-            Ok(SizeCase {
-                size_bytes: size,
-                tokens: Some(t),
-                bytes_per_token: Some(bpt),
-            })
+            let size =
+                t.checked_mul(bpt).ok_or_else(|| crate::error::usage(format!("{t} tokens × {bpt} B overflows")))?;
+            Ok(SizeCase { size_bytes: size, tokens: Some(t), bytes_per_token: Some(bpt) })
         })
         .collect::<Result<Vec<_>>>()?;
     Ok((cases, geometry))
@@ -88,21 +78,16 @@ pub fn parse_duration(flag: &str, text: &str) -> Result<Duration> {
     };
     match d {
         Some(d) if !d.is_zero() => Ok(d),
-        _ => Err(crate::error::usage(format!(
-            "{flag} {text:?}: expected a positive duration like 5s, 500ms or 2m"
-        ))),
+        _ => Err(crate::error::usage(format!("{flag} {text:?}: expected a positive duration like 5s, 500ms or 2m"))),
     }
 }
 
 pub fn timeouts(connect: &str, io: &str) -> Result<Timeouts> {
-    Ok(Timeouts {
-        connect: parse_duration("--connect-timeout", connect)?,
-        io: parse_duration("--io-timeout", io)?,
-    })
+    Ok(Timeouts { connect: parse_duration("--connect-timeout", connect)?, io: parse_duration("--io-timeout", io)? })
 }
 
 /// Validate the run flags and build the configuration the receiver will check again.
-pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>) -> Result<RunConfig> {
+pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<RunConfig> {
     if !crate::transport::TRANSPORTS.contains(&r.transport.as_str()) {
         bail_usage!(
             "--transport {:?}: unknown transport; choose one of {}",
@@ -129,21 +114,32 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>) -> Result<RunConfig> {
         verify: r.verify,
         seed: r.seed,
         hugepages: r.hugepages,
+        block_size_default: r.block_size.is_none(),
+        copy: r.copy.clone(),
+        src_mem: src.to_string(),
         cases,
     };
-    if r.block_size.is_none() {
-        eprintln!(
-            "block size: {} ({} default; --block-size to change)",
-            format_size(block_size),
-            r.transport
-        );
+    if r.block_size.is_none() && block_size < 1 << 40 {
+        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), r.transport);
     }
     Ok(cfg)
 }
 
-/// Refuse sizes that cannot fit in memory before allocating anything. `copies` buffers of the largest size are
-/// needed (2 when both ends run in this process).
-pub fn check_memory(cfg: &RunConfig, copies: u64) -> Result<()> {
+/// Fail before connecting when the run needs CUDA (a GPU or pinned buffer, or the cuda transport) and this host
+/// has no usable driver.
+pub fn require_cuda(cfg: &RunConfig, kinds: &[(&str, MemKind)]) -> Result<()> {
+    let needs = kinds.iter().find(|(_, k)| *k != MemKind::Host).map(|(flag, k)| format!("{flag} {k}"));
+    let needs = needs.or_else(|| (cfg.transport == "cuda").then(|| "--transport cuda".to_string()));
+    match needs {
+        Some(what) => crate::mem::cuda::driver().map(|_| ()).map_err(|e| e.context(what)),
+        None => Ok(()),
+    }
+}
+
+/// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that
+/// live in host memory here (both ends' when they run in this process). GPU memory is checked when allocated.
+pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
+    let copies = kinds.iter().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
     let need = cfg.max_size().saturating_mul(copies);
     if let Some(avail) = crate::mem::host::available_memory() {
         if need > avail {
@@ -192,10 +188,7 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("x", "5").unwrap(), Duration::from_secs(5));
-        assert_eq!(
-            parse_duration("x", "500ms").unwrap(),
-            Duration::from_millis(500)
-        );
+        assert_eq!(parse_duration("x", "500ms").unwrap(), Duration::from_millis(500));
         assert!(parse_duration("x", "0s").is_err());
         assert!(parse_duration("x", "soon").is_err());
     }

@@ -23,12 +23,7 @@ pub struct Recorder {
 impl Recorder {
     /// Check every output path (a missing directory is a usage error): call before connecting to anything.
     pub fn check_outputs(out: &OutputArgs) -> Result<()> {
-        for (flag, p) in [
-            ("--json", &out.json),
-            ("--csv", &out.csv),
-            ("--md", &out.md),
-            ("--events", &out.events),
-        ] {
+        for (flag, p) in [("--json", &out.json), ("--csv", &out.csv), ("--md", &out.md), ("--events", &out.events)] {
             if let Some(p) = p {
                 export::check_writable(flag, p)?;
             }
@@ -78,11 +73,7 @@ impl Recorder {
         if clamped {
             println!("* block size clamped to the transfer size");
         }
-        for (what, p) in [
-            ("results", &self.json),
-            ("csv", &self.csv),
-            ("markdown", &self.md),
-        ] {
+        for (what, p) in [("results", &self.json), ("csv", &self.csv), ("markdown", &self.md)] {
             if let Some(p) = p {
                 eprintln!("{what}: {}", p.display());
             }
@@ -99,11 +90,7 @@ impl RunSink for Recorder {
             }
         }
         self.progress.inc();
-        self.progress.set_message(format!(
-            "{} {:.2} GB/s",
-            format_size(case.case.size_bytes),
-            rep.gbps
-        ));
+        self.progress.set_message(format!("{} {:.2} GB/s", format_size(case.case.size_bytes), rep.gbps));
     }
 
     fn case_done(&mut self, case: &CaseRecord) -> Result<()> {

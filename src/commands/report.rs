@@ -7,28 +7,16 @@ use anyhow::Result;
 use std::path::Path;
 
 pub fn run(a: ReportArgs) -> Result<()> {
-    let all = a
-        .files
-        .iter()
-        .map(|f| Results::read(f))
-        .collect::<Result<Vec<_>>>()?;
+    let all = a.files.iter().map(|f| Results::read(f)).collect::<Result<Vec<_>>>()?;
     for (flag, p) in [("--md", &a.md), ("--csv", &a.csv)] {
         if let Some(p) = p.as_deref().filter(|p| *p != Path::new("-")) {
             export::check_writable(flag, p)?;
         }
     }
-    let stdout_taken = [&a.md, &a.csv]
-        .iter()
-        .any(|p| p.as_deref() == Some(Path::new("-")));
+    let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
     if !stdout_taken {
         for r in &all {
-            println!(
-                "{} — {} ({}, {} cases)",
-                r.label,
-                r.config.transport,
-                r.started_at,
-                r.cases.len()
-            );
+            println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
             println!("{}", table::render(&r.cases));
             if let Some(e) = &r.error {
                 println!("note: this run stopped early: {e}");

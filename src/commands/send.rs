@@ -6,6 +6,7 @@ use crate::control::peer::client_hello;
 use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results};
+use crate::mem::MemKind;
 use crate::plan::RunConfig;
 use crate::run::sender::SenderSession;
 use crate::transport::Context;
@@ -21,13 +22,16 @@ pub struct SendJob<'a> {
     pub label: Option<String>,
     pub model: Option<String>,
     pub role: &'static str,
+    pub src: MemKind,
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
+    let src = MemKind::parse("--mem", &a.mem)?;
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let cfg = super::run_config(&a.run, cases)?;
+    let cfg = super::run_config(&a.run, cases, src)?;
     let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
-    super::check_memory(&cfg, 1)?;
+    super::check_memory(&cfg, &[src])?;
+    super::require_cuda(&cfg, &[("--mem", src)])?;
     drive(SendJob {
         peer: &a.peer,
         token: a.token.as_deref().unwrap_or(""),
@@ -37,6 +41,7 @@ pub fn run(a: SendArgs) -> Result<()> {
         label: a.run.label.clone(),
         model: geometry.map(|g| g.name),
         role: "send",
+        src,
     })
     .map(|_| ())
 }
@@ -47,19 +52,11 @@ pub fn drive(job: SendJob) -> Result<Results> {
     let mut ch = ControlChannel::connect(job.peer, job.timeouts)?;
     let receiver_host = client_hello(&mut ch, job.token)?;
     let (Some(peer), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
-        anyhow::bail!(
-            "the control connection to {} closed during the handshake",
-            job.peer
-        );
+        anyhow::bail!("the control connection to {} closed during the handshake", job.peer);
     };
-    let ctx = Context {
-        peer_ip: peer.ip(),
-        local_ip: local.ip(),
-        timeouts: job.timeouts,
-    };
-    let label = job
-        .label
-        .unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport));
+    let ctx = Context { peer_ip: peer.ip(), local_ip: local.ip(), timeouts: job.timeouts };
+    let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport));
+    let session = SenderSession::establish(ch, job.cfg.clone(), job.src, &ctx)?;
     let config = ConfigJson {
         transport: job.cfg.transport.clone(),
         block_size: job.cfg.block_size,
@@ -72,9 +69,11 @@ pub fn drive(job: SendJob) -> Result<Results> {
         model: job.model,
         peer: job.peer.to_string(),
         role: job.role.to_string(),
+        copy: job.cfg.copy.clone(),
+        src_mem: job.src.to_string(),
+        dst_mem: session.dst_mem.clone(),
     };
     let results = Results::new(label, &Env::capture(), config);
-    let session = SenderSession::establish(ch, job.cfg.clone(), &ctx)?;
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
     let outcome = session.run(&mut rec);
     rec.finish(outcome.as_ref().err())?;

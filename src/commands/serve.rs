@@ -9,12 +9,10 @@ use anyhow::{anyhow, Result};
 use std::net::{SocketAddr, TcpListener};
 
 pub fn run(a: ServeArgs) -> Result<()> {
-    let addr: SocketAddr = a.listen.parse().map_err(|_| {
-        crate::error::usage(format!(
-            "--listen {:?}: expected ADDR:PORT like 0.0.0.0:18515",
-            a.listen
-        ))
-    })?;
+    let addr: SocketAddr = a
+        .listen
+        .parse()
+        .map_err(|_| crate::error::usage(format!("--listen {:?}: expected ADDR:PORT like 0.0.0.0:18515", a.listen)))?;
     let token = a.token.clone().unwrap_or_default();
     if !addr.ip().is_loopback() && token.is_empty() {
         bail_usage!(
@@ -29,16 +27,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .transpose()?,
         max_streams: a.max_streams.max(1),
         timeouts: super::timeouts(&a.connect_timeout, &a.io_timeout)?,
+        mem: crate::mem::MemKind::parse("--mem", &a.mem)?,
     };
+    if limits.mem != crate::mem::MemKind::Host {
+        crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;
+    }
     let listener = bind(addr)?;
-    eprintln!(
-        "kvxfer serve: listening on {addr} (transports: {})",
-        transport::TRANSPORTS.join(", ")
-    );
+    eprintln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));
     loop {
-        let (stream, peer) = listener
-            .accept()
-            .map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;
+        let (stream, peer) = listener.accept().map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;
         eprintln!("sender connected from {peer}");
         let outcome = serve_session(stream, &token, &limits);
         match &outcome {

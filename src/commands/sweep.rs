@@ -4,60 +4,47 @@
 use super::recorder::Recorder;
 use super::send::{drive, SendJob};
 use crate::cli::SweepArgs;
+use crate::mem::MemKind;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use anyhow::{Context, Result};
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
 
 pub fn run(a: SweepArgs) -> Result<()> {
+    let src = MemKind::parse("--src", &a.src)?;
+    let dst = MemKind::parse("--dst", &a.dst)?;
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let cfg = super::run_config(&a.run, cases)?;
+    let cfg = super::run_config(&a.run, cases, src)?;
     let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
-    super::check_memory(&cfg, 2)?;
+    super::check_memory(&cfg, &[src, dst])?;
+    super::require_cuda(&cfg, &[("--src", src), ("--dst", dst)])?;
 
     let mut out = a.out.clone();
     if out.json.is_none() || out.md.is_none() {
-        std::fs::create_dir_all(&a.out_dir).map_err(|e| {
-            crate::error::usage(format!(
-                "--out-dir {}: cannot create: {e}",
-                a.out_dir.display()
-            ))
-        })?;
+        std::fs::create_dir_all(&a.out_dir)
+            .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", a.out_dir.display())))?;
         let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
             .to_string()
             .chars()
             .filter(|c| !matches!(c, '-' | ':'))
             .collect();
-        out.json
-            .get_or_insert_with(|| a.out_dir.join(format!("{stamp}.json")));
-        out.md
-            .get_or_insert_with(|| a.out_dir.join(format!("{stamp}.md")));
+        out.json.get_or_insert_with(|| a.out_dir.join(format!("{stamp}.json")));
+        out.md.get_or_insert_with(|| a.out_dir.join(format!("{stamp}.md")));
     }
     Recorder::check_outputs(&out)?;
 
     let listener = super::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let addr = listener.local_addr()?;
     let token = random_token()?;
-    let limits = ReceiverLimits {
-        max_size: None,
-        max_streams: 64,
-        timeouts,
-    };
+    let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst };
     let receiver_token = token.clone();
-    let receiver = std::thread::Builder::new()
-        .name("kvxfer-receiver".into())
-        .spawn(move || -> Result<()> {
-            let (stream, _) = listener.accept()?;
-            serve_session(stream, &receiver_token, &limits)
-        })?;
+    let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {
+        let (stream, _) = listener.accept()?;
+        serve_session(stream, &receiver_token, &limits)
+    })?;
 
-    let label = a.run.label.clone().or_else(|| {
-        Some(format!(
-            "{} loopback on {}",
-            cfg.transport,
-            crate::env::hostname()
-        ))
-    });
+    let label =
+        a.run.label.clone().or_else(|| Some(format!("{} {src}→{dst} on {}", cfg.transport, crate::env::hostname())));
     let outcome = drive(SendJob {
         peer: &addr.to_string(),
         token: &token,
@@ -67,22 +54,20 @@ pub fn run(a: SweepArgs) -> Result<()> {
         label,
         model: geometry.map(|g| g.name),
         role: "sweep",
+        src,
     });
-    // The receiver's own error (if any) is the more precise one when the sender only saw a closed connection.
-    let receiver_outcome = receiver
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("the receiver thread panicked")));
+    // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
+    // error already says what went wrong on either side; the receiver's own copy would only repeat it.
+    let receiver_outcome = receiver.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the receiver thread panicked")));
     match (outcome, receiver_outcome) {
-        (Ok(_), _) => Ok(()),
-        (Err(e), Ok(())) => Err(e),
-        (Err(e), Err(r)) => Err(e.context(format!("receiver: {r:#}"))),
+        (Ok(_), Ok(())) => Ok(()),
+        (Ok(_), Err(r)) => Err(r.context("the receiver failed after the run")),
+        (Err(e), _) => Err(e),
     }
 }
 
 fn random_token() -> Result<String> {
     let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .context("reading /dev/urandom")?;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).context("reading /dev/urandom")?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }

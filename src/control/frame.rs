@@ -28,9 +28,9 @@ impl From<io::Error> for FrameError {
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => FrameError::TimedOut,
             io::ErrorKind::UnexpectedEof => FrameError::Truncated,
-            io::ErrorKind::ConnectionReset
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::ConnectionAborted => FrameError::Closed,
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted => {
+                FrameError::Closed
+            }
             _ => FrameError::Io(e),
         }
     }
@@ -91,20 +91,11 @@ mod tests {
         write_frame(&mut wire, b"hello").unwrap();
         for cut in 1..wire.len() {
             let mut r = &wire[..cut];
-            assert!(
-                matches!(read_frame(&mut r), Err(FrameError::Truncated)),
-                "cut at {cut}"
-            );
+            assert!(matches!(read_frame(&mut r), Err(FrameError::Truncated)), "cut at {cut}");
         }
         let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
-        assert!(matches!(
-            read_frame(&mut &huge[..]),
-            Err(FrameError::TooLarge(_))
-        ));
-        assert!(matches!(
-            read_frame(&mut &[0xffu8; 4][..]),
-            Err(FrameError::TooLarge(_))
-        ));
+        assert!(matches!(read_frame(&mut &huge[..]), Err(FrameError::TooLarge(_))));
+        assert!(matches!(read_frame(&mut &[0xffu8; 4][..]), Err(FrameError::TooLarge(_))));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!                                     ◀──  Connected
 //! per rep: RepStart{case,rep,size}    ──▶  arms the target for `size` bytes
 //!                                     ◀──  RepReady
-//!          (transport moves the bytes; the receiver learns they landed)
+//!          (transport moves the bytes; the receiver learns they landed,
+//!           or is told with Landed ──▶ where it cannot see that itself)
 //!                                     ◀──  RepDone{stage times, verify result}
 //! Finish                              ──▶
 //!                                     ◀──  Bye
@@ -43,6 +44,8 @@ pub enum Msg {
     /// The receiver's transport-specific description of its exposed region and how to reach it.
     Accept {
         offer: serde_json::Value,
+        /// The receiver's memory kind (`host`, `pinned`, `gpu:N`).
+        mem: String,
     },
     /// The sender's transport-specific answer (e.g. its queue pair numbers).
     Connect {
@@ -56,6 +59,8 @@ pub enum Msg {
         size_bytes: u64,
     },
     RepReady,
+    /// Sender → receiver, for transports whose target cannot observe landing: every write of the rep completed.
+    Landed,
     RepDone(RepReport),
     Finish,
     Bye,
@@ -87,6 +92,7 @@ impl Msg {
             Msg::Connected => "Connected",
             Msg::RepStart { .. } => "RepStart",
             Msg::RepReady => "RepReady",
+            Msg::Landed => "Landed",
             Msg::RepDone(_) => "RepDone",
             Msg::Finish => "Finish",
             Msg::Bye => "Bye",

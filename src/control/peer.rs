@@ -35,22 +35,14 @@ impl ControlChannel {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(io_timeout))?;
         stream.set_write_timeout(Some(io_timeout))?;
-        Ok(ControlChannel {
-            stream,
-            peer_role,
-            io_timeout,
-        })
+        Ok(ControlChannel { stream, peer_role, io_timeout })
     }
 
     /// Connect to `peer` (HOST:PORT), trying each resolved address within `timeouts.connect`.
     pub fn connect(peer: &str, timeouts: Timeouts) -> Result<Self> {
         let addrs: Vec<SocketAddr> = peer
             .to_socket_addrs()
-            .map_err(|e| {
-                crate::error::usage(format!(
-                    "--peer {peer}: cannot resolve: {e}; expected HOST:PORT"
-                ))
-            })?
+            .map_err(|e| crate::error::usage(format!("--peer {peer}: cannot resolve: {e}; expected HOST:PORT")))?
             .collect();
         let mut last = None;
         for addr in &addrs {
@@ -59,9 +51,7 @@ impl ControlChannel {
                 Err(e) => last = Some(e),
             }
         }
-        let why = last
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "no address".into());
+        let why = last.map(|e| e.to_string()).unwrap_or_else(|| "no address".into());
         bail!("cannot reach the receiver at {peer}: {why}; is `kvxfer serve` running there and the port open?")
     }
 
@@ -85,24 +75,14 @@ impl ControlChannel {
     /// Receive the next message. An `Error` from the peer becomes an `Err` carrying its text.
     pub fn recv(&mut self, waiting_for: &str) -> Result<Msg> {
         let bytes = read_frame(&mut self.stream).map_err(|e| self.frame_error(e, waiting_for))?;
-        let msg: Msg = serde_json::from_slice(&bytes).map_err(|e| {
-            anyhow!(
-                "{} sent a malformed control message ({e}); is it a kvxfer peer?",
-                self.peer_role
-            )
-        })?;
+        let msg: Msg = serde_json::from_slice(&bytes)
+            .map_err(|e| anyhow!("{} sent a malformed control message ({e}); is it a kvxfer peer?", self.peer_role))?;
         if let Msg::Error { message } = msg {
-            let reported = PeerReported {
-                role: self.peer_role,
-                message: message.clone(),
-            };
+            let reported = PeerReported { role: self.peer_role, message: message.clone() };
             // A peer refusing our input (bad size, wrong token) is the user's to fix: keep exit code 2.
             if message.starts_with("usage: ") {
                 let text = message.trim_start_matches("usage: ").to_string();
-                return Err(crate::error::usage(format!(
-                    "{} refused: {text}",
-                    self.peer_role
-                )));
+                return Err(crate::error::usage(format!("{} refused: {text}", self.peer_role)));
             }
             return Err(reported.into());
         }
@@ -111,14 +91,8 @@ impl ControlChannel {
 
     /// Tell the peer why we stop. Best effort: the connection may already be gone.
     pub fn send_error(&mut self, err: &anyhow::Error) {
-        let prefix = if crate::error::exit_code(err) == 2 {
-            "usage: "
-        } else {
-            ""
-        };
-        let _ = self.send(&Msg::Error {
-            message: format!("{prefix}{err:#}"),
-        });
+        let prefix = if crate::error::exit_code(err) == 2 { "usage: " } else { "" };
+        let _ = self.send(&Msg::Error { message: format!("{prefix}{err:#}") });
     }
 
     fn frame_error(&self, e: FrameError, during: &str) -> anyhow::Error {
@@ -146,27 +120,15 @@ pub fn client_hello(ch: &mut ControlChannel, token: &str) -> Result<String> {
     })?;
     match ch.recv("Welcome")? {
         Msg::Welcome { hostname, .. } => Ok(hostname),
-        other => bail!(
-            "the receiver answered {} to Hello; is it a kvxfer peer?",
-            other.name()
-        ),
+        other => bail!("the receiver answered {} to Hello; is it a kvxfer peer?", other.name()),
     }
 }
 
 /// Receiver side of the handshake: check magic, protocol and token; answer Welcome or Error.
 pub fn server_hello(ch: &mut ControlChannel, expected_token: &str) -> Result<()> {
     let msg = ch.recv("Hello").context("handshake")?;
-    let Msg::Hello {
-        magic,
-        protocol,
-        version,
-        token,
-    } = msg
-    else {
-        bail!(
-            "the sender opened with {} instead of Hello; is it a kvxfer peer?",
-            msg.name()
-        );
+    let Msg::Hello { magic, protocol, version, token } = msg else {
+        bail!("the sender opened with {} instead of Hello; is it a kvxfer peer?", msg.name());
     };
     if magic != MAGIC {
         bail!("the sender is not kvxfer (magic {magic:?})");
@@ -176,24 +138,16 @@ pub fn server_hello(ch: &mut ControlChannel, expected_token: &str) -> Result<()>
             "protocol version mismatch: sender kvxfer {version} speaks protocol {protocol}, receiver kvxfer {} speaks {PROTOCOL}; run the same kvxfer version on both ends",
             env!("CARGO_PKG_VERSION")
         );
-        let _ = ch.send(&Msg::Error {
-            message: text.clone(),
-        });
+        let _ = ch.send(&Msg::Error { message: text.clone() });
         bail!(text);
     }
     if !tokens_match(&token, expected_token) {
         let _ = ch.send(&Msg::Error {
-            message: "usage: wrong token; pass the receiver's token with --token or KVXFER_TOKEN"
-                .into(),
+            message: "usage: wrong token; pass the receiver's token with --token or KVXFER_TOKEN".into(),
         });
-        return Err(crate::error::usage(
-            "the sender presented a wrong token; connection refused",
-        ));
+        return Err(crate::error::usage("the sender presented a wrong token; connection refused"));
     }
-    ch.send(&Msg::Welcome {
-        version: env!("CARGO_PKG_VERSION").into(),
-        hostname: crate::env::hostname(),
-    })
+    ch.send(&Msg::Welcome { version: env!("CARGO_PKG_VERSION").into(), hostname: crate::env::hostname() })
 }
 
 /// Compare tokens in constant time (for equal lengths) so the comparison leaks nothing about the expected token.

@@ -14,9 +14,7 @@ pub struct EventsFile {
 impl EventsFile {
     pub fn create(path: &Path) -> Result<EventsFile> {
         let f = File::create(path).with_context(|| format!("--events {}", path.display()))?;
-        Ok(EventsFile {
-            out: BufWriter::new(f),
-        })
+        Ok(EventsFile { out: BufWriter::new(f) })
     }
 
     /// Append the two lines (sender, receiver) of one rep and flush, so an interrupted run keeps every finished rep.

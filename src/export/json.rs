@@ -22,6 +22,12 @@ pub struct ConfigJson {
     pub model: Option<String>,
     pub peer: String,
     pub role: String,
+    #[serde(default)]
+    pub copy: String,
+    #[serde(default)]
+    pub src_mem: String,
+    #[serde(default)]
+    pub dst_mem: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,10 +76,9 @@ impl Results {
                 "{}: schema {other:?} is not {SCHEMA}; was it written by a newer kvxfer?",
                 path.display()
             ))),
-            None => bail!(crate::error::usage(format!(
-                "{}: not a kvxfer results file (no \"schema\")",
-                path.display()
-            ))),
+            None => {
+                bail!(crate::error::usage(format!("{}: not a kvxfer results file (no \"schema\")", path.display())))
+            }
         }
         serde_json::from_value(v)
             .map_err(|e| crate::error::usage(format!("{}: malformed results: {e}", path.display())))

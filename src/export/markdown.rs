@@ -11,10 +11,7 @@ pub fn render(all: &[Results]) -> String {
             r.label, r.config.transport, r.started_at
         ));
         out.push_str(&format!("| {} |\n", CASE_HEADER.join(" | ")));
-        out.push_str(&format!(
-            "|{}\n",
-            CASE_HEADER.iter().map(|_| "---:|").collect::<String>()
-        ));
+        out.push_str(&format!("|{}\n", CASE_HEADER.iter().map(|_| "---:|").collect::<String>()));
         for c in &r.cases {
             out.push_str(&format!("| {} |\n", case_cells(c).join(" | ")));
         }

@@ -24,33 +24,19 @@ impl HostBuffer {
     /// Map `len` bytes, populated up front. With `hugepages`, try MAP_HUGETLB first and report the fallback in `huge`.
     pub fn new(len: u64, hugepages: bool) -> Result<HostBuffer> {
         let len_usize = usize::try_from(len)?;
-        let Some(nz) = NonZeroUsize::new(len_usize) else {
-            bail!("cannot allocate an empty buffer")
-        };
+        let Some(nz) = NonZeroUsize::new(len_usize) else { bail!("cannot allocate an empty buffer") };
         let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
         let base = MapFlags::MAP_PRIVATE | MapFlags::MAP_POPULATE;
         if hugepages {
             // SAFETY: an anonymous private mapping aliases no existing memory; the result is checked.
             if let Ok(p) = unsafe { mmap_anonymous(None, nz, prot, base | MapFlags::MAP_HUGETLB) } {
-                return Ok(HostBuffer {
-                    ptr: p.cast(),
-                    len: len_usize,
-                    huge: true,
-                });
+                return Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: true });
             }
         }
         // SAFETY: as above.
-        let p = unsafe { mmap_anonymous(None, nz, prot, base) }.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot map {} of host memory: {e}",
-                crate::plan::sizes::format_size(len)
-            )
-        })?;
-        Ok(HostBuffer {
-            ptr: p.cast(),
-            len: len_usize,
-            huge: false,
-        })
+        let p = unsafe { mmap_anonymous(None, nz, prot, base) }
+            .map_err(|e| anyhow::anyhow!("cannot map {} of host memory: {e}", crate::plan::sizes::format_size(len)))?;
+        Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: false })
     }
 
     pub fn len(&self) -> usize {
@@ -95,11 +81,7 @@ pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.split(':').next() == Some(name))?;
     let mut words = line.split(':').nth(1)?.split_whitespace();
     let n: u64 = words.next()?.parse().ok()?;
-    Some(if words.next() == Some("kB") {
-        n * 1024
-    } else {
-        n
-    })
+    Some(if words.next() == Some("kB") { n * 1024 } else { n })
 }
 
 #[cfg(test)]
@@ -119,9 +101,7 @@ mod tests {
     fn hugepages_fall_back_when_none_are_reserved() {
         let b = HostBuffer::new(2 << 20, true).unwrap();
         assert_eq!(b.len(), 2 << 20);
-        let reserved = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|t| meminfo_field(&t, "HugePages_Free"));
+        let reserved = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| meminfo_field(&t, "HugePages_Free"));
         if reserved == Some(0) {
             assert!(!b.huge);
         }

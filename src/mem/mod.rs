@@ -1,5 +1,177 @@
-//! Where bytes live. Host memory today; GPU device and pinned memory join in issue C.
+//! Where bytes live: ordinary host memory, pinned (page-locked) host memory, or a GPU's memory. Transports see a
+//! [`Buffer`] and ask it for what they can use (a host slice, a device address); verify fills and checks it where
+//! it lives (GPU buffers with a kernel, never through a host shadow copy).
 
+pub mod cuda;
 pub mod host;
+pub mod kernels;
 
 pub use host::HostBuffer;
+
+use anyhow::Result;
+use std::fmt;
+
+/// A memory kind as users write it: `host`, `pinned`, `gpu:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    Host,
+    Pinned,
+    Gpu(u32),
+}
+
+impl fmt::Display for MemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemKind::Host => f.write_str("host"),
+            MemKind::Pinned => f.write_str("pinned"),
+            MemKind::Gpu(n) => write!(f, "gpu:{n}"),
+        }
+    }
+}
+
+impl MemKind {
+    pub fn parse(flag: &str, text: &str) -> Result<MemKind> {
+        let t = text.trim().to_ascii_lowercase();
+        let kind = match t.as_str() {
+            "host" => Some(MemKind::Host),
+            "pinned" => Some(MemKind::Pinned),
+            "gpu" => Some(MemKind::Gpu(0)),
+            _ => t.strip_prefix("gpu:").and_then(|n| n.parse().ok()).map(MemKind::Gpu),
+        };
+        kind.ok_or_else(|| crate::error::usage(format!("{flag} {text:?}: expected host, pinned or gpu:N (e.g. gpu:0)")))
+    }
+}
+
+/// A buffer of one of the kinds.
+pub enum Buffer {
+    Host(HostBuffer),
+    Pinned(cuda::PinnedBuffer),
+    Gpu(cuda::DeviceBuffer),
+}
+
+impl Buffer {
+    pub fn alloc(kind: MemKind, len: u64, hugepages: bool) -> Result<Buffer> {
+        Ok(match kind {
+            MemKind::Host => {
+                let b = HostBuffer::new(len, hugepages)?;
+                if hugepages && !b.huge {
+                    eprintln!("note: --hugepages: no huge pages available; using normal pages");
+                }
+                Buffer::Host(b)
+            }
+            MemKind::Pinned => Buffer::Pinned(cuda::PinnedBuffer::alloc(usize::try_from(len)?)?),
+            MemKind::Gpu(n) => Buffer::Gpu(cuda::DeviceBuffer::alloc(n, usize::try_from(len)?)?),
+        })
+    }
+
+    pub fn kind(&self) -> MemKind {
+        match self {
+            Buffer::Host(_) => MemKind::Host,
+            Buffer::Pinned(_) => MemKind::Pinned,
+            Buffer::Gpu(g) => MemKind::Gpu(g.ordinal),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Buffer::Host(h) => h.len(),
+            Buffer::Pinned(p) => p.len,
+            Buffer::Gpu(g) => g.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Base pointer of host-accessible memory (host or pinned); None for GPU memory.
+    pub fn host_ptr(&self) -> Option<*mut u8> {
+        match self {
+            Buffer::Host(h) => Some(h.as_ptr()),
+            Buffer::Pinned(p) => Some(p.as_ptr()),
+            Buffer::Gpu(_) => None,
+        }
+    }
+
+    /// The address CUDA copies use: the device pointer, or the host pointer (unified addressing).
+    pub fn cuda_addr(&self) -> u64 {
+        match self {
+            Buffer::Gpu(g) => g.ptr,
+            _ => self.host_ptr().expect("host kinds have a host pointer") as u64,
+        }
+    }
+
+    pub fn host_slice(&self) -> Option<&[u8]> {
+        // SAFETY: host kinds are `len` readable bytes owned by `self`.
+        self.host_ptr().map(|p| unsafe { std::slice::from_raw_parts(p, self.len()) })
+    }
+
+    fn host_slice_mut(&mut self) -> Option<&mut [u8]> {
+        let len = self.len();
+        // SAFETY: as in `host_slice`, and `&mut self` excludes every other reference into the buffer.
+        self.host_ptr().map(|p| unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// Fill the first `len` bytes with the `--verify` pattern of (seed, rep), where the memory lives.
+    pub fn fill_pattern(&mut self, len: u64, seed: u64, rep: u64) -> Result<()> {
+        match self {
+            Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.fill(g.ptr, len, seed, rep),
+            _ => {
+                let s = self.host_slice_mut().expect("host kinds");
+                crate::run::verify::fill(&mut s[..len as usize], seed, rep);
+                Ok(())
+            }
+        }
+    }
+
+    /// Count the bytes of the first `len` that differ from the pattern of (seed, rep).
+    pub fn count_mismatches(&self, len: u64, seed: u64, rep: u64) -> Result<u64> {
+        match self {
+            Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.count_mismatches(g.ptr, len, seed, rep),
+            _ => Ok(crate::run::verify::count_mismatches(
+                &self.host_slice().expect("host kinds")[..len as usize],
+                seed,
+                rep,
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_memory_kinds() {
+        assert_eq!(MemKind::parse("--mem", "host").unwrap(), MemKind::Host);
+        assert_eq!(MemKind::parse("--mem", "Pinned").unwrap(), MemKind::Pinned);
+        assert_eq!(MemKind::parse("--mem", "gpu:1").unwrap(), MemKind::Gpu(1));
+        assert_eq!(MemKind::parse("--mem", "gpu").unwrap(), MemKind::Gpu(0));
+        for bad in ["gpu:", "gpu:x", "cuda", ""] {
+            assert_eq!(crate::error::exit_code(&MemKind::parse("--mem", bad).unwrap_err()), 2);
+        }
+        assert_eq!(MemKind::Gpu(3).to_string(), "gpu:3");
+    }
+
+    #[test]
+    fn host_buffer_fills_and_verifies_in_place() {
+        let mut b = Buffer::alloc(MemKind::Host, 4096 + 3, false).unwrap();
+        b.fill_pattern(4099, 1, 2).unwrap();
+        assert_eq!(b.count_mismatches(4099, 1, 2).unwrap(), 0);
+        assert!(b.count_mismatches(4099, 1, 3).unwrap() > 2000);
+    }
+
+    /// Without a GPU (CI, this machine) GPU kinds fail with the driver's sentence, never a panic.
+    #[test]
+    fn gpu_kinds_without_a_driver_are_errors_not_panics() {
+        match cuda::driver() {
+            Ok(v) => eprintln!("skipped: a CUDA driver ({v}) is present; the GPU tests cover this host"),
+            Err(e) => {
+                assert!(e.to_string().contains("no CUDA driver"), "{e}");
+                let err = Buffer::alloc(MemKind::Gpu(0), 4096, false).err().expect("no driver, no buffer");
+                assert!(err.to_string().contains("libcuda"), "{err}");
+                assert!(Buffer::alloc(MemKind::Pinned, 4096, false).is_err());
+            }
+        }
+    }
+}

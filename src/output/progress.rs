@@ -13,11 +13,9 @@ impl Progress {
     pub fn new(total_reps: u64) -> Progress {
         let bar = ProgressBar::with_draw_target(Some(total_reps), ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} reps  {msg}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} reps  {msg}")
+                .expect("static template")
+                .progress_chars("=> "),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
         Progress { bar }

@@ -4,10 +4,8 @@ use crate::plan::sizes::{format_size, format_tokens};
 use crate::stats::CaseResult;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
-pub const CASE_HEADER: &[&str] = &[
-    "size", "tokens", "n", "p50 ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block",
-    "verified",
-];
+pub const CASE_HEADER: &[&str] =
+    &["size", "tokens", "n", "p50 ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block", "verified"];
 const WIDTHS: &[usize] = &[9, 7, 3, 10, 10, 10, 9, 9, 10, 8];
 
 fn ms(v: f64) -> String {
@@ -28,11 +26,7 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
         ms(c.transfer_ms.max),
         format!("{:.2}", c.gbps.p50),
         format!("{:.2}", c.gbps.max),
-        format!(
-            "{}{}",
-            format_size(c.block_size),
-            if c.block_clamped { "*" } else { "" }
-        ),
+        format!("{}{}", format_size(c.block_size), if c.block_clamped { "*" } else { "" }),
         match (c.verified, c.mismatched_bytes) {
             (Some(true), _) => "ok".into(),
             (Some(false), Some(n)) => format!("{n} bad"),
@@ -42,20 +36,12 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
 }
 
 fn row(cells: &[String]) -> String {
-    cells
-        .iter()
-        .zip(WIDTHS)
-        .map(|(c, w)| format!("{c:>w$}"))
-        .collect::<Vec<_>>()
-        .join("  ")
+    cells.iter().zip(WIDTHS).map(|(c, w)| format!("{c:>w$}")).collect::<Vec<_>>().join("  ")
 }
 
 /// The header line printed before the first live row.
 pub fn live_header() -> String {
-    row(&CASE_HEADER
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>())
+    row(&CASE_HEADER.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
 /// One console row, printed as soon as a size finishes.
@@ -66,8 +52,7 @@ pub fn live_row(c: &CaseResult) -> String {
 /// A boxed table of every case, for `report`.
 pub fn render(cases: &[CaseResult]) -> String {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(CASE_HEADER.to_vec());
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(CASE_HEADER.to_vec());
     for c in cases {
         t.add_row(case_cells(c));
     }

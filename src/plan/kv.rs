@@ -52,21 +52,14 @@ impl KvGeometry {
     /// One line saying where the number came from, printed before a run.
     pub fn describe(&self) -> String {
         let shape = if self.is_mla() {
-            format!(
-                "{} layers × MLA latent {} × {} B",
-                self.layers, self.latent_dim, self.dtype_bytes
-            )
+            format!("{} layers × MLA latent {} × {} B", self.layers, self.latent_dim, self.dtype_bytes)
         } else {
             format!(
                 "{} layers × 2 (K,V) × {} KV heads × head dim {} × {} B",
                 self.layers, self.kv_heads, self.head_dim, self.dtype_bytes
             )
         };
-        format!(
-            "{}: {} B/token ({shape})",
-            self.name,
-            self.bytes_per_token()
-        )
+        format!("{}: {} B/token ({shape})", self.name, self.bytes_per_token())
     }
 }
 
@@ -80,42 +73,12 @@ struct Preset {
 
 /// Built-in models (bf16 KV cache). Numbers from each model's published config.json.
 const PRESETS: &[Preset] = &[
-    Preset {
-        name: "qwen3-30b-a3b",
-        layers: 48,
-        kv_heads: 4,
-        head_dim: 128,
-        latent_dim: 0,
-    },
-    Preset {
-        name: "qwen3-8b",
-        layers: 36,
-        kv_heads: 8,
-        head_dim: 128,
-        latent_dim: 0,
-    },
-    Preset {
-        name: "llama-3.1-8b",
-        layers: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        latent_dim: 0,
-    },
-    Preset {
-        name: "llama-3.1-70b",
-        layers: 80,
-        kv_heads: 8,
-        head_dim: 128,
-        latent_dim: 0,
-    },
+    Preset { name: "qwen3-30b-a3b", layers: 48, kv_heads: 4, head_dim: 128, latent_dim: 0 },
+    Preset { name: "qwen3-8b", layers: 36, kv_heads: 8, head_dim: 128, latent_dim: 0 },
+    Preset { name: "llama-3.1-8b", layers: 32, kv_heads: 8, head_dim: 128, latent_dim: 0 },
+    Preset { name: "llama-3.1-70b", layers: 80, kv_heads: 8, head_dim: 128, latent_dim: 0 },
     // MLA: kv_lora_rank 512 + qk_rope_head_dim 64, one latent per layer.
-    Preset {
-        name: "deepseek-v3",
-        layers: 61,
-        kv_heads: 0,
-        head_dim: 0,
-        latent_dim: 576,
-    },
+    Preset { name: "deepseek-v3", layers: 61, kv_heads: 0, head_dim: 0, latent_dim: 576 },
 ];
 
 pub fn preset_names() -> Vec<&'static str> {
@@ -142,12 +105,8 @@ pub fn preset(name: &str) -> Result<KvGeometry> {
 
 /// Read a Hugging Face `config.json` (also the `text_config` of multimodal models).
 pub fn from_config_file(path: &Path) -> Result<KvGeometry> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        crate::error::usage(format!(
-            "--model-config {}: cannot read: {e}",
-            path.display()
-        ))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::error::usage(format!("--model-config {}: cannot read: {e}", path.display())))?;
     let name = path
         .parent()
         .and_then(|d| d.file_name())
@@ -157,29 +116,19 @@ pub fn from_config_file(path: &Path) -> Result<KvGeometry> {
 }
 
 pub fn from_config_json(text: &str, name: &str) -> Result<KvGeometry> {
-    let root: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| crate::error::usage(format!("not valid JSON: {e}")))?;
-    let cfg = if root.get("num_hidden_layers").is_none() {
-        root.get("text_config").unwrap_or(&root)
-    } else {
-        &root
-    };
+    let root: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| crate::error::usage(format!("not valid JSON: {e}")))?;
+    let cfg = if root.get("num_hidden_layers").is_none() { root.get("text_config").unwrap_or(&root) } else { &root };
     let int = |key: &str| cfg.get(key).and_then(|v| v.as_u64());
     let Some(layers) = int("num_hidden_layers").filter(|&l| l > 0) else {
         bail_usage!("no positive \"num_hidden_layers\"; is this a transformer's config.json?");
     };
-    let dtype = cfg
-        .get("torch_dtype")
-        .or_else(|| cfg.get("dtype"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("bfloat16");
+    let dtype = cfg.get("torch_dtype").or_else(|| cfg.get("dtype")).and_then(|v| v.as_str()).unwrap_or("bfloat16");
     let dtype_bytes = match dtype {
         "bfloat16" | "float16" | "half" => 2,
         "float32" | "float" => 4,
         d if d.starts_with("float8") => 1,
-        d => bail_usage!(
-            "unknown \"torch_dtype\" {d:?}; expected bfloat16, float16, float32 or float8_*"
-        ),
+        d => bail_usage!("unknown \"torch_dtype\" {d:?}; expected bfloat16, float16, float32 or float8_*"),
     };
     if let (Some(rank), Some(rope)) = (int("kv_lora_rank"), int("qk_rope_head_dim")) {
         if rank + rope == 0 {
@@ -202,22 +151,13 @@ pub fn from_config_json(text: &str, name: &str) -> Result<KvGeometry> {
         Some(d) => d,
         None => match int("hidden_size") {
             Some(h) if h % heads == 0 => h / heads,
-            _ => bail_usage!(
-                "no \"head_dim\" and no \"hidden_size\" divisible by \"num_attention_heads\""
-            ),
+            _ => bail_usage!("no \"head_dim\" and no \"hidden_size\" divisible by \"num_attention_heads\""),
         },
     };
     if kv_heads == 0 || head_dim == 0 {
         bail_usage!("\"num_key_value_heads\" and \"head_dim\" must be positive");
     }
-    Ok(KvGeometry {
-        name: name.to_string(),
-        layers,
-        kv_heads,
-        head_dim,
-        latent_dim: 0,
-        dtype_bytes,
-    })
+    Ok(KvGeometry { name: name.to_string(), layers, kv_heads, head_dim, latent_dim: 0, dtype_bytes })
 }
 
 #[cfg(test)]
@@ -235,10 +175,7 @@ mod tests {
         assert_eq!(ds.regions_per_layer(), 1);
         assert_eq!(preset("Qwen3-30B-A3B").unwrap().name, "qwen3-30b-a3b");
         // 1k tokens of the seed's model is 96 MiB.
-        assert_eq!(
-            1024 * preset("qwen3-30b-a3b").unwrap().bytes_per_token(),
-            96 << 20
-        );
+        assert_eq!(1024 * preset("qwen3-30b-a3b").unwrap().bytes_per_token(), 96 << 20);
     }
 
     #[test]
@@ -252,24 +189,16 @@ mod tests {
     fn reads_hf_configs() {
         let qwen = r#"{"num_hidden_layers":48,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,
                        "hidden_size":2048,"torch_dtype":"bfloat16"}"#;
-        assert_eq!(
-            from_config_json(qwen, "q").unwrap().bytes_per_token(),
-            98_304
-        );
+        assert_eq!(from_config_json(qwen, "q").unwrap().bytes_per_token(), 98_304);
         // head_dim derived from hidden_size / heads; kv heads default to attention heads.
         let old = r#"{"num_hidden_layers":2,"num_attention_heads":4,"hidden_size":256,"torch_dtype":"float32"}"#;
         let g = from_config_json(old, "o").unwrap();
         assert_eq!((g.kv_heads, g.head_dim, g.dtype_bytes), (4, 64, 4));
         let mla = r#"{"num_hidden_layers":61,"num_attention_heads":128,"kv_lora_rank":512,"qk_rope_head_dim":64}"#;
-        assert_eq!(
-            from_config_json(mla, "d").unwrap().bytes_per_token(),
-            70_272
-        );
-        let vlm = r#"{"text_config":{"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64}}"#;
-        assert_eq!(
-            from_config_json(vlm, "v").unwrap().bytes_per_token(),
-            4 * 2 * 2 * 64 * 2
-        );
+        assert_eq!(from_config_json(mla, "d").unwrap().bytes_per_token(), 70_272);
+        let vlm =
+            r#"{"text_config":{"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":64}}"#;
+        assert_eq!(from_config_json(vlm, "v").unwrap().bytes_per_token(), 4 * 2 * 2 * 64 * 2);
     }
 
     #[test]

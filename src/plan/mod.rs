@@ -25,6 +25,12 @@ pub struct RunConfig {
     /// Seed of the `--verify` pattern.
     pub seed: u64,
     pub hugepages: bool,
+    /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
+    pub block_size_default: bool,
+    /// cuda transport: copy engine (`ce`) or SM copy kernel (`sm`).
+    pub copy: String,
+    /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
+    pub src_mem: String,
     pub cases: Vec<SizeCase>,
 }
 
@@ -59,18 +65,10 @@ impl TransferPlan {
         let writes = (0..size.div_ceil(block_size))
             .map(|i| {
                 let off = i * block_size;
-                Write {
-                    local_offset: off,
-                    remote_offset: off,
-                    len: block_size.min(size - off),
-                }
+                Write { local_offset: off, remote_offset: off, len: block_size.min(size - off) }
             })
             .collect();
-        TransferPlan {
-            size_bytes: size,
-            block_size,
-            writes,
-        }
+        TransferPlan { size_bytes: size, block_size, writes }
     }
 }
 
@@ -83,14 +81,7 @@ mod tests {
         let p = TransferPlan::contiguous(10 << 20, 3 << 20);
         assert_eq!(p.writes.len(), 4);
         assert_eq!(p.writes.iter().map(|w| w.len).sum::<u64>(), 10 << 20);
-        assert_eq!(
-            p.writes[3],
-            Write {
-                local_offset: 9 << 20,
-                remote_offset: 9 << 20,
-                len: 1 << 20
-            }
-        );
+        assert_eq!(p.writes[3], Write { local_offset: 9 << 20, remote_offset: 9 << 20, len: 1 << 20 });
         for pair in p.writes.windows(2) {
             assert_eq!(pair[0].remote_offset + pair[0].len, pair[1].remote_offset);
         }

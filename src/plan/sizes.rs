@@ -7,20 +7,12 @@
 use crate::bail_usage;
 use anyhow::Result;
 
-const UNITS: [(&str, u64); 5] = [
-    ("TiB", 1 << 40),
-    ("GiB", 1 << 30),
-    ("MiB", 1 << 20),
-    ("KiB", 1 << 10),
-    ("B", 1),
-];
+const UNITS: [(&str, u64); 5] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)];
 
 /// Parse one size such as `96MiB`, `1.5GiB`, `4096` or `4096B` into bytes.
 pub fn parse_size(text: &str) -> Result<u64> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
     if num.is_empty() {
         bail_usage!("size {text:?}: expected a number followed by B, KiB, MiB or GiB (e.g. 96MiB)");
@@ -40,9 +32,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
         }
     };
     let bytes = if num.contains('.') {
-        let v: f64 = num
-            .parse()
-            .map_err(|_| crate::error::usage(format!("size {text:?}: {num:?} is not a number")))?;
+        let v: f64 = num.parse().map_err(|_| crate::error::usage(format!("size {text:?}: {num:?} is not a number")))?;
         let b = v * mult as f64;
         if b.fract() != 0.0 {
             bail_usage!("size {text:?} is not a whole number of bytes");
@@ -52,11 +42,8 @@ pub fn parse_size(text: &str) -> Result<u64> {
         }
         b as u64
     } else {
-        let v: u64 = num
-            .parse()
-            .map_err(|_| crate::error::usage(format!("size {text:?} is too large")))?;
-        v.checked_mul(mult)
-            .ok_or_else(|| crate::error::usage(format!("size {text:?} is too large")))?
+        let v: u64 = num.parse().map_err(|_| crate::error::usage(format!("size {text:?} is too large")))?;
+        v.checked_mul(mult).ok_or_else(|| crate::error::usage(format!("size {text:?} is too large")))?
     };
     if bytes == 0 {
         bail_usage!("size {text:?} is zero; give a positive size such as 96MiB");
@@ -66,10 +53,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
 
 /// Parse a comma-separated list of sizes (`96MiB,1GiB,12GiB`).
 pub fn parse_size_list(text: &str) -> Result<Vec<u64>> {
-    split_list(text, "--sizes")?
-        .into_iter()
-        .map(parse_size)
-        .collect()
+    split_list(text, "--sizes")?.into_iter().map(parse_size).collect()
 }
 
 /// Parse one token count: `512`, `1k` (= 1024), `128k`, `1m` (= 1024 × 1024).
@@ -81,13 +65,9 @@ pub fn parse_tokens(text: &str) -> Result<u64> {
         _ => (t, 1),
     };
     let n: u64 = num.parse().map_err(|_| {
-        crate::error::usage(format!(
-            "token count {text:?}: expected a whole number like 512, 1k or 128k"
-        ))
+        crate::error::usage(format!("token count {text:?}: expected a whole number like 512, 1k or 128k"))
     })?;
-    let n = n
-        .checked_mul(mult)
-        .ok_or_else(|| crate::error::usage(format!("token count {text:?} is too large")))?;
+    let n = n.checked_mul(mult).ok_or_else(|| crate::error::usage(format!("token count {text:?} is too large")))?;
     if n == 0 {
         bail_usage!("token count {text:?} is zero; give a positive count such as 1k");
     }
@@ -96,18 +76,11 @@ pub fn parse_tokens(text: &str) -> Result<u64> {
 
 /// Parse a comma-separated list of token counts (`1k,32k,128k`).
 pub fn parse_token_list(text: &str) -> Result<Vec<u64>> {
-    split_list(text, "--tokens")?
-        .into_iter()
-        .map(parse_tokens)
-        .collect()
+    split_list(text, "--tokens")?.into_iter().map(parse_tokens).collect()
 }
 
 fn split_list<'a>(text: &'a str, flag: &str) -> Result<Vec<&'a str>> {
-    let items: Vec<&str> = text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let items: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     if items.is_empty() {
         bail_usage!("{flag} {text:?}: expected a comma-separated list");
     }
@@ -151,34 +124,19 @@ mod tests {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("64 KiB").unwrap(), 64 << 10);
         assert_eq!(parse_size("7B").unwrap(), 7);
-        assert_eq!(
-            parse_size_list("96MiB, 1GiB").unwrap(),
-            vec![96 << 20, 1 << 30]
-        );
+        assert_eq!(parse_size_list("96MiB, 1GiB").unwrap(), vec![96 << 20, 1 << 30]);
     }
 
     #[test]
     fn rejects_decimal_units_with_a_hint() {
         let e = parse_size("12GB").unwrap_err().to_string();
-        assert!(
-            e.contains("unknown unit \"GB\"") && e.contains("GiB"),
-            "{e}"
-        );
+        assert!(e.contains("unknown unit \"GB\"") && e.contains("GiB"), "{e}");
         assert!(parse_size("5MB").unwrap_err().to_string().contains("MiB"));
     }
 
     #[test]
     fn rejects_zero_negative_garbage_and_overflow() {
-        for bad in [
-            "0",
-            "0MiB",
-            "-1MiB",
-            "abc",
-            "",
-            "1.3B",
-            "99999999999TiB",
-            "184467440737095516160",
-        ] {
+        for bad in ["0", "0MiB", "-1MiB", "abc", "", "1.3B", "99999999999TiB", "184467440737095516160"] {
             let e = parse_size(bad).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}: {e}");
         }

@@ -1,10 +1,10 @@
 //! The receiver role: accept a sender, validate its configuration before allocating, expose the region, and
 //! answer each rep with what it saw on its own clock.
 
-use super::{sender::pattern_key, verify};
+use super::sender::pattern_key;
 use crate::control::peer::server_hello;
 use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
-use crate::mem::{host::available_memory, HostBuffer};
+use crate::mem::{host::available_memory, Buffer, MemKind};
 use crate::plan::{sizes::format_size, RunConfig};
 use crate::transport::{self, Context};
 use anyhow::{bail, Result};
@@ -19,6 +19,8 @@ pub struct ReceiverLimits {
     pub max_size: Option<u64>,
     pub max_streams: u32,
     pub timeouts: Timeouts,
+    /// Where the receiver's buffer lives (`serve --mem`, `sweep --dst`).
+    pub mem: MemKind,
 }
 
 /// Check a sender's configuration against this receiver's limits. Errors are usage errors: the sender asked for
@@ -36,9 +38,7 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
         return Err(usage("the run has no sizes or a zero size".into()));
     }
     if cfg.block_size == 0 || cfg.reps == 0 || cfg.streams == 0 {
-        return Err(usage(
-            "block size, reps and streams must be positive".into(),
-        ));
+        return Err(usage("block size, reps and streams must be positive".into()));
     }
     if cfg.streams > limits.max_streams {
         return Err(usage(format!(
@@ -56,7 +56,8 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
             )));
         }
     }
-    if let Some(avail) = available_memory() {
+    let host_memory = matches!(limits.mem, MemKind::Host | MemKind::Pinned);
+    if let Some(avail) = available_memory().filter(|_| host_memory) {
         if size > avail {
             return Err(usage(format!(
                 "size {} does not fit in the receiver's available memory ({})",
@@ -82,15 +83,7 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
         ch.send_error(&e);
         return Err(e);
     }
-    match session(
-        &mut ch,
-        &cfg,
-        Context {
-            peer_ip,
-            local_ip,
-            timeouts: limits.timeouts,
-        },
-    ) {
+    match session(&mut ch, &cfg, limits.mem, Context { peer_ip, local_ip, timeouts: limits.timeouts }) {
         Ok(()) => Ok(()),
         Err(e) => {
             ch.send_error(&e);
@@ -99,12 +92,10 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
     }
 }
 
-fn session(ch: &mut ControlChannel, cfg: &RunConfig, ctx: Context) -> Result<()> {
-    let buf = Arc::new(HostBuffer::new(cfg.max_size(), cfg.hugepages)?);
+fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
+    let buf = Arc::new(Buffer::alloc(mem, cfg.max_size(), cfg.hugepages)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
-    ch.send(&Msg::Accept {
-        offer: target.offer(),
-    })?;
+    ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string() })?;
     match ch.recv("Connect")? {
         Msg::Connect { answer } => target.accept(answer)?,
         other => bail!("the sender sent {} instead of Connect", other.name()),
@@ -115,19 +106,21 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, ctx: Context) -> Result<()>
     loop {
         // Between reps the sender may spend a while (filling a verify pattern); the io timeout still bounds it.
         match ch.recv("RepStart or Finish")? {
-            Msg::RepStart {
-                case,
-                rep,
-                size_bytes,
-                ..
-            } => {
+            Msg::RepStart { case, rep, size_bytes, .. } => {
                 if size_bytes == 0 || size_bytes > buf.len() as u64 {
                     bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
                 }
                 target.arm(size_bytes)?;
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
-                let landed = target.wait_landed(ctx.timeouts.io)?;
+                let landed = if target.landed_by_control() {
+                    match ch.recv("Landed")? {
+                        Msg::Landed => Instant::now(),
+                        other => bail!("the sender sent {} instead of Landed", other.name()),
+                    }
+                } else {
+                    target.wait_landed(ctx.timeouts.io)?
+                };
                 let mut report = RepReport {
                     notify_ms: landed.saturating_duration_since(t_start).as_secs_f64() * 1e3,
                     t_rep_start_ms: ms(t_start),
@@ -136,11 +129,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, ctx: Context) -> Result<()>
                 };
                 if cfg.verify {
                     let t = Instant::now();
-                    let bad = verify::count_mismatches(
-                        &buf.as_slice()[..size_bytes as usize],
-                        cfg.seed,
-                        pattern_key(case, rep),
-                    );
+                    let bad = buf.count_mismatches(size_bytes, cfg.seed, pattern_key(case, rep))?;
                     report.verify_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                     report.mismatched_bytes = Some(bad);
                 }

@@ -1,9 +1,9 @@
 //! The sender role: it drives the run. For each size it runs the warm-up and measured reps, each rep being
 //! RepStart → RepReady (setup) → transfer → RepDone (the receiver's view), and hands every record to the sink.
 
-use super::{verify, CaseRecord, RepRecord, RunSink, StageTimes};
+use super::{CaseRecord, RepRecord, RunSink, StageTimes};
 use crate::control::{ControlChannel, Msg};
-use crate::mem::HostBuffer;
+use crate::mem::{Buffer, MemKind};
 use crate::plan::{RunConfig, TransferPlan};
 use crate::stats::gbps;
 use crate::transport::{self, Context, Source};
@@ -16,7 +16,9 @@ pub struct SenderSession {
     cfg: RunConfig,
     // Declared before `buf` so it is dropped first: a transport may have registered the buffer with a device.
     source: Box<dyn Source>,
-    buf: HostBuffer,
+    buf: Buffer,
+    /// The receiver's memory kind, as it reported it.
+    pub dst_mem: String,
     started: Instant,
 }
 
@@ -31,22 +33,19 @@ pub fn pattern_key(case: usize, rep: u32) -> u64 {
 
 impl SenderSession {
     /// Send the configuration, allocate the source buffer and connect the transport.
-    pub fn establish(
-        mut ch: ControlChannel,
-        cfg: RunConfig,
-        ctx: &Context,
-    ) -> Result<SenderSession> {
-        ch.send(&Msg::Config {
-            config: cfg.clone(),
-        })?;
-        let offer = match ch.recv("Accept")? {
-            Msg::Accept { offer } => offer,
+    pub fn establish(mut ch: ControlChannel, cfg: RunConfig, src: MemKind, ctx: &Context) -> Result<SenderSession> {
+        ch.send(&Msg::Config { config: cfg.clone() })?;
+        let (offer, dst_mem) = match ch.recv("Accept")? {
+            Msg::Accept { offer, mem } => (offer, mem),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
-        let buf = HostBuffer::new(cfg.max_size(), cfg.hugepages)?;
-        if cfg.hugepages && !buf.huge {
-            eprintln!("note: --hugepages: no huge pages available for the send buffer; using normal pages");
-        }
+        let buf = match Buffer::alloc(src, cfg.max_size(), cfg.hugepages) {
+            Ok(b) => b,
+            Err(e) => {
+                ch.send_error(&e);
+                return Err(e);
+            }
+        };
         let source = match transport::connect_source(&cfg, &buf, offer, ctx) {
             Ok(s) => s,
             Err(e) => {
@@ -54,20 +53,12 @@ impl SenderSession {
                 return Err(e);
             }
         };
-        ch.send(&Msg::Connect {
-            answer: source.answer(),
-        })?;
+        ch.send(&Msg::Connect { answer: source.answer() })?;
         match ch.recv("Connected")? {
             Msg::Connected => {}
             other => bail!("the receiver answered {} to Connect", other.name()),
         }
-        Ok(SenderSession {
-            ch,
-            cfg,
-            buf,
-            source,
-            started: Instant::now(),
-        })
+        Ok(SenderSession { ch, cfg, buf, dst_mem, source, started: Instant::now() })
     }
 
     /// Run every case; stop at the first failure (after handing completed cases to the sink).
@@ -93,12 +84,11 @@ impl SenderSession {
                 index,
                 case,
                 block_size: plan.block_size,
-                block_clamped: plan.block_size < self.cfg.block_size,
+                block_clamped: plan.block_size < self.cfg.block_size && !self.cfg.block_size_default,
                 writes: plan.writes.len(),
                 reps: Vec::new(),
                 warmups: Vec::new(),
-                block_latency_us: hdrhistogram::Histogram::new(3)
-                    .expect("3 significant digits is valid"),
+                block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
             };
             let total = self.cfg.warmup + self.cfg.reps;
             for seq in 0..total {
@@ -112,12 +102,7 @@ impl SenderSession {
                 }
             }
             sink.case_done(&rec)?;
-            let bad: u64 = rec
-                .reps
-                .iter()
-                .chain(&rec.warmups)
-                .filter_map(|r| r.mismatched_bytes)
-                .sum();
+            let bad: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
             if bad > 0 {
                 bail!(
                     "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
@@ -138,33 +123,25 @@ impl SenderSession {
     ) -> Result<RepRecord> {
         let size = plan.size_bytes;
         if self.cfg.verify {
-            verify::fill(
-                &mut self.buf.as_mut_slice()[..size as usize],
-                self.cfg.seed,
-                pattern_key(case, seq),
-            );
+            self.buf.fill_pattern(size, self.cfg.seed, pattern_key(case, seq))?;
         }
         let t0 = Instant::now();
-        self.ch.send(&Msg::RepStart {
-            case,
-            rep: seq,
-            warmup,
-            size_bytes: size,
-        })?;
+        self.ch.send(&Msg::RepStart { case, rep: seq, warmup, size_bytes: size })?;
         match self.ch.recv("RepReady")? {
             Msg::RepReady => {}
             other => bail!("the receiver answered {} to RepStart", other.name()),
         }
         let t_ready = Instant::now();
         let hist = &mut rec.block_latency_us;
-        let times = self
-            .source
-            .transfer(&self.buf, &plan.writes, &mut |_, posted, done| {
-                if !warmup {
-                    let us = done.saturating_duration_since(posted).as_micros().max(1) as u64;
-                    let _ = hist.record(us);
-                }
-            })?;
+        let times = self.source.transfer(&self.buf, &plan.writes, &mut |_, posted, done| {
+            if !warmup {
+                let us = done.saturating_duration_since(posted).as_micros().max(1) as u64;
+                let _ = hist.record(us);
+            }
+        })?;
+        if self.source.sends_landed_message() {
+            self.ch.send(&Msg::Landed)?;
+        }
         let report = match self.ch.recv("RepDone")? {
             Msg::RepDone(r) => r,
             other => bail!("the receiver answered {} instead of RepDone", other.name()),

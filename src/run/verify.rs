@@ -18,9 +18,7 @@ fn word(seed: u64, rep: u64, index: u64) -> u64 {
 
 /// Split work over the machine's cores: filling or checking 12 GiB on one core takes seconds.
 fn chunks_per_thread(len: usize) -> usize {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(16);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
     (len.div_ceil(threads).div_ceil(8) * 8).max(1 << 20)
 }
 
@@ -58,10 +56,7 @@ pub fn count_mismatches(buf: &[u8], seed: u64, rep: u64) -> u64 {
             .enumerate()
             .map(|(k, part)| s.spawn(move || mismatches_at(part, (k * chunk) as u64, seed, rep)))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("verify thread"))
-            .sum()
+        handles.into_iter().map(|h| h.join().expect("verify thread")).sum()
     })
 }
 

@@ -37,15 +37,9 @@ pub struct CaseResult {
 
 impl CaseResult {
     pub fn from_record(rec: &CaseRecord, verify: bool) -> CaseResult {
-        let col =
-            |f: fn(&RepRecord) -> f64| Summary::of(&rec.reps.iter().map(f).collect::<Vec<_>>());
+        let col = |f: fn(&RepRecord) -> f64| Summary::of(&rec.reps.iter().map(f).collect::<Vec<_>>());
         let h = &rec.block_latency_us;
-        let mismatched: u64 = rec
-            .reps
-            .iter()
-            .chain(&rec.warmups)
-            .filter_map(|r| r.mismatched_bytes)
-            .sum();
+        let mismatched: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
         CaseResult {
             size_bytes: rec.case.size_bytes,
             tokens: rec.case.tokens,

@@ -40,11 +40,7 @@ impl Summary {
         s.sort_by(f64::total_cmp);
         let n = s.len() as f64;
         let mean = s.iter().sum::<f64>() / n;
-        let var = if s.len() > 1 {
-            s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
-        } else {
-            0.0
-        };
+        let var = if s.len() > 1 { s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
         Summary {
             p50: quantile_sorted(&s, 0.5),
             p90: quantile_sorted(&s, 0.9),
@@ -57,12 +53,7 @@ impl Summary {
     }
 
     pub fn rate(&self) -> RateSummary {
-        RateSummary {
-            p50: self.p50,
-            min: self.min,
-            max: self.max,
-            mean: self.mean,
-        }
+        RateSummary { p50: self.p50, min: self.min, max: self.max, mean: self.mean }
     }
 }
 

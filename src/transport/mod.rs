@@ -7,9 +7,10 @@
 //! source's [`Source::answer`] travels back in `Connect`. Plan, run, stats and export never know which transport
 //! they drive.
 
+pub mod cuda;
 pub mod tcp;
 
-use crate::mem::HostBuffer;
+use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
 use anyhow::Result;
 use std::net::IpAddr;
@@ -17,11 +18,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Names accepted by `--transport`.
-pub const TRANSPORTS: &[&str] = &["tcp"];
+pub const TRANSPORTS: &[&str] = &["tcp", "cuda"];
 
 /// Each transport's default block size when the user gives none.
-pub fn default_block_size(_transport: &str) -> u64 {
-    tcp::DEFAULT_BLOCK_SIZE
+pub fn default_block_size(transport: &str) -> u64 {
+    match transport {
+        "cuda" => cuda::DEFAULT_BLOCK_SIZE,
+        _ => tcp::DEFAULT_BLOCK_SIZE,
+    }
 }
 
 /// When the first byte of a transfer was posted and the last completion was seen (sender clock).
@@ -35,12 +39,16 @@ pub struct TransferTimes {
 pub trait Source: Send {
     /// What the receiver needs to finish the connection (sent in `Connect`).
     fn answer(&self) -> serde_json::Value;
+    /// Whether the receiver only learns that data landed from a `Landed` control message sent after `transfer`.
+    fn sends_landed_message(&self) -> bool {
+        false
+    }
     /// Push every write from `mem` (the buffer the source was connected with) and return once all completed.
     /// `done(i, posted, completed)` is called once per write `i` of `writes` when its completion is observed (for
     /// the per-block latency histogram).
     fn transfer(
         &mut self,
-        mem: &HostBuffer,
+        mem: &Buffer,
         writes: &[Write],
         done: &mut dyn FnMut(usize, Instant, Instant),
     ) -> Result<TransferTimes>;
@@ -52,6 +60,11 @@ pub trait Target: Send {
     fn offer(&self) -> serde_json::Value;
     /// Finish connecting with the sender's answer.
     fn accept(&mut self, answer: serde_json::Value) -> Result<()>;
+    /// True when this target cannot observe data landing itself and waits for the sender's `Landed` message
+    /// instead of [`Target::wait_landed`].
+    fn landed_by_control(&self) -> bool {
+        false
+    }
     /// Expect one rep of `size_bytes`.
     fn arm(&mut self, size_bytes: u64) -> Result<()>;
     /// Block until the armed rep has landed; return when that was observed.
@@ -66,35 +79,27 @@ pub struct Context {
     pub timeouts: crate::control::Timeouts,
 }
 
-pub fn open_target(
-    cfg: &RunConfig,
-    buf: Arc<HostBuffer>,
-    ctx: &Context,
-) -> Result<Box<dyn Target>> {
+pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
     match cfg.transport.as_str() {
         "tcp" => Ok(Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?)),
+        "cuda" => Ok(Box::new(cuda::CudaTarget::open(buf)?)),
         other => Err(unknown_transport(other)),
     }
 }
 
 pub fn connect_source(
     cfg: &RunConfig,
-    buf: &HostBuffer,
+    buf: &Buffer,
     offer: serde_json::Value,
     ctx: &Context,
 ) -> Result<Box<dyn Source>> {
     match cfg.transport.as_str() {
-        "tcp" => {
-            let _ = buf; // TCP sends from whatever buffer `transfer` is given
-            Ok(Box::new(tcp::TcpSource::connect(cfg, offer, ctx)?))
-        }
+        "tcp" => Ok(Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?)),
+        "cuda" => Ok(Box::new(cuda::CudaSource::connect(cfg, buf, offer, ctx)?)),
         other => Err(unknown_transport(other)),
     }
 }
 
 fn unknown_transport(name: &str) -> anyhow::Error {
-    crate::error::usage(format!(
-        "--transport {name:?}: unknown transport; choose one of {}",
-        TRANSPORTS.join(", ")
-    ))
+    crate::error::usage(format!("--transport {name:?}: unknown transport; choose one of {}", TRANSPORTS.join(", ")))
 }

@@ -6,7 +6,7 @@
 //! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
 
 use super::{Context, Source, Target, TransferTimes};
-use crate::mem::HostBuffer;
+use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,17 @@ struct Offer {
     data_port: u16,
     session_key: String,
     region_len: u64,
+}
+
+/// TCP moves bytes through the kernel's sockets, which need host memory.
+fn need_host_memory(buf: &Buffer, side: &str) -> Result<()> {
+    if buf.host_ptr().is_none() {
+        return Err(crate::error::usage(format!(
+            "--transport tcp cannot read or write GPU memory ({side} has {}); use --mem host|pinned, or --transport cuda",
+            buf.kind()
+        )));
+    }
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -79,7 +90,7 @@ impl Shared {
 pub struct TcpTarget {
     listener: TcpListener,
     key: [u8; KEY_LEN],
-    buf: Arc<HostBuffer>,
+    buf: Arc<Buffer>,
     streams: u32,
     io_timeout: Duration,
     shared: Arc<Shared>,
@@ -87,7 +98,8 @@ pub struct TcpTarget {
 }
 
 impl TcpTarget {
-    pub fn open(cfg: &RunConfig, buf: Arc<HostBuffer>, ctx: &Context) -> Result<TcpTarget> {
+    pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<TcpTarget> {
+        need_host_memory(&buf, "the receiver")?;
         let listener = TcpListener::bind(SocketAddr::new(ctx.local_ip, 0))
             .with_context(|| format!("cannot open a TCP data port on {}", ctx.local_ip))?;
         Ok(TcpTarget {
@@ -96,10 +108,7 @@ impl TcpTarget {
             buf,
             streams: cfg.streams,
             io_timeout: ctx.timeouts.io,
-            shared: Arc::new(Shared {
-                state: Mutex::new(LandState::default()),
-                cv: Condvar::new(),
-            }),
+            shared: Arc::new(Shared { state: Mutex::new(LandState::default()), cv: Condvar::new() }),
             conns: Vec::new(),
         })
     }
@@ -108,12 +117,8 @@ impl TcpTarget {
 impl Target for TcpTarget {
     fn offer(&self) -> serde_json::Value {
         let port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        serde_json::to_value(Offer {
-            data_port: port,
-            session_key: hex(&self.key),
-            region_len: self.buf.len() as u64,
-        })
-        .expect("offer serializes")
+        serde_json::to_value(Offer { data_port: port, session_key: hex(&self.key), region_len: self.buf.len() as u64 })
+            .expect("offer serializes")
     }
 
     fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
@@ -162,10 +167,7 @@ impl Target for TcpTarget {
         if let Some(e) = &s.error {
             bail!("{e}");
         }
-        *s = LandState {
-            expected: size_bytes,
-            ..LandState::default()
-        };
+        *s = LandState { expected: size_bytes, ..LandState::default() };
         Ok(())
     }
 
@@ -202,7 +204,7 @@ impl Drop for TcpTarget {
 }
 
 /// One data connection: read frames into the region, ack each, count bytes towards the armed rep.
-fn receive_loop(mut s: TcpStream, buf: &HostBuffer, shared: &Shared) {
+fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
     let region_len = buf.len() as u64;
     loop {
         let mut hdr = [0u8; HEADER_LEN];
@@ -246,22 +248,16 @@ fn receive_loop(mut s: TcpStream, buf: &HostBuffer, shared: &Shared) {
 }
 
 /// Receive exactly `len` bytes from the socket into `buf[offset..offset+len]`.
-fn recv_into(s: &TcpStream, buf: &HostBuffer, offset: u64, len: u64) -> std::io::Result<()> {
+fn recv_into(s: &TcpStream, buf: &Buffer, offset: u64, len: u64) -> std::io::Result<()> {
     debug_assert!(offset + len <= buf.len() as u64);
+    let base = buf.host_ptr().expect("checked when the target opened");
     let mut done = 0u64;
     while done < len {
         let want = (len - done).min(1 << 30) as usize;
         // SAFETY: `offset + len <= buf.len()` was checked by the caller, so the destination lies inside the live
         // mapping that `buf` owns; the kernel writes through the raw pointer and no Rust reference to these bytes
         // exists while a rep is in flight (verify reads only after the rep has landed).
-        let n = unsafe {
-            nix::libc::recv(
-                s.as_raw_fd(),
-                buf.as_ptr().add((offset + done) as usize).cast(),
-                want,
-                0,
-            )
-        };
+        let n = unsafe { nix::libc::recv(s.as_raw_fd(), base.add((offset + done) as usize).cast(), want, 0) };
         match n {
             0 => return Err(ErrorKind::UnexpectedEof.into()),
             n if n < 0 => {
@@ -284,9 +280,9 @@ pub struct TcpSource {
 }
 
 impl TcpSource {
-    pub fn connect(cfg: &RunConfig, offer: serde_json::Value, ctx: &Context) -> Result<TcpSource> {
-        let offer: Offer =
-            serde_json::from_value(offer).context("the receiver's TCP offer is malformed")?;
+    pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<TcpSource> {
+        need_host_memory(buf, "the sender")?;
+        let offer: Offer = serde_json::from_value(offer).context("the receiver's TCP offer is malformed")?;
         let key: Vec<u8> = (0..offer.session_key.len() / 2)
             .map(|i| u8::from_str_radix(&offer.session_key[2 * i..2 * i + 2], 16))
             .collect::<Result<_, _>>()
@@ -294,20 +290,15 @@ impl TcpSource {
         let addr = SocketAddr::new(ctx.peer_ip, offer.data_port);
         let mut conns = Vec::new();
         for _ in 0..cfg.streams {
-            let mut s =
-                TcpStream::connect_timeout(&addr, ctx.timeouts.connect).with_context(|| {
-                    format!("cannot open a TCP data connection to {addr}; is that port reachable?")
-                })?;
+            let mut s = TcpStream::connect_timeout(&addr, ctx.timeouts.connect)
+                .with_context(|| format!("cannot open a TCP data connection to {addr}; is that port reachable?"))?;
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(ctx.timeouts.io))?;
             s.set_write_timeout(Some(ctx.timeouts.io))?;
             s.write_all(&key)?;
             conns.push(s);
         }
-        Ok(TcpSource {
-            conns,
-            io_timeout: ctx.timeouts.io,
-        })
+        Ok(TcpSource { conns, io_timeout: ctx.timeouts.io })
     }
 }
 
@@ -324,13 +315,13 @@ impl Source for TcpSource {
 
     fn transfer(
         &mut self,
-        mem: &HostBuffer,
+        mem: &Buffer,
         writes: &[Write],
         done: &mut dyn FnMut(usize, Instant, Instant),
     ) -> Result<TransferTimes> {
         let streams = self.conns.len();
         let (tx, rx) = mpsc::channel::<Event>();
-        let data = mem.as_slice();
+        let data = mem.host_slice().expect("checked when the source connected");
         let result = std::thread::scope(|scope| -> Result<TransferTimes> {
             for (k, conn) in self.conns.iter().enumerate() {
                 let mine: Vec<usize> = (k..writes.len()).step_by(streams).collect();
@@ -349,8 +340,7 @@ impl Source for TcpSource {
                         hdr[..8].copy_from_slice(&(i as u64).to_le_bytes());
                         hdr[8..16].copy_from_slice(&wr.remote_offset.to_le_bytes());
                         hdr[16..].copy_from_slice(&wr.len.to_le_bytes());
-                        let payload =
-                            &data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize];
+                        let payload = &data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize];
                         if let Err(e) = w.write_all(&hdr).and_then(|_| w.write_all(payload)) {
                             let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
                             return;
@@ -362,8 +352,7 @@ impl Source for TcpSource {
                         let mut ack = [0u8; 8];
                         match r.read_exact(&mut ack) {
                             Ok(()) => {
-                                let _ = tx_a
-                                    .send(Event::Acked(u64::from_le_bytes(ack), Instant::now()));
+                                let _ = tx_a.send(Event::Acked(u64::from_le_bytes(ack), Instant::now()));
                             }
                             Err(e) => {
                                 let _ = tx_a.send(Event::Failed(data_error("the receiver", e)));
@@ -381,9 +370,7 @@ impl Source for TcpSource {
             let mut seen = vec![false; writes.len()];
             while acked < writes.len() {
                 let ev = rx.recv_timeout(self.io_timeout).unwrap_or_else(|_| {
-                    Event::Failed(anyhow!(
-                        "no acknowledgement from the receiver within --io-timeout"
-                    ))
+                    Event::Failed(anyhow!("no acknowledgement from the receiver within --io-timeout"))
                 });
                 match ev {
                     Event::Posted(i, t) => {
@@ -410,10 +397,7 @@ impl Source for TcpSource {
                 }
             }
             let first_post = first_post.expect("every stream with writes posts first");
-            Ok(TransferTimes {
-                first_post,
-                last_complete: last.unwrap_or(first_post),
-            })
+            Ok(TransferTimes { first_post, last_complete: last.unwrap_or(first_post) })
         });
         result
     }

@@ -1,0 +1,224 @@
+//! GPU tests: real CUDA on real GPUs, through the real binary. Without a CUDA driver (CI, laptops) each test prints
+//! why it skipped and passes; on the GPU machine they run (`KVXFER_BIN` may point at a carried binary).
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> PathBuf {
+    std::env::var_os("KVXFER_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_kvxfer").into())
+}
+
+/// Number of GPUs the binary sees, or None (with the reason printed) when there is no usable driver.
+fn gpus() -> Option<usize> {
+    let out = Command::new(bin()).args(["devices", "--json"]).output().expect("run kvxfer devices");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("devices --json prints JSON");
+    match v["gpus"].as_array() {
+        Some(g) if !g.is_empty() => Some(g.len()),
+        _ => {
+            eprintln!("skipped: no GPU here ({})", v["gpu_error"].as_str().unwrap_or("no devices"));
+            None
+        }
+    }
+}
+
+fn kvxfer(args: &[&str]) -> Output {
+    let out = Command::new(bin()).args(args).stdin(Stdio::null()).output().expect("run kvxfer");
+    eprintln!(
+        "$ kvxfer {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn results(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("results written")).expect("results are JSON")
+}
+
+/// Every case verified with zero mismatched bytes, `reps` measured reps each, and a plausible bandwidth.
+fn assert_verified(r: &serde_json::Value, sizes: &[u64], reps: usize, min_gbps: f64) {
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), sizes.len());
+    for (c, &size) in cases.iter().zip(sizes) {
+        assert_eq!(c["size_bytes"].as_u64(), Some(size));
+        assert_eq!(c["n"].as_u64(), Some(reps as u64));
+        assert_eq!(c["verified"], true, "{c}");
+        assert_eq!(c["mismatched_bytes"].as_u64(), Some(0));
+        let p50 = c["gbps"]["p50"].as_f64().unwrap();
+        assert!(p50 > min_gbps, "size {size}: p50 {p50} GB/s below {min_gbps}");
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kvxfer-gpu-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn in_process_nvlink_copy_engine_verified_96mib_to_12gib() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs, found {n}");
+        return;
+    }
+    let d = tmp("inproc");
+    let json = d.join("r.json");
+    let out = kvxfer(&[
+        "sweep",
+        "--transport",
+        "cuda",
+        "--src",
+        "gpu:0",
+        "--dst",
+        "gpu:1",
+        "--sizes",
+        "96MiB,1536MiB,12GiB",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+        "--out-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    // NVLink: well above any PCIe or NIC path.
+    assert_verified(&results(&json), &[96 << 20, 1536 << 20, 12 << 30], 3, 100.0);
+}
+
+#[test]
+fn in_process_sm_copy_and_chunked_streams_verified() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs, found {n}");
+        return;
+    }
+    let d = tmp("sm");
+    for extra in [&["--copy", "sm"][..], &["--streams", "4", "--block-size", "7MiB"][..]] {
+        let json = d.join("r.json");
+        let mut args = vec![
+            "sweep",
+            "--transport",
+            "cuda",
+            "--src",
+            "gpu:0",
+            "--dst",
+            "gpu:1",
+            "--sizes",
+            "96MiB,1000003KiB",
+            "--reps",
+            "2",
+            "--verify",
+            "--json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            d.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = kvxfer(&args);
+        assert!(out.status.success(), "{extra:?}");
+        assert_verified(&results(&json), &[96 << 20, 1000003 << 10], 2, 50.0);
+    }
+}
+
+#[test]
+fn pinned_host_to_gpu_and_back_verified() {
+    let Some(_) = gpus() else { return };
+    let d = tmp("pinned");
+    for (src, dst) in [("pinned", "gpu:0"), ("gpu:0", "pinned")] {
+        let json = d.join("r.json");
+        let out = kvxfer(&[
+            "sweep",
+            "--transport",
+            "cuda",
+            "--src",
+            src,
+            "--dst",
+            dst,
+            "--sizes",
+            "1536MiB",
+            "--reps",
+            "3",
+            "--verify",
+            "--json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            d.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{src}→{dst}");
+        assert_verified(&results(&json), &[1536 << 20], 3, 10.0);
+    }
+}
+
+#[test]
+fn two_processes_cuda_ipc_verified() {
+    let Some(n) = gpus() else { return };
+    let (src, dst) = if n >= 2 { ("gpu:0", "gpu:1") } else { ("gpu:0", "gpu:0") };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let mut serve = Command::new(bin())
+        .args(["serve", "--listen", &listen, "--once", "--mem", dst])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start serve");
+    // Wait for the listening line.
+    let mut stderr = std::io::BufReader::new(serve.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(line.contains("listening"), "{line}");
+    let d = tmp("ipc");
+    let json = d.join("r.json");
+    let out = kvxfer(&[
+        "send",
+        "--peer",
+        &listen,
+        "--transport",
+        "cuda",
+        "--mem",
+        src,
+        "--sizes",
+        "96MiB,12GiB",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(serve.wait().unwrap().success(), "serve --once exits 0 after a good run");
+    let r = results(&json);
+    assert_eq!(r["config"]["dst_mem"], dst);
+    assert_verified(&r, &[96 << 20, 12 << 30], 3, 50.0);
+}
+
+#[test]
+fn tcp_refuses_gpu_memory_with_a_clear_error() {
+    let Some(_) = gpus() else { return };
+    let out = kvxfer(&["sweep", "--src", "gpu:0", "--sizes", "1MiB", "--reps", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--transport tcp cannot read or write GPU memory"));
+}
+
+#[test]
+fn without_a_driver_gpu_requests_fail_cleanly() {
+    if gpus().is_some() {
+        eprintln!("skipped: this host has a CUDA driver");
+        return;
+    }
+    for args in [
+        &["sweep", "--transport", "cuda", "--src", "gpu:0", "--dst", "gpu:1", "--sizes", "1MiB"][..],
+        &["sweep", "--src", "pinned", "--sizes", "1MiB"][..],
+        &["serve", "--mem", "gpu:0", "--once"][..],
+    ] {
+        let out = kvxfer(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(err.contains("no CUDA driver") || err.contains("CUDA driver"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
