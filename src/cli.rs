@@ -87,12 +87,56 @@ pub struct RunArgs {
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,
+    #[command(flatten)]
+    pub verbs: VerbsArgs,
     /// Give up connecting after this long (e.g. 5s, 500ms)
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     pub connect_timeout: String,
     /// Give up when the peer is silent this long (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub io_timeout: String,
+}
+
+/// RDMA verbs knobs (`--transport verbs`).
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "RDMA verbs (--transport verbs)")]
+pub struct VerbsArgs {
+    /// RC queue pairs; writes are spread over them round-robin
+    #[arg(long, default_value_t = 1)]
+    pub qps: u32,
+    /// Work requests linked into one ibv_post_send
+    #[arg(long, default_value_t = 16)]
+    pub batch: u32,
+    /// Outstanding work requests per queue pair
+    #[arg(long, default_value_t = 128)]
+    pub inflight: u32,
+    /// Signal a completion every N work requests (and always the last)
+    #[arg(long, default_value_t = 16)]
+    pub signal_every: u32,
+    /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB)
+    #[arg(long, value_name = "SIZE")]
+    pub mr_chunk: Option<String>,
+    /// Register the send buffer inside every rep and include it in the transfer time
+    #[arg(long)]
+    pub reg_per_rep: bool,
+    /// Completion handling: poll (busy-poll) or event (completion channel, sleeps)
+    #[arg(long, default_value = "poll", value_parser = ["poll", "event"])]
+    pub cq_mode: String,
+}
+
+/// Which RDMA device and port this end uses (`--transport verbs`).
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "RDMA device")]
+pub struct DeviceArgs {
+    /// RDMA device name, e.g. mlx5_0 or rxe0 (default: the first with an active port)
+    #[arg(short = 'd', long = "device", value_name = "NAME")]
+    pub device: Option<String>,
+    /// Port of the device
+    #[arg(long, default_value_t = 1)]
+    pub ib_port: u8,
+    /// GID index (default: like perftest, a RoCE v2 IPv4-mapped GID when there is one)
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -125,6 +169,8 @@ pub struct ServeArgs {
     /// Where the receive buffer lives: host, pinned or gpu:N (`--transport cuda` from another process needs gpu:N)
     #[arg(long, default_value = "host", value_name = "KIND")]
     pub mem: String,
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// Refuse transfers larger than this (default: the memory available when a sender asks)
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
@@ -149,6 +195,8 @@ pub struct SendArgs {
     #[arg(long, default_value = "host", value_name = "KIND")]
     pub mem: String,
     #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]
     pub run: RunArgs,
@@ -164,6 +212,12 @@ pub struct SweepArgs {
     /// Where the receiver's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
     pub dst: String,
+    /// The sender's RDMA device (-d) and port; the receiver uses --peer-device (default: the same device)
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// The receiver's RDMA device (default: the sender's, i.e. loopback through one NIC)
+    #[arg(long, value_name = "NAME")]
+    pub peer_device: Option<String>,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]

@@ -8,12 +8,13 @@ pub mod serve;
 pub mod sweep;
 
 use crate::bail_usage;
-use crate::cli::{RunArgs, SizeArgs};
+use crate::cli::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};
 use crate::control::Timeouts;
 use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::sizes::{format_size, parse_size, parse_size_list, parse_token_list};
-use crate::plan::{RunConfig, SizeCase};
+use crate::plan::{RunConfig, SizeCase, VerbsConfig};
+use crate::transport::DeviceChoice;
 use anyhow::Result;
 use std::time::Duration;
 
@@ -117,12 +118,54 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<Run
         block_size_default: r.block_size.is_none(),
         copy: r.copy.clone(),
         src_mem: src.to_string(),
+        verbs: verbs_config(&r.verbs)?,
         cases,
     };
     if r.block_size.is_none() && block_size < 1 << 40 {
         eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), r.transport);
     }
     Ok(cfg)
+}
+
+pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
+    if v.qps == 0 || v.qps > 256 {
+        bail_usage!("--qps {}: give 1 to 256 queue pairs", v.qps);
+    }
+    if v.inflight == 0 || v.inflight > 16384 {
+        bail_usage!("--inflight {}: give 1 to 16384 outstanding work requests per queue pair", v.inflight);
+    }
+    if v.batch == 0 || v.batch > v.inflight {
+        bail_usage!("--batch {}: give 1 to --inflight ({}) work requests per post", v.batch, v.inflight);
+    }
+    if v.signal_every == 0 || v.signal_every > v.inflight {
+        bail_usage!("--signal-every {}: give 1 to --inflight ({})", v.signal_every, v.inflight);
+    }
+    let mr_chunk = match &v.mr_chunk {
+        Some(s) => {
+            let n = parse_size(s).map_err(|e| crate::error::usage(format!("--mr-chunk: {e}")))?;
+            if n % 4096 != 0 {
+                bail_usage!("--mr-chunk {s}: must be a multiple of 4 KiB (pages are registered whole)");
+            }
+            Some(n)
+        }
+        None => None,
+    };
+    Ok(VerbsConfig {
+        qps: v.qps,
+        batch: v.batch,
+        inflight: v.inflight,
+        signal_every: v.signal_every,
+        mr_chunk,
+        reg_per_rep: v.reg_per_rep,
+        cq_mode: v.cq_mode.clone(),
+    })
+}
+
+pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
+    if d.ib_port == 0 {
+        bail_usage!("--ib-port 0: ports are numbered from 1");
+    }
+    Ok(DeviceChoice { name: d.device.clone(), ib_port: d.ib_port, gid_index: d.gid_index })
 }
 
 /// Fail before connecting when the run needs CUDA (a GPU or pinned buffer, or the cuda transport) and this host

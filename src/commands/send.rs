@@ -23,6 +23,7 @@ pub struct SendJob<'a> {
     pub model: Option<String>,
     pub role: &'static str,
     pub src: MemKind,
+    pub device: crate::transport::DeviceChoice,
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
@@ -42,6 +43,7 @@ pub fn run(a: SendArgs) -> Result<()> {
         model: geometry.map(|g| g.name),
         role: "send",
         src,
+        device: super::device_choice(&a.device)?,
     })
     .map(|_| ())
 }
@@ -54,7 +56,7 @@ pub fn drive(job: SendJob) -> Result<Results> {
     let (Some(peer), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
         anyhow::bail!("the control connection to {} closed during the handshake", job.peer);
     };
-    let ctx = Context { peer_ip: peer.ip(), local_ip: local.ip(), timeouts: job.timeouts };
+    let ctx = Context { peer_ip: peer.ip(), local_ip: local.ip(), timeouts: job.timeouts, device: job.device.clone() };
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport));
     let session = SenderSession::establish(ch, job.cfg.clone(), job.src, &ctx)?;
     let config = ConfigJson {

@@ -28,6 +28,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_streams: a.max_streams.max(1),
         timeouts: super::timeouts(&a.connect_timeout, &a.io_timeout)?,
         mem: crate::mem::MemKind::parse("--mem", &a.mem)?,
+        device: super::device_choice(&a.device)?,
     };
     if limits.mem != crate::mem::MemKind::Host {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;

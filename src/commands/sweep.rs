@@ -36,7 +36,12 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let listener = super::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let addr = listener.local_addr()?;
     let token = random_token()?;
-    let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst };
+    let device = super::device_choice(&a.device)?;
+    let mut peer_device = device.clone();
+    if a.peer_device.is_some() {
+        peer_device.name = a.peer_device.clone();
+    }
+    let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst, device: peer_device };
     let receiver_token = token.clone();
     let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {
         let (stream, _) = listener.accept()?;
@@ -55,6 +60,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
         model: geometry.map(|g| g.name),
         role: "sweep",
         src,
+        device,
     });
     // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
     // error already says what went wrong on either side; the receiver's own copy would only repeat it.

@@ -67,6 +67,19 @@ impl ControlChannel {
         self.io_timeout
     }
 
+    /// Whether the peer has sent something (a message or a close) that is waiting to be read. Never blocks.
+    pub fn has_input(&self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let r = self.stream.peek(&mut [0u8; 1]);
+        let _ = self.stream.set_nonblocking(false);
+        match r {
+            Ok(_) => true, // data, or 0 = closed
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
     pub fn send(&mut self, msg: &Msg) -> Result<()> {
         let bytes = serde_json::to_vec(msg)?;
         write_frame(&mut self.stream, &bytes).map_err(|e| self.frame_error(e, msg.name()))

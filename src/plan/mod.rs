@@ -31,7 +31,27 @@ pub struct RunConfig {
     pub copy: String,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
     pub src_mem: String,
+    /// RDMA verbs knobs (ignored by the other transports).
+    pub verbs: VerbsConfig,
     pub cases: Vec<SizeCase>,
+}
+
+/// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerbsConfig {
+    pub qps: u32,
+    /// Work requests linked into one post.
+    pub batch: u32,
+    /// Outstanding work requests per queue pair (send queue depth).
+    pub inflight: u32,
+    /// Signal every Nth work request (and always the last).
+    pub signal_every: u32,
+    /// Register memory in pieces of at most this many bytes (None: the device's max_mr_size, at most 2 GiB).
+    pub mr_chunk: Option<u64>,
+    /// Register the sender's memory inside every rep (as an on-demand KV connector would) and time it.
+    pub reg_per_rep: bool,
+    /// `poll` (busy-poll the completion queue) or `event` (completion channel).
+    pub cq_mode: String,
 }
 
 impl RunConfig {

@@ -21,6 +21,8 @@ pub struct ReceiverLimits {
     pub timeouts: Timeouts,
     /// Where the receiver's buffer lives (`serve --mem`, `sweep --dst`).
     pub mem: MemKind,
+    /// The receiver's RDMA device (verbs).
+    pub device: crate::transport::DeviceChoice,
 }
 
 /// Check a sender's configuration against this receiver's limits. Errors are usage errors: the sender asked for
@@ -83,7 +85,12 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
         ch.send_error(&e);
         return Err(e);
     }
-    match session(&mut ch, &cfg, limits.mem, Context { peer_ip, local_ip, timeouts: limits.timeouts }) {
+    match session(
+        &mut ch,
+        &cfg,
+        limits.mem,
+        Context { peer_ip, local_ip, timeouts: limits.timeouts, device: limits.device.clone() },
+    ) {
         Ok(()) => Ok(()),
         Err(e) => {
             ch.send_error(&e);
@@ -119,7 +126,15 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                         other => bail!("the sender sent {} instead of Landed", other.name()),
                     }
                 } else {
-                    target.wait_landed(ctx.timeouts.io)?
+                    let control = &*ch;
+                    match target.wait_landed(ctx.timeouts.io, &mut || control.has_input())? {
+                        Some(at) => at,
+                        // The sender spoke (an Error) or hung up mid-rep: its message or the close is the story.
+                        None => {
+                            let msg = ch.recv("the rep's end")?;
+                            bail!("the sender sent {} while the receiver waited for data", msg.name());
+                        }
+                    }
                 };
                 let mut report = RepReport {
                     notify_ms: landed.saturating_duration_since(t_start).as_secs_f64() * 1e3,

@@ -77,7 +77,7 @@ impl Target for CudaTarget {
         Ok(())
     }
 
-    fn wait_landed(&mut self, _timeout: Duration) -> Result<Instant> {
+    fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
         bail!("the cuda transport learns of landing from the sender's control message")
     }
 }
@@ -249,6 +249,6 @@ impl Source for CudaSource {
                 done(i, at(began), at(ended));
             }
         }
-        Ok(TransferTimes { first_post: posted, last_complete: at(total_ms) })
+        Ok(TransferTimes { first_post: posted, last_complete: at(total_ms), reg_ms: None })
     }
 }

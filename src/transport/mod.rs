@@ -33,12 +33,19 @@ pub fn default_block_size(transport: &str) -> u64 {
 pub struct TransferTimes {
     pub first_post: Instant,
     pub last_complete: Instant,
+    /// Memory registration done inside this transfer (verbs `--reg-per-rep`), included in the transfer time.
+    pub reg_ms: Option<f64>,
 }
 
 /// The sender's half: writes into the receiver's region.
 pub trait Source: Send {
     /// What the receiver needs to finish the connection (sent in `Connect`).
     fn answer(&self) -> serde_json::Value;
+    /// What this end chose and measured while connecting (device, GID, MTU, registration time...), stored in the
+    /// results under `transport`.
+    fn describe(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
     /// Whether the receiver only learns that data landed from a `Landed` control message sent after `transfer`.
     fn sends_landed_message(&self) -> bool {
         false
@@ -68,7 +75,9 @@ pub trait Target: Send {
     /// Expect one rep of `size_bytes`.
     fn arm(&mut self, size_bytes: u64) -> Result<()>;
     /// Block until the armed rep has landed; return when that was observed.
-    fn wait_landed(&mut self, timeout: Duration) -> Result<Instant>;
+    /// Block until the armed rep has landed and return when that was observed, or return `None` as soon as
+    /// `control_ready()` says the control connection has something to say (the sender failed or vanished).
+    fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>>;
 }
 
 /// What a transport needs to know about where it runs.
@@ -77,6 +86,16 @@ pub struct Context {
     pub peer_ip: IpAddr,
     pub local_ip: IpAddr,
     pub timeouts: crate::control::Timeouts,
+    /// This end's RDMA device choice (verbs).
+    pub device: DeviceChoice,
+}
+
+/// `-d/--device`, `--ib-port`, `--gid-index` of one end.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceChoice {
+    pub name: Option<String>,
+    pub ib_port: u8,
+    pub gid_index: Option<u32>,
 }
 
 pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {

@@ -171,7 +171,7 @@ impl Target for TcpTarget {
         Ok(())
     }
 
-    fn wait_landed(&mut self, timeout: Duration) -> Result<Instant> {
+    fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
         let deadline = Instant::now() + timeout;
         let mut s = self.shared.state.lock().unwrap();
         loop {
@@ -179,7 +179,10 @@ impl Target for TcpTarget {
                 bail!("{e}");
             }
             if let Some(at) = s.landed_at {
-                return Ok(at);
+                return Ok(Some(at));
+            }
+            if control_ready() {
+                return Ok(None);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -190,7 +193,8 @@ impl Target for TcpTarget {
                     timeout.as_secs_f64()
                 );
             }
-            s = self.shared.cv.wait_timeout(s, deadline - now).unwrap().0;
+            // Wake up now and then to look at the control connection.
+            s = self.shared.cv.wait_timeout(s, (deadline - now).min(Duration::from_millis(50))).unwrap().0;
         }
     }
 }
@@ -397,7 +401,7 @@ impl Source for TcpSource {
                 }
             }
             let first_post = first_post.expect("every stream with writes posts first");
-            Ok(TransferTimes { first_post, last_complete: last.unwrap_or(first_post) })
+            Ok(TransferTimes { first_post, last_complete: last.unwrap_or(first_post), reg_ms: None })
         });
         result
     }
