@@ -4,6 +4,7 @@ use crate::cli::DevicesArgs;
 use crate::env::Env;
 use crate::mem::cuda;
 use crate::plan::sizes::format_size;
+use crate::transport::verbs::device as verbs;
 use anyhow::Result;
 
 pub fn run(a: DevicesArgs) -> Result<()> {
@@ -15,6 +16,10 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         match &gpus {
             Ok(g) => v["gpus"] = serde_json::to_value(g)?,
             Err(e) => v["gpu_error"] = format!("{e:#}").into(),
+        }
+        match verbs::report() {
+            Ok(d) => v["rdma"] = serde_json::to_value(d)?,
+            Err(e) => v["rdma_error"] = format!("{e:#}").into(),
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -29,6 +34,24 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         _ => println!("hugepages  none reserved (--hugepages falls back to normal pages)"),
     }
     println!("transports {}", crate::transport::TRANSPORTS.join(", "));
+    match verbs::report() {
+        Err(e) => println!("rdma       none: {e:#}"),
+        Ok(devs) => {
+            println!("rdma       {} device(s)", devs.len());
+            for d in devs {
+                println!("  {}  firmware {}  max_mr_size {}", d.name, d.firmware, format_size(d.max_mr_size));
+                for p in d.ports {
+                    println!(
+                        "    port {}  {}  {}  active MTU {}  {}",
+                        p.port, p.state, p.link_layer, p.active_mtu, p.rate
+                    );
+                    for g in p.gids {
+                        println!("      gid[{:>3}]  {:<6}  {}  {}", g.index, g.gid_type, g.address, g.netdev);
+                    }
+                }
+            }
+        }
+    }
     match gpus {
         Err(e) => println!("gpus       none: {e:#}"),
         Ok(g) if g.is_empty() => println!("gpus       none (CUDA driver present, no devices)"),

@@ -168,15 +168,18 @@ pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
     Ok(DeviceChoice { name: d.device.clone(), ib_port: d.ib_port, gid_index: d.gid_index })
 }
 
-/// Fail before connecting when the run needs CUDA (a GPU or pinned buffer, or the cuda transport) and this host
-/// has no usable driver.
+/// Fail before connecting when the run needs CUDA (a GPU or pinned buffer, or the cuda transport) or RDMA (the
+/// verbs transport) and this host lacks it.
 pub fn require_cuda(cfg: &RunConfig, kinds: &[(&str, MemKind)]) -> Result<()> {
     let needs = kinds.iter().find(|(_, k)| *k != MemKind::Host).map(|(flag, k)| format!("{flag} {k}"));
     let needs = needs.or_else(|| (cfg.transport == "cuda").then(|| "--transport cuda".to_string()));
-    match needs {
-        Some(what) => crate::mem::cuda::driver().map(|_| ()).map_err(|e| e.context(what)),
-        None => Ok(()),
+    if let Some(what) = needs {
+        crate::mem::cuda::driver().map_err(|e| e.context(what))?;
     }
+    if cfg.transport == "verbs" {
+        crate::transport::verbs::device::device_list().map_err(|e| e.context("--transport verbs"))?;
+    }
+    Ok(())
 }
 
 /// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that

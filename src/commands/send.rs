@@ -74,6 +74,8 @@ pub fn drive(job: SendJob) -> Result<Results> {
         copy: job.cfg.copy.clone(),
         src_mem: job.src.to_string(),
         dst_mem: session.dst_mem.clone(),
+        verbs: (job.cfg.transport == "verbs").then(|| job.cfg.verbs.clone()),
+        transport_detail: session.transport_detail.clone(),
     };
     let results = Results::new(label, &Env::capture(), config);
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;

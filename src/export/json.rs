@@ -28,6 +28,12 @@ pub struct ConfigJson {
     pub src_mem: String,
     #[serde(default)]
     pub dst_mem: String,
+    /// Verbs knobs, when the transport is verbs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbs: Option<crate::plan::VerbsConfig>,
+    /// What each end's transport chose and measured while connecting (device, GID, MTU, registration...).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub transport_detail: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

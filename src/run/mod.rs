@@ -33,6 +33,9 @@ pub struct RepRecord {
     pub total_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatched_bytes: Option<u64>,
+    /// Memory registration inside this rep (verbs `--reg-per-rep`), part of `transfer_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reg_ms: Option<f64>,
     #[serde(skip)]
     pub sender: StageTimes,
     #[serde(skip)]

@@ -19,6 +19,8 @@ pub struct SenderSession {
     buf: Buffer,
     /// The receiver's memory kind, as it reported it.
     pub dst_mem: String,
+    /// What the transport chose and measured while connecting (for the results file).
+    pub transport_detail: serde_json::Value,
     started: Instant,
 }
 
@@ -58,7 +60,8 @@ impl SenderSession {
             Msg::Connected => {}
             other => bail!("the receiver answered {} to Connect", other.name()),
         }
-        Ok(SenderSession { ch, cfg, buf, dst_mem, source, started: Instant::now() })
+        let transport_detail = source.describe();
+        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, started: Instant::now() })
     }
 
     /// Run every case; stop at the first failure (after handing completed cases to the sink).
@@ -157,6 +160,7 @@ impl SenderSession {
             notify_ms: report.notify_ms,
             total_ms: ms_since(t0, t_done),
             mismatched_bytes: report.mismatched_bytes,
+            reg_ms: times.reg_ms,
             sender: StageTimes {
                 t_setup_start_ms: ms_since(s0, t0),
                 t_ready_ms: ms_since(s0, t_ready),

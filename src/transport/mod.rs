@@ -9,6 +9,7 @@
 
 pub mod cuda;
 pub mod tcp;
+pub mod verbs;
 
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
@@ -18,12 +19,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Names accepted by `--transport`.
-pub const TRANSPORTS: &[&str] = &["tcp", "cuda"];
+pub const TRANSPORTS: &[&str] = &["tcp", "verbs", "cuda"];
 
 /// Each transport's default block size when the user gives none.
 pub fn default_block_size(transport: &str) -> u64 {
     match transport {
         "cuda" => cuda::DEFAULT_BLOCK_SIZE,
+        "verbs" => verbs::DEFAULT_BLOCK_SIZE,
         _ => tcp::DEFAULT_BLOCK_SIZE,
     }
 }
@@ -102,6 +104,7 @@ pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<B
     match cfg.transport.as_str() {
         "tcp" => Ok(Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?)),
         "cuda" => Ok(Box::new(cuda::CudaTarget::open(buf)?)),
+        "verbs" => Ok(Box::new(verbs::VerbsTarget::open(cfg, buf, ctx)?)),
         other => Err(unknown_transport(other)),
     }
 }
@@ -115,6 +118,7 @@ pub fn connect_source(
     match cfg.transport.as_str() {
         "tcp" => Ok(Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?)),
         "cuda" => Ok(Box::new(cuda::CudaSource::connect(cfg, buf, offer, ctx)?)),
+        "verbs" => Ok(Box::new(verbs::VerbsSource::connect(cfg, buf, offer, ctx)?)),
         other => Err(unknown_transport(other)),
     }
 }

@@ -1,0 +1,97 @@
+//! Reaping completions: busy-polling by default (lowest latency, one core spinning), or sleeping on a completion
+//! channel (`--cq-mode event`). The work completion array is allocated once, never in the loop.
+
+use super::qp::QpSet;
+use anyhow::{bail, Result};
+use rdma_mummy_sys::{
+    ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq, ibv_wc,
+};
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+const BATCH: usize = 64;
+
+pub struct Poller {
+    cq: NonNull<ibv_cq>,
+    channel: Option<(NonNull<ibv_comp_channel>, i32)>,
+    armed: bool,
+    wcs: Vec<ibv_wc>,
+}
+
+// SAFETY: the raw handles belong to a QpSet that outlives the poller and is used from one thread at a time.
+unsafe impl Send for Poller {}
+
+impl Poller {
+    pub fn new(set: &QpSet) -> Poller {
+        let channel = set.channel.as_ref().map(|ch| {
+            // SAFETY: the channel lives as long as the QpSet that owns it, which outlives this poller.
+            (unsafe { ch.comp_channel() }, ch.as_raw_fd())
+        });
+        // SAFETY: ibv_wc is a plain C struct; all-zero is a valid (empty) value.
+        let wcs = vec![unsafe { std::mem::zeroed::<ibv_wc>() }; BATCH];
+        Poller { cq: set.raw_cq(), channel, armed: false, wcs }
+    }
+
+    fn poll_now(&mut self) -> Result<usize> {
+        // SAFETY: `cq` is a live completion queue; `wcs` has room for BATCH entries.
+        let n = unsafe { ibv_poll_cq(self.cq.as_ptr(), BATCH as i32, self.wcs.as_mut_ptr()) };
+        if n < 0 {
+            bail!("ibv_poll_cq failed ({n})");
+        }
+        Ok(n as usize)
+    }
+
+    /// Completions available now, waiting at most `max` for the first one (busy or sleeping, by mode).
+    pub fn wait(&mut self, max: Duration) -> Result<&[ibv_wc]> {
+        let n = match self.channel {
+            None => {
+                let deadline = Instant::now() + max;
+                loop {
+                    let n = self.poll_now()?;
+                    if n > 0 || Instant::now() >= deadline {
+                        break n;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            Some((channel, fd)) => {
+                let n = self.poll_now()?;
+                if n > 0 {
+                    n
+                } else {
+                    if !self.armed {
+                        // SAFETY: live CQ created with a completion channel.
+                        if unsafe { ibv_req_notify_cq(self.cq.as_ptr(), 0) } != 0 {
+                            bail!("ibv_req_notify_cq failed");
+                        }
+                        self.armed = true;
+                    }
+                    // A completion may have arrived between the poll and arming.
+                    let n = self.poll_now()?;
+                    if n > 0 {
+                        n
+                    } else {
+                        // SAFETY: the fd belongs to the live completion channel.
+                        let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+                        let mut fds = [nix::poll::PollFd::new(bfd, nix::poll::PollFlags::POLLIN)];
+                        let ms = max.as_millis().min(u16::MAX as u128) as u16;
+                        if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)).unwrap_or(0) > 0 {
+                            let mut cq: *mut ibv_cq = std::ptr::null_mut();
+                            let mut ctx: *mut c_void = std::ptr::null_mut();
+                            // SAFETY: the channel is live and readable; out-pointers are valid.
+                            if unsafe { ibv_get_cq_event(channel.as_ptr(), &mut cq, &mut ctx) } == 0 {
+                                // SAFETY: acknowledge the one event just received on this CQ.
+                                unsafe { ibv_ack_cq_events(self.cq.as_ptr(), 1) };
+                                self.armed = false;
+                            }
+                        }
+                        self.poll_now()?
+                    }
+                }
+            }
+        };
+        Ok(&self.wcs[..n])
+    }
+}

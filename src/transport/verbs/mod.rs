@@ -1,0 +1,217 @@
+//! RDMA verbs: one-sided RDMA WRITEs over RoCE or InfiniBand (and GPUDirect RDMA for GPU buffers).
+//!
+//! The region is the receiver's buffer registered in pieces (address, length, rkey each); a write is one RDMA WRITE
+//! work request; completion is a (selectively signaled) work completion; the receiver learns the rep landed from a
+//! WRITE_WITH_IMM on every queue pair. Built on `sideway` (which dlopens libibverbs, so kvxfer starts on hosts
+//! without it) for setup, and on raw preallocated work request arrays for the hot path.
+
+mod cq;
+pub mod device;
+mod land;
+mod mr;
+mod post;
+mod qp;
+
+use super::{Context, Source, Target, TransferTimes};
+use crate::mem::Buffer;
+use crate::plan::{RunConfig, VerbsConfig, Write};
+use anyhow::{Context as _, Result};
+use cq::Poller;
+use device::PortInfo;
+use land::{Lander, RECVS_PER_QP};
+use mr::{Piece, Registration};
+use post::{Poster, Seg};
+use qp::{Endpoint, QpSet};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Mooncake's slice size: small enough to spread over queue pairs, large enough to keep the NIC busy.
+pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 10;
+
+#[derive(Serialize, Deserialize)]
+struct Offer {
+    port: serde_json::Value,
+    endpoints: Vec<Endpoint>,
+    pieces: Vec<Piece>,
+    reg_ms: f64,
+    reg_method: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Answer {
+    endpoints: Vec<Endpoint>,
+}
+
+fn open_set(cfg: &VerbsConfig, ctx: &Context, send_wr: u32, recv_wr: u32) -> Result<QpSet> {
+    let (dev, port) = device::open(&ctx.device)?;
+    if send_wr as i32 > port.max_qp_wr {
+        return Err(crate::error::usage(format!(
+            "--inflight {send_wr}: {} allows at most {} work requests per queue pair",
+            port.device, port.max_qp_wr
+        )));
+    }
+    QpSet::new(&dev, &port, cfg.qps, send_wr, recv_wr, cfg.cq_mode == "event")
+}
+
+fn port_json(p: &PortInfo) -> serde_json::Value {
+    serde_json::to_value(p).expect("port info serializes")
+}
+
+// ------------------------------------------------------------------------------------------------ receiver
+
+pub struct VerbsTarget {
+    // Drop order: the queue pairs and registrations before the buffer they point into.
+    lander: Lander,
+    poller: Poller,
+    reg: Registration,
+    set: QpSet,
+    rep: u32,
+    _buf: Arc<Buffer>,
+}
+
+impl VerbsTarget {
+    pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<VerbsTarget> {
+        let mut set = open_set(&cfg.verbs, ctx, 1, RECVS_PER_QP + 1)?;
+        let chunk = mr::chunk_size(cfg.verbs.mr_chunk, set.port.max_mr_size);
+        // The receiver allows remote writes, never remote reads.
+        let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
+        set.init(true)?;
+        let lander = Lander::new(&set)?;
+        let poller = Poller::new(&set);
+        Ok(VerbsTarget { lander, poller, reg, set, rep: 0, _buf: buf })
+    }
+}
+
+impl Target for VerbsTarget {
+    fn offer(&self) -> serde_json::Value {
+        serde_json::to_value(Offer {
+            port: port_json(&self.set.port),
+            endpoints: self.set.endpoints(),
+            pieces: self.reg.pieces.clone(),
+            reg_ms: self.reg.reg_ms,
+            reg_method: self.reg.method.to_string(),
+        })
+        .expect("offer serializes")
+    }
+
+    fn accept(&mut self, answer: serde_json::Value) -> Result<()> {
+        let a: Answer = serde_json::from_value(answer).context("the sender's verbs answer is malformed")?;
+        self.set.connect(&a.endpoints)
+    }
+
+    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
+        self.rep = self.rep.wrapping_add(1);
+        self.lander.arm(self.rep);
+        Ok(())
+    }
+
+    fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
+        self.lander.wait(&self.set, &mut self.poller, timeout, control_ready)
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ sender
+
+pub struct VerbsSource {
+    poster: Poster,
+    poller: Poller,
+    reg: Option<Registration>,
+    set: QpSet,
+    remote: Vec<Piece>,
+    cfg: VerbsConfig,
+    chunk: u64,
+    segs: Vec<Seg>,
+    rep: u32,
+    stall_timeout: Duration,
+    first_reg: (f64, String),
+    receiver: serde_json::Value,
+}
+
+impl VerbsSource {
+    pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<VerbsSource> {
+        let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
+        let v = cfg.verbs.clone();
+        let mut set = open_set(&v, ctx, v.inflight, 1)?;
+        let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
+        // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
+        let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
+        let first_reg = (reg.reg_ms, reg.method.to_string());
+        set.init(false)?;
+        set.connect(&offer.endpoints)?;
+        let poller = Poller::new(&set);
+        let receiver = serde_json::json!({
+            "port": offer.port, "reg_ms": offer.reg_ms, "reg_method": offer.reg_method, "mr_pieces": offer.pieces.len(),
+        });
+        Ok(VerbsSource {
+            poster: Poster::new(&v),
+            poller,
+            reg: if v.reg_per_rep { None } else { Some(reg) },
+            set,
+            remote: offer.pieces,
+            cfg: v,
+            chunk,
+            segs: Vec::new(),
+            rep: 0,
+            stall_timeout: ctx.timeouts.io,
+            first_reg,
+            receiver,
+        })
+    }
+}
+
+impl Source for VerbsSource {
+    fn answer(&self) -> serde_json::Value {
+        serde_json::to_value(Answer { endpoints: self.set.endpoints() }).expect("answer serializes")
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "sender": {
+                "port": port_json(&self.set.port),
+                "qps": self.cfg.qps,
+                "mr_chunk": self.chunk,
+                "reg_ms": self.first_reg.0,
+                "reg_method": self.first_reg.1,
+            },
+            "receiver": self.receiver,
+        })
+    }
+
+    fn transfer(
+        &mut self,
+        mem: &Buffer,
+        writes: &[Write],
+        done: &mut dyn FnMut(usize, Instant, Instant),
+    ) -> Result<TransferTimes> {
+        let started = Instant::now();
+        let (reg, reg_ms) = match self.reg.take() {
+            Some(r) => (r, None),
+            None => {
+                // --reg-per-rep: register what this rep sends, as an on-demand connector would, inside the timing.
+                let len = writes.iter().map(|w| w.local_offset + w.len).max().unwrap_or(0);
+                let r = mr::register(&self.set.pd, mem, len, self.chunk, false)?;
+                let ms = r.reg_ms;
+                (r, Some(ms))
+            }
+        };
+        post::segments(writes, &reg.pieces, &self.remote, self.set.port.max_msg_sz.max(4096) as u64, &mut self.segs)?;
+        self.rep = self.rep.wrapping_add(1);
+        let outcome = self.poster.run(
+            &self.set,
+            &mut self.poller,
+            &self.segs,
+            writes.len(),
+            &self.cfg,
+            self.rep,
+            self.stall_timeout,
+            done,
+        );
+        if !self.cfg.reg_per_rep {
+            self.reg = Some(reg);
+        }
+        let (first_post, last) = outcome?;
+        let first_post = if reg_ms.is_some() { started } else { first_post };
+        Ok(TransferTimes { first_post, last_complete: last, reg_ms })
+    }
+}

@@ -1,0 +1,131 @@
+//! Memory registration in pieces. One memory region per piece of at most `--mr-chunk` bytes (default: the
+//! device's max_mr_size, at most 2 GiB), so a 12 GiB buffer registers on any NIC, and so users can test the
+//! "large MR" cliff. GPU buffers register through a dma-buf (GPUDirect RDMA without nvidia-peermem), falling
+//! back to the device pointer (nvidia-peermem); which one worked is recorded.
+
+use crate::mem::Buffer;
+use crate::plan::sizes::format_size;
+use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::AccessFlags;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Default and upper bound of a piece: 2 GiB keeps every length inside the 31 bits some providers assume.
+pub const MAX_CHUNK: u64 = 2 << 30;
+
+/// One registered piece as the peer (remote) or the poster (local) sees it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Piece {
+    /// Offset of the piece in the buffer.
+    pub offset: u64,
+    pub len: u64,
+    /// Address to put in work requests (virtual address, or the dma-buf iova).
+    pub addr: u64,
+    pub key: u32,
+}
+
+pub struct Registration {
+    // Dropped before the buffer they cover (the owner keeps the buffer alive longer).
+    _mrs: Vec<Arc<MemoryRegion>>,
+    pub pieces: Vec<Piece>,
+    pub method: &'static str,
+    pub reg_ms: f64,
+}
+
+/// The piece size for this device: the user's `--mr-chunk`, else the device's max_mr_size capped at 2 GiB.
+pub fn chunk_size(requested: Option<u64>, max_mr_size: u64) -> u64 {
+    let cap = max_mr_size.clamp(4096, MAX_CHUNK) & !4095;
+    requested.unwrap_or(cap).min(cap.max(4096))
+}
+
+/// Register the first `len` bytes of `buf` in pieces of `chunk` bytes.
+pub fn register(
+    pd: &Arc<ProtectionDomain>,
+    buf: &Buffer,
+    len: u64,
+    chunk: u64,
+    remote_write: bool,
+) -> Result<Registration> {
+    let access =
+        if remote_write { AccessFlags::LocalWrite | AccessFlags::RemoteWrite } else { AccessFlags::LocalWrite };
+    let t = Instant::now();
+    let mut mrs = Vec::new();
+    let mut pieces = Vec::new();
+    let mut method = "ibv_reg_mr";
+    let mut offset = 0u64;
+    while offset < len {
+        let n = chunk.min(len - offset);
+        let (mr, m) = register_piece(pd, buf, offset, n, access)?;
+        method = m;
+        pieces.push(Piece {
+            offset,
+            len: n,
+            addr: mr.get_ptr() as u64,
+            key: if remote_write { mr.rkey() } else { mr.lkey() },
+        });
+        mrs.push(mr);
+        offset += n;
+    }
+    Ok(Registration { _mrs: mrs, pieces, method, reg_ms: t.elapsed().as_secs_f64() * 1e3 })
+}
+
+fn register_piece(
+    pd: &Arc<ProtectionDomain>,
+    buf: &Buffer,
+    offset: u64,
+    len: u64,
+    access: AccessFlags,
+) -> Result<(Arc<MemoryRegion>, &'static str)> {
+    let what = || format!("registering {} at offset {} of the {} buffer", format_size(len), offset, buf.kind());
+    match buf {
+        Buffer::Gpu(g) => {
+            // GPUDirect RDMA, preferred: a dma-buf of the range (needs a 4 KiB-aligned range).
+            let dmabuf = g.dmabuf_fd(offset as usize, len as usize).and_then(|fd| {
+                // SAFETY: the fd exports exactly [offset, offset+len) of a live device allocation that outlives the
+                // MR (the owner drops registrations before buffers); iova = the device address of that range.
+                unsafe { pd.reg_dmabuf_mr(0, len as usize, g.ptr + offset, fd.as_raw_fd(), access) }
+                    .map_err(|e| anyhow!("ibv_reg_dmabuf_mr: {e}"))
+            });
+            match dmabuf {
+                Ok(mr) => Ok((mr, "ibv_reg_dmabuf_mr (dma-buf)")),
+                Err(dma_err) => {
+                    // nvidia-peermem path: the NIC driver resolves the device pointer itself.
+                    // SAFETY: the range lies inside a live device allocation that outlives the MR.
+                    unsafe { pd.reg_mr((g.ptr + offset) as usize, len as usize, access) }
+                        .map(|mr| (mr, "ibv_reg_mr on the device pointer (nvidia-peermem)"))
+                        .map_err(|e| {
+                            anyhow!(
+                                "{}: the NIC refused GPU memory — dma-buf: {dma_err:#}; device pointer: {e}. GPUDirect RDMA needs a NIC and driver that accept dma-bufs or nvidia-peermem",
+                                what()
+                            )
+                        })
+                }
+            }
+        }
+        _ => {
+            let base = buf.host_ptr().expect("host kinds have a host pointer");
+            // SAFETY: [base+offset, +len) lies inside the live mapping, which outlives the MR.
+            unsafe { pd.reg_mr(base as usize + offset as usize, len as usize, access) }
+                .map(|mr| (mr, "ibv_reg_mr"))
+                .map_err(|e| anyhow!("{}: ibv_reg_mr: {e} (is the memlock limit high enough? see ulimit -l)", what()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_defaults_to_max_mr_size_capped_at_2gib() {
+        assert_eq!(chunk_size(None, u64::MAX), 2 << 30);
+        assert_eq!(chunk_size(None, 1 << 30), 1 << 30);
+        assert_eq!(chunk_size(Some(1 << 20), u64::MAX), 1 << 20);
+        assert_eq!(chunk_size(Some(8 << 30), u64::MAX), 2 << 30);
+        assert_eq!(chunk_size(Some(1 << 20), 1 << 16), 1 << 16);
+    }
+}

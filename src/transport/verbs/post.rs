@@ -1,0 +1,316 @@
+//! The sender's hot loop: RDMA WRITEs spread round-robin over the queue pairs, `--batch` work requests linked
+//! into one ibv_post_send, at most `--inflight` outstanding per queue pair, a completion requested every
+//! `--signal-every` and on the last. The last write of each queue pair carries the immediate that tells the
+//! receiver its data landed (RC orders writes within a queue pair, so one immediate per queue pair is needed).
+//! Work request and scatter arrays are allocated once per connection, never per post.
+
+use super::cq::Poller;
+use super::device::wc_status_text;
+use super::mr::Piece;
+use super::qp::QpSet;
+use crate::plan::{VerbsConfig, Write};
+use anyhow::{anyhow, bail, Result};
+use rdma_mummy_sys::{ibv_post_send, ibv_send_wr, ibv_sge, ibv_wr_opcode};
+use std::time::{Duration, Instant};
+
+const IBV_SEND_SIGNALED: u32 = 2;
+
+/// One work request's worth of a write: never crosses a registered piece on either side.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seg {
+    pub laddr: u64,
+    pub lkey: u32,
+    pub raddr: u64,
+    pub rkey: u32,
+    pub len: u32,
+    /// Index of the write this segment belongs to.
+    pub write: u32,
+}
+
+fn piece_at(pieces: &[Piece], offset: u64) -> Option<&Piece> {
+    let i = pieces.partition_point(|p| p.offset + p.len <= offset);
+    pieces.get(i).filter(|p| p.offset <= offset)
+}
+
+/// Cut writes into segments of at most `max_len` bytes that never straddle a local or remote piece.
+pub fn segments(writes: &[Write], local: &[Piece], remote: &[Piece], max_len: u64, out: &mut Vec<Seg>) -> Result<()> {
+    out.clear();
+    for (i, w) in writes.iter().enumerate() {
+        let mut done = 0;
+        while done < w.len {
+            let (lo, ro) = (w.local_offset + done, w.remote_offset + done);
+            let lp =
+                piece_at(local, lo).ok_or_else(|| anyhow!("local offset {lo} is outside the registered buffer"))?;
+            let rp =
+                piece_at(remote, ro).ok_or_else(|| anyhow!("remote offset {ro} is outside the receiver's region"))?;
+            let n = (w.len - done).min(lp.offset + lp.len - lo).min(rp.offset + rp.len - ro).min(max_len);
+            out.push(Seg {
+                laddr: lp.addr + (lo - lp.offset),
+                lkey: lp.key,
+                raddr: rp.addr + (ro - rp.offset),
+                rkey: rp.key,
+                len: n as u32,
+                write: i as u32,
+            });
+            done += n;
+        }
+    }
+    Ok(())
+}
+
+pub struct Poster {
+    wrs: Vec<ibv_send_wr>,
+    sges: Vec<ibv_sge>,
+    posted: Vec<u64>,
+    completed: Vec<u64>,
+    post_time: Vec<Instant>,
+    left_in_write: Vec<u32>,
+    first_post_of_write: Vec<Option<Instant>>,
+}
+
+// SAFETY: the raw pointers inside the work request array only ever point into the poster's own arrays and are
+// rebuilt before each post.
+unsafe impl Send for Poster {}
+
+impl Poster {
+    pub fn new(cfg: &VerbsConfig) -> Poster {
+        let batch = cfg.batch as usize;
+        Poster {
+            // SAFETY: ibv_send_wr and ibv_sge are plain C structs; zero is a valid starting value.
+            wrs: (0..batch).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            sges: (0..batch).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            posted: Vec::new(),
+            completed: Vec::new(),
+            post_time: Vec::new(),
+            left_in_write: Vec::new(),
+            first_post_of_write: Vec::new(),
+        }
+    }
+
+    /// Post every segment and wait for all completions. `imm` (the rep number) rides on each queue pair's last
+    /// work request. Returns (first post, last completion).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &mut self,
+        set: &QpSet,
+        poller: &mut Poller,
+        segs: &[Seg],
+        writes: usize,
+        cfg: &VerbsConfig,
+        imm: u32,
+        stall_timeout: Duration,
+        done: &mut dyn FnMut(usize, Instant, Instant),
+    ) -> Result<(Instant, Instant)> {
+        let nq = set.qps.len();
+        // Work requests per queue pair: its segments, or one empty WRITE_WITH_IMM when it got none.
+        let total: Vec<u64> = (0..nq).map(|q| (segs.len().saturating_sub(q).div_ceil(nq)).max(1) as u64).collect();
+        self.posted.clear();
+        self.posted.resize(nq, 0);
+        self.completed.clear();
+        self.completed.resize(nq, 0);
+        self.post_time.clear();
+        self.post_time.resize(segs.len(), Instant::now());
+        self.left_in_write.clear();
+        self.left_in_write.resize(writes, 0);
+        for s in segs {
+            self.left_in_write[s.write as usize] += 1;
+        }
+        self.first_post_of_write.clear();
+        self.first_post_of_write.resize(writes, None);
+
+        let mut first_post = None;
+        let mut last = Instant::now();
+        let mut finished = 0;
+        let mut last_progress = Instant::now();
+        while finished < nq {
+            for (q, &total_q) in total.iter().enumerate() {
+                let free = cfg.inflight as u64 - (self.posted[q] - self.completed[q]);
+                let n = free.min(cfg.batch as u64).min(total_q - self.posted[q]) as usize;
+                if n > 0 {
+                    let t = self.post(set, q, nq, n, segs, total_q, cfg.signal_every as u64, imm)?;
+                    first_post.get_or_insert(t);
+                }
+            }
+            let wcs = poller.wait(Duration::from_millis(1))?;
+            if wcs.is_empty() {
+                if last_progress.elapsed() > stall_timeout {
+                    bail!(
+                        "no RDMA completion for {:.0} s (--io-timeout); the receiver or the path stopped answering",
+                        stall_timeout.as_secs_f64()
+                    );
+                }
+                continue;
+            }
+            let now = Instant::now();
+            last_progress = now;
+            let mut failure = None;
+            for wc in wcs {
+                let (q, seq) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
+                if wc.status != 0 {
+                    failure = Some(anyhow!(
+                        "RDMA WRITE failed on queue pair {q}: {} (vendor error {:#x})",
+                        wc_status_text(wc.status),
+                        wc.vendor_err
+                    ));
+                    break;
+                }
+                if q >= nq || seq >= self.posted[q] {
+                    failure = Some(anyhow!("completion for unknown work request {:#x}", wc.wr_id));
+                    break;
+                }
+                // Selective signaling: this completion covers every earlier request of the queue pair.
+                for k in self.completed[q]..=seq {
+                    let s = q + k as usize * nq;
+                    if let Some(seg) = segs.get(s) {
+                        let w = seg.write as usize;
+                        self.left_in_write[w] -= 1;
+                        if self.left_in_write[w] == 0 {
+                            done(w, self.first_post_of_write[w].unwrap_or(self.post_time[s]), now);
+                        }
+                    }
+                }
+                self.completed[q] = seq + 1;
+                if self.completed[q] == total[q] {
+                    finished += 1;
+                }
+                last = now;
+            }
+            if let Some(err) = failure {
+                // Stop posting; reap what the failed queue pairs flush so nothing is left behind, then report.
+                drain(poller, &self.posted, &self.completed);
+                return Err(err);
+            }
+        }
+        Ok((first_post.unwrap_or(last), last))
+    }
+
+    /// Post `n` work requests of queue pair `q` as one linked list.
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &mut self,
+        set: &QpSet,
+        q: usize,
+        nq: usize,
+        n: usize,
+        segs: &[Seg],
+        total: u64,
+        signal_every: u64,
+        imm: u32,
+    ) -> Result<Instant> {
+        let start = self.posted[q];
+        for k in 0..n {
+            let seq = start + k as u64;
+            let last = seq + 1 == total;
+            let seg = segs.get(q + seq as usize * nq);
+            let wr = &mut self.wrs[k];
+            wr.wr_id = ((q as u64) << 40) | seq;
+            wr.send_flags = if last || (seq + 1) % signal_every == 0 { IBV_SEND_SIGNALED } else { 0 };
+            wr.opcode = if last { ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM } else { ibv_wr_opcode::IBV_WR_RDMA_WRITE };
+            wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+            match seg {
+                Some(s) => {
+                    self.sges[k] = ibv_sge { addr: s.laddr, length: s.len, lkey: s.lkey };
+                    wr.sg_list = &mut self.sges[k];
+                    wr.num_sge = 1;
+                    wr.wr.rdma.remote_addr = s.raddr;
+                    wr.wr.rdma.rkey = s.rkey;
+                }
+                None => {
+                    // A queue pair without data: an empty WRITE_WITH_IMM still tells the receiver it is done.
+                    wr.sg_list = std::ptr::null_mut();
+                    wr.num_sge = 0;
+                    wr.wr.rdma.remote_addr = 0;
+                    wr.wr.rdma.rkey = 0;
+                }
+            }
+        }
+        // Link the list after filling it (the array does not move while posted).
+        let base = self.wrs.as_mut_ptr();
+        for k in 0..n {
+            // SAFETY: k and k + 1 are inside the array of `batch >= n` entries.
+            unsafe { (*base.add(k)).next = if k + 1 < n { base.add(k + 1) } else { std::ptr::null_mut() } };
+        }
+        let t = Instant::now();
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the queue pair is live (owned by `set`); the first `n` work requests form a NULL-terminated list
+        // whose scatter entries point into `self.sges`, which outlives the call; every local range lies inside a
+        // registered piece (built by `segments`).
+        let rc = unsafe { ibv_post_send(set.raw_qp(q).as_ptr(), self.wrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            bail!(
+                "ibv_post_send on queue pair {q} failed: {} (is --inflight above the device's max_qp_wr?)",
+                std::io::Error::from_raw_os_error(rc)
+            );
+        }
+        for k in 0..n {
+            let s = q + (start as usize + k) * nq;
+            if let Some(seg) = segs.get(s) {
+                self.post_time[s] = t;
+                self.first_post_of_write[seg.write as usize].get_or_insert(t);
+            }
+        }
+        self.posted[q] = start + n as u64;
+        Ok(t)
+    }
+}
+
+/// After a failure, reap what the failed queue pairs flush (bounded), so nothing is left half-posted.
+fn drain(poller: &mut Poller, posted: &[u64], completed: &[u64]) {
+    let outstanding: u64 = posted.iter().zip(completed).map(|(p, c)| p - c).sum();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut seen = 0u64;
+    while seen < outstanding && Instant::now() < deadline {
+        match poller.wait(Duration::from_millis(10)) {
+            Ok(w) => seen += w.len() as u64,
+            Err(_) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(total: u64, chunk: u64, base: u64, key0: u32) -> Vec<Piece> {
+        (0..total.div_ceil(chunk))
+            .map(|i| Piece {
+                offset: i * chunk,
+                len: chunk.min(total - i * chunk),
+                addr: base + i * chunk,
+                key: key0 + i as u32,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn segments_never_cross_pieces_and_cover_every_byte() {
+        let total = 10 << 20;
+        let local = pieces(total, 3 << 20, 0x1000_0000, 100);
+        let remote = pieces(total, 1 << 20, 0x9000_0000, 200);
+        let plan = crate::plan::TransferPlan::contiguous(total, 5 << 19); // 2.5 MiB blocks
+        let mut segs = Vec::new();
+        segments(&plan.writes, &local, &remote, 1 << 30, &mut segs).unwrap();
+        assert_eq!(segs.iter().map(|s| s.len as u64).sum::<u64>(), total);
+        let mut off = 0u64;
+        for s in &segs {
+            let (lp, rp) = (piece_at(&local, off).unwrap(), piece_at(&remote, off).unwrap());
+            assert_eq!(s.laddr, lp.addr + off - lp.offset);
+            assert_eq!((s.lkey, s.rkey), (lp.key, rp.key));
+            assert!(off + s.len as u64 <= lp.offset + lp.len && off + s.len as u64 <= rp.offset + rp.len);
+            off += s.len as u64;
+        }
+        // Max message size splits too.
+        segments(&plan.writes, &local, &remote, 4096, &mut segs).unwrap();
+        assert!(segs.iter().all(|s| s.len <= 4096));
+        assert_eq!(segs.len() as u64, total / 4096);
+    }
+
+    #[test]
+    fn writes_outside_the_region_are_refused() {
+        let local = pieces(1 << 20, 1 << 20, 0, 1);
+        let remote = pieces(1 << 19, 1 << 19, 0, 2);
+        let plan = crate::plan::TransferPlan::contiguous(1 << 20, 1 << 20);
+        let mut segs = Vec::new();
+        assert!(segments(&plan.writes, &local, &remote, 1 << 30, &mut segs).is_err());
+    }
+}

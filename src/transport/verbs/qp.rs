@@ -1,0 +1,165 @@
+//! Queue pairs: one protection domain, one completion queue shared by N RC queue pairs, and the INIT → RTR → RTS
+//! walk with the peer's numbers. sideway does the setup; the hot path (posting, polling) lives in `post.rs` and
+//! `land.rs` on preallocated raw arrays.
+
+use super::device::{gid_from, PortInfo};
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+use sideway::ibverbs::address::AddressHandleAttribute;
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue, GenericCompletionQueue};
+use sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{GenericQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
+use sideway::ibverbs::AccessFlags;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// Local ACK timeout exponent: 4.096 µs × 2^14 ≈ 67 ms per try, 7 tries — a dead peer is reported in about
+/// half a second, well inside the 5 s promise.
+const ACK_TIMEOUT: u8 = 14;
+const RETRY_COUNT: u8 = 7;
+
+/// What the peer needs to connect one queue pair to ours.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub qpn: u32,
+    pub psn: u32,
+    pub lid: u16,
+    pub gid: [u8; 16],
+    /// ibv_mtu enum of the port's active MTU.
+    pub mtu: u32,
+}
+
+pub struct QpSet {
+    // Field order is drop order: queue pairs before the CQ and PD they use.
+    pub qps: Vec<GenericQueuePair>,
+    pub cq: Arc<BasicCompletionQueue>,
+    pub channel: Option<Arc<CompletionChannel>>,
+    pub pd: Arc<ProtectionDomain>,
+    psns: Vec<u32>,
+    pub port: PortInfo,
+    _ctx: Arc<DeviceContext>,
+}
+
+// SAFETY: the verbs objects are used from one thread at a time (the session's); libibverbs objects are
+// thread-safe for that use.
+unsafe impl Send for QpSet {}
+
+fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    u32::from_le_bytes(b) & 0xff_ffff
+}
+
+impl QpSet {
+    /// `n` RC queue pairs with room for `send_wr` outstanding sends and `recv_wr` posted receives each.
+    pub fn new(
+        ctx: &Arc<DeviceContext>,
+        port: &PortInfo,
+        n: u32,
+        send_wr: u32,
+        recv_wr: u32,
+        events: bool,
+    ) -> Result<QpSet> {
+        let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
+        let channel = if events { Some(CompletionChannel::new(ctx).context("ibv_create_comp_channel")?) } else { None };
+        let mut b = ctx.create_cq_builder();
+        b.setup_cqe(n * (send_wr + recv_wr) + 16);
+        if let Some(ch) = &channel {
+            b.setup_comp_channel(ch, 0);
+        }
+        let cq = b.build().context("ibv_create_cq")?;
+        let mut qps = Vec::new();
+        for i in 0..n {
+            let mut qb = pd.create_qp_builder();
+            qb.setup_send_cq(GenericCompletionQueue::from(Arc::clone(&cq)))
+                .setup_recv_cq(GenericCompletionQueue::from(Arc::clone(&cq)))
+                .setup_max_send_wr(send_wr)
+                .setup_max_recv_wr(recv_wr)
+                .setup_max_send_sge(1)
+                .setup_max_recv_sge(1);
+            let qp: GenericQueuePair =
+                qb.build().with_context(|| format!("ibv_create_qp #{i} (max_send_wr {send_wr})"))?.into();
+            qps.push(qp);
+        }
+        let psns = (0..n).map(|_| random_psn()).collect();
+        Ok(QpSet { qps, cq, channel, pd, psns, port: port.clone(), _ctx: ctx.clone() })
+    }
+
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        self.qps
+            .iter()
+            .zip(&self.psns)
+            .map(|(qp, &psn)| Endpoint {
+                qpn: qp.qp_number(),
+                psn,
+                lid: self.port.lid,
+                gid: self.port.gid_raw,
+                mtu: self.port.active_mtu_enum,
+            })
+            .collect()
+    }
+
+    /// RESET → INIT. The receiver allows remote writes; the sender only local access.
+    pub fn init(&mut self, remote_write: bool) -> Result<()> {
+        let access =
+            if remote_write { AccessFlags::LocalWrite | AccessFlags::RemoteWrite } else { AccessFlags::LocalWrite };
+        for (i, qp) in self.qps.iter_mut().enumerate() {
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::Init)
+                .setup_pkey_index(0)
+                .setup_port(self.port.port)
+                .setup_access_flags(access);
+            qp.modify(&a).with_context(|| format!("queue pair {i}: RESET → INIT"))?;
+        }
+        Ok(())
+    }
+
+    /// INIT → RTR → RTS against the peer's endpoints (queue pair i to the peer's queue pair i).
+    pub fn connect(&mut self, remote: &[Endpoint]) -> Result<()> {
+        if remote.len() != self.qps.len() {
+            bail!(
+                "the peer has {} queue pairs, this end {}; both ends must agree on --qps",
+                remote.len(),
+                self.qps.len()
+            );
+        }
+        let port = &self.port;
+        for (i, (qp, r)) in self.qps.iter_mut().zip(remote).enumerate() {
+            let mut ah = AddressHandleAttribute::new();
+            ah.setup_port(port.port).setup_dest_lid(r.lid).setup_service_level(0);
+            // RoCE has no LIDs: the global route header (peer GID + our GID index) is mandatory there.
+            if port.is_ethernet() {
+                ah.setup_grh(&gid_from(r.gid), 0, port.gid_index as u8, 64, 0);
+            }
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::ReadyToReceive)
+                .setup_path_mtu(Mtu::from(port.active_mtu_enum.min(r.mtu)))
+                .setup_dest_qp_num(r.qpn)
+                .setup_rq_psn(r.psn)
+                .setup_max_dest_read_atomic(1)
+                .setup_min_rnr_timer(12)
+                .setup_address_vector(&ah);
+            qp.modify(&a).with_context(|| format!("queue pair {i}: INIT → RTR (peer qpn {:#x})", r.qpn))?;
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::ReadyToSend)
+                .setup_sq_psn(self.psns[i])
+                .setup_timeout(ACK_TIMEOUT)
+                .setup_retry_cnt(RETRY_COUNT)
+                .setup_rnr_retry(7)
+                .setup_max_read_atomic(1);
+            qp.modify(&a).with_context(|| format!("queue pair {i}: RTR → RTS"))?;
+        }
+        Ok(())
+    }
+
+    pub fn raw_qp(&self, i: usize) -> NonNull<rdma_mummy_sys::ibv_qp> {
+        // SAFETY: the pointer is only used while `self` (and so the queue pair) is alive.
+        unsafe { self.qps[i].qp() }
+    }
+
+    pub fn raw_cq(&self) -> NonNull<rdma_mummy_sys::ibv_cq> {
+        // SAFETY: as above, for the completion queue.
+        unsafe { self.cq.cq() }
+    }
+}
