@@ -58,8 +58,16 @@ fn zero_negative_and_overflowing_sizes() {
     send_fails(&["--sizes=-1MiB"], 2, &["-1MiB", "negative"]);
     send_fails(&["--sizes", "-1MiB"], 2, &["-1MiB", "negative"]);
     send_fails(&["--sizes", "1MiB,-2MiB"], 2, &["-2MiB", "negative"]);
-    send_fails(&["--sizes", "1MiB", "--block-size", "-4KiB"], 2, &["--block-size", "negative"]);
-    send_fails(&["--tokens", "-1k", "--model", "qwen3-8b"], 2, &["-1k", "negative"]);
+    send_fails(
+        &["--sizes", "1MiB", "--block-size", "-4KiB"],
+        2,
+        &["--block-size", "negative"],
+    );
+    send_fails(
+        &["--tokens", "-1k", "--model", "qwen3-8b"],
+        2,
+        &["-1k", "negative"],
+    );
     send_fails(&["--sizes", "99999999999TiB"], 2, &["too large"]);
     send_fails(&["--sizes", "184467440737095516160"], 2, &["too large"]);
     send_fails(&["--sizes", "1.5B"], 2, &["whole number"]);
