@@ -39,10 +39,10 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
-    #[arg(long, value_name = "LIST", conflicts_with = "tokens")]
+    #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
     pub sizes: Option<String>,
     /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub tokens: Option<String>,
     /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
     #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "tcp", value_name = "NAME")]
     pub transport: String,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub block_size: Option<String>,
     /// Parallel connections (tcp) or CUDA streams (cuda)
     #[arg(long, default_value_t = 1)]

@@ -5,7 +5,7 @@ use crate::cli::ServeArgs;
 use crate::plan::sizes::parse_size;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::{bail_usage, transport};
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use std::net::{SocketAddr, TcpListener};
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -41,10 +41,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let outcome = serve_session(stream, &token, &limits);
         match &outcome {
             Ok(()) => eprintln!("sender {peer}: run complete"),
-            Err(e) => eprintln!("error: sender {peer}: {e:#}"),
+            // With --once, main reports the error (once) as this process's own.
+            Err(e) if !a.once => eprintln!("error: sender {peer}: {e:#}"),
+            Err(_) => {}
         }
         if a.once {
-            return outcome;
+            return outcome.with_context(|| format!("sender {peer}"));
         }
     }
 }

@@ -12,6 +12,9 @@ const UNITS: [(&str, u64); 5] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 <
 /// Parse one size such as `96MiB`, `1.5GiB`, `4096` or `4096B` into bytes.
 pub fn parse_size(text: &str) -> Result<u64> {
     let t = text.trim();
+    if is_negative(t) {
+        bail_usage!("size {text:?} is negative; give a positive size such as 96MiB");
+    }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
     if num.is_empty() {
@@ -59,6 +62,9 @@ pub fn parse_size_list(text: &str) -> Result<Vec<u64>> {
 /// Parse one token count: `512`, `1k` (= 1024), `128k`, `1m` (= 1024 × 1024).
 pub fn parse_tokens(text: &str) -> Result<u64> {
     let t = text.trim();
+    if is_negative(t) {
+        bail_usage!("token count {text:?} is negative; give a positive count such as 1k");
+    }
     let (num, mult) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1024u64),
         Some((i, 'm' | 'M')) => (&t[..i], 1024 * 1024),
@@ -77,6 +83,11 @@ pub fn parse_tokens(text: &str) -> Result<u64> {
 /// Parse a comma-separated list of token counts (`1k,32k,128k`).
 pub fn parse_token_list(text: &str) -> Result<Vec<u64>> {
     split_list(text, "--tokens")?.into_iter().map(parse_tokens).collect()
+}
+
+/// `-1MiB`, `-2k`: a minus sign before a number (not a stray flag such as `--reps`).
+fn is_negative(t: &str) -> bool {
+    t.strip_prefix('-').is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
 }
 
 fn split_list<'a>(text: &'a str, flag: &str) -> Result<Vec<&'a str>> {
@@ -141,6 +152,8 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{bad}: {e}");
         }
         assert!(parse_size_list(",").is_err());
+        assert!(parse_size("-1MiB").unwrap_err().to_string().contains("negative"));
+        assert!(parse_tokens("-1k").unwrap_err().to_string().contains("negative"));
     }
 
     #[test]

@@ -1,0 +1,195 @@
+//! Every bad input: the right exit code (2 usage/input, 1 runtime), exactly one clear `error:` line, no panic,
+//! and nothing written or connected before the input was checked.
+
+mod common;
+
+use common::*;
+use std::net::TcpListener;
+
+/// A loopback port with nothing listening: bound and released, so a connect is refused.
+fn closed_peer() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// `kvxfer send --peer <closed port> <args>` must fail with `code` and one error line containing every `needles`.
+fn send_fails(args: &[&str], code: i32, needles: &[&str]) -> Out {
+    let peer = closed_peer();
+    let mut all = vec!["send", "--peer", &peer];
+    all.extend_from_slice(args);
+    fails(&all, code, needles)
+}
+
+fn fails(args: &[&str], code: i32, needles: &[&str]) -> Out {
+    let out = run(args);
+    out.expect_code(code);
+    let line = out.one_error().to_string();
+    for n in needles {
+        assert!(line.contains(n), "{}: error line lacks {n:?}: {line}", out.what);
+    }
+    assert!(out.stdout.trim().is_empty(), "{}: nothing on stdout for bad input: {}", out.what, out.stdout);
+    out
+}
+
+#[test]
+fn decimal_units_are_rejected_with_a_hint() {
+    send_fails(&["--sizes", "12GB"], 2, &["\"GB\"", "GiB"]);
+    send_fails(&["--sizes", "96MiB,5MB"], 2, &["\"MB\"", "MiB"]);
+    send_fails(&["--sizes", "1MiB", "--block-size", "4KB"], 2, &["--block-size", "KiB"]);
+    fails(&["sweep", "--sizes", "1gb"], 2, &["GiB"]);
+}
+
+#[test]
+fn zero_negative_and_overflowing_sizes() {
+    send_fails(&["--sizes", "0MiB"], 2, &["zero"]);
+    send_fails(&["--sizes", "0"], 2, &["zero"]);
+    send_fails(&["--sizes=-1MiB"], 2, &["-1MiB", "negative"]);
+    send_fails(&["--sizes", "-1MiB"], 2, &["-1MiB", "negative"]);
+    send_fails(&["--sizes", "1MiB,-2MiB"], 2, &["-2MiB", "negative"]);
+    send_fails(&["--sizes", "1MiB", "--block-size", "-4KiB"], 2, &["--block-size", "negative"]);
+    send_fails(&["--tokens", "-1k", "--model", "qwen3-8b"], 2, &["-1k", "negative"]);
+    send_fails(&["--sizes", "99999999999TiB"], 2, &["too large"]);
+    send_fails(&["--sizes", "184467440737095516160"], 2, &["too large"]);
+    send_fails(&["--sizes", "1.5B"], 2, &["whole number"]);
+    send_fails(&["--sizes", ","], 2, &["--sizes"]);
+    send_fails(&["--sizes", "lots"], 2, &["lots"]);
+    send_fails(&["--tokens", "0", "--model", "qwen3-8b"], 2, &["zero"]);
+    send_fails(&["--tokens", "99999999999999999k", "--model", "qwen3-8b"], 2, &["too large"]);
+    // A token count whose byte size overflows u64.
+    send_fails(&["--tokens", "17592186044415k", "--model", "llama-3.1-70b"], 2, &["overflows"]);
+}
+
+#[test]
+fn size_larger_than_free_memory_is_refused_before_allocating() {
+    let out = send_fails(&["--sizes", "100TiB"], 2, &["100 TiB", "available"]);
+    assert!(!out.stderr.contains("cannot reach"), "checked before connecting: {}", out.stderr);
+    // sweep needs two buffers.
+    fails(&["sweep", "--sizes", "64TiB"], 2, &["128 TiB", "available"]);
+}
+
+#[test]
+fn tokens_need_a_known_model_and_a_good_config() {
+    send_fails(&["--tokens", "1k"], 2, &["--model"]);
+    send_fails(&["--tokens", "1k", "--model", "gpt-9"], 2, &["gpt-9", "qwen3-30b-a3b"]);
+    send_fails(&["--tokens", "1k", "--kv-bytes-per-token", "0"], 2, &["--kv-bytes-per-token"]);
+    send_fails(&["--sizes", "1MiB", "--model", "qwen3-8b"], 2, &["--tokens"]);
+
+    let dir = TempDir::new("cfg");
+    let missing = dir.arg("missing/config.json");
+    send_fails(&["--tokens", "1k", "--model-config", &missing], 2, &["--model-config", "cannot read"]);
+    // A directory is unreadable as a file.
+    send_fails(&["--tokens", "1k", "--model-config", &dir.arg("")], 2, &["--model-config"]);
+    std::fs::write(dir.join("broken.json"), "{\"num_hidden_layers\": 4,").unwrap();
+    send_fails(&["--tokens", "1k", "--model-config", &dir.arg("broken.json")], 2, &["broken.json", "JSON"]);
+    std::fs::write(dir.join("notmodel.json"), r#"{"architectures": ["Foo"]}"#).unwrap();
+    send_fails(
+        &["--tokens", "1k", "--model-config", &dir.arg("notmodel.json")],
+        2,
+        &["notmodel.json", "num_hidden_layers"],
+    );
+    std::fs::write(
+        dir.join("dtype.json"),
+        r#"{"num_hidden_layers":2,"num_attention_heads":2,"head_dim":64,"torch_dtype":"int3"}"#,
+    )
+    .unwrap();
+    send_fails(&["--tokens", "1k", "--model-config", &dir.arg("dtype.json")], 2, &["int3"]);
+}
+
+#[test]
+fn run_flags_out_of_range() {
+    send_fails(&["--sizes", "1MiB", "--block-size", "0"], 2, &["--block-size", "zero"]);
+    send_fails(&["--sizes", "1MiB", "--reps", "0"], 2, &["--reps"]);
+    send_fails(&["--sizes", "1MiB", "--streams", "0"], 2, &["--streams"]);
+    send_fails(&["--sizes", "1MiB", "--streams", "65"], 2, &["--streams"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "carrier-pigeon"], 2, &["carrier-pigeon", "tcp"]);
+    send_fails(&["--sizes", "1MiB", "--io-timeout", "garbage"], 2, &["--io-timeout", "garbage"]);
+    send_fails(&["--sizes", "1MiB", "--io-timeout", "0s"], 2, &["--io-timeout"]);
+    send_fails(&["--sizes", "1MiB", "--connect-timeout", "soon"], 2, &["--connect-timeout"]);
+    send_fails(&["--sizes", "1MiB", "--reps", "many"], 2, &["many"]);
+    fails(&["sweep", "--sizes", "1MiB", "--reps", "0"], 2, &["--reps"]);
+    fails(&["serve", "--io-timeout", "garbage"], 2, &["--io-timeout"]);
+    fails(&["serve", "--listen", "localhost-ish"], 2, &["--listen"]);
+    fails(&["serve", "--max-size", "1GB", "--listen", "127.0.0.1:0"], 2, &["--max-size", "GiB"]);
+}
+
+#[test]
+fn unreachable_peer_is_a_runtime_failure() {
+    let out = send_fails(&["--sizes", "1MiB"], 1, &["cannot reach", "receiver"]);
+    assert!(out.stderr.contains("refused"), "{}", out.stderr);
+    send_fails(&["--sizes", "1MiB"], 1, &["cannot reach"]);
+    // Unresolvable host: the user's input.
+    fails(&["send", "--peer", "no-such-host.invalid:1", "--sizes", "1MiB"], 2, &["--peer"]);
+    fails(&["send", "--peer", "no-port-here", "--sizes", "1MiB"], 2, &["--peer"]);
+}
+
+#[test]
+fn port_in_use_for_serve_is_a_runtime_failure() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    fails(&["serve", "--listen", &addr], 1, &["cannot listen", &addr, "in use"]);
+}
+
+#[test]
+fn serve_on_a_public_address_needs_a_token() {
+    fails(&["serve", "--listen", "0.0.0.0:0"], 2, &["token"]);
+    fails(&["serve", "--listen", "[::]:0"], 2, &["token"]);
+    // An empty token is no token.
+    fails(&["serve", "--listen", "0.0.0.0:0", "--token", ""], 2, &["token"]);
+}
+
+#[test]
+fn output_in_a_missing_directory_fails_before_connecting() {
+    // A real listener: the send must not even connect to it.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let peer = listener.local_addr().unwrap().to_string();
+    let dir = TempDir::new("outdir");
+    let csv = dir.arg("r.csv");
+    for flag in ["--json", "--csv", "--md", "--events"] {
+        let mut args = vec!["send", "--peer", &peer, "--sizes", "1MiB", "--csv", &csv];
+        if flag == "--csv" {
+            args.truncate(5);
+        }
+        args.extend([flag, "/nonexistent-dir/x.out"]);
+        fails(&args, 2, &[flag, "/nonexistent-dir"]);
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("send connected before checking its outputs: {other:?}"),
+    }
+    assert!(!dir.join("r.csv").exists(), "nothing half-written");
+    let entries = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(entries, 0, "no probe or temp files left behind");
+    // A directory given as the file.
+    fails(&["send", "--peer", &peer, "--sizes", "1MiB", "--json", &dir.arg("")], 2, &["--json", "directory"]);
+    fails(&["sweep", "--sizes", "1MiB", "--json", "/nonexistent-dir/x.json"], 2, &["--json", "/nonexistent-dir"]);
+}
+
+#[test]
+fn report_on_missing_or_foreign_files() {
+    let dir = TempDir::new("report");
+    fails(&["report", &dir.arg("missing.json")], 2, &["missing.json", "cannot read"]);
+    std::fs::write(dir.join("other.json"), r#"{"name": "not results"}"#).unwrap();
+    fails(&["report", &dir.arg("other.json")], 2, &["other.json", "schema"]);
+    std::fs::write(dir.join("future.json"), r#"{"schema": "kvxfer/results/v9"}"#).unwrap();
+    fails(&["report", &dir.arg("future.json")], 2, &["future.json", "v9"]);
+    std::fs::write(dir.join("trunc.json"), r#"{"schema": "kvxfer/results/v1", "cases": ["#).unwrap();
+    fails(&["report", &dir.arg("trunc.json")], 2, &["trunc.json", "JSON"]);
+    std::fs::write(dir.join("shape.json"), r#"{"schema": "kvxfer/results/v1", "cases": 3}"#).unwrap();
+    fails(&["report", &dir.arg("shape.json")], 2, &["shape.json"]);
+}
+
+#[test]
+fn usage_errors_from_clap_exit_2_and_help_has_examples() {
+    let out = run(&["send", "--sizes", "1MiB"]);
+    out.expect_code(2);
+    out.one_error();
+    assert!(out.stderr.contains("--peer"), "{}", out.stderr);
+    let out = run(&["frobnicate"]);
+    out.expect_code(2);
+    out.one_error();
+    for sub in ["serve", "send", "sweep", "report", "devices"] {
+        let h = run(&[sub, "--help"]);
+        h.expect_code(0);
+        assert!(h.stdout.contains("Example"), "{sub} --help has an example:\n{}", h.stdout);
+    }
+}

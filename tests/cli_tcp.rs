@@ -1,0 +1,342 @@
+//! `kvxfer serve` and `kvxfer send` as two real processes over loopback TCP, and `sweep` + `report`.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::HashSet;
+
+const MIB: u64 = 1 << 20;
+
+/// Run `serve --once` and `send --peer <it> <args>`; both must exit 0. Returns send's output.
+fn serve_and_send(args: &[&str]) -> Out {
+    let serve = Serve::start(&["--once"]);
+    let mut all = vec!["send", "--peer", &serve.addr];
+    all.extend_from_slice(args);
+    let out = run(&all);
+    out.expect_code(0);
+    let s = serve.proc.finish();
+    s.expect_code(0);
+    assert!(s.stderr.contains("run complete"), "{}", s.stderr);
+    assert!(s.error_lines().is_empty(), "{}", s.stderr);
+    out
+}
+
+#[test]
+fn send_verified_with_every_output_file() {
+    let dir = TempDir::new("send");
+    let (json, csv, md, events) = (dir.arg("r.json"), dir.arg("r.csv"), dir.arg("r.md"), dir.arg("e.jsonl"));
+    let out = serve_and_send(&[
+        "--sizes",
+        "1MiB,3MiB",
+        "--reps",
+        "3",
+        "--warmup",
+        "1",
+        "--verify",
+        "--label",
+        "it-send",
+        "--json",
+        &json,
+        "--csv",
+        &csv,
+        "--md",
+        &md,
+        "--events",
+        &events,
+    ]);
+
+    // Results JSON: schema, top-level keys, config, and every case key of the contract.
+    let r = read_json(&dir.join("r.json"));
+    assert_eq!(r["schema"], "kvxfer/results/v1");
+    assert_eq!(r["label"], "it-send");
+    assert_eq!(r["kvxfer_version"], env!("CARGO_PKG_VERSION"));
+    let started = r["started_at"].as_str().unwrap();
+    assert!(started.len() >= 20 && started.contains('T') && started.ends_with('Z'), "{started}");
+    for k in ["hostname", "kernel", "cpu"] {
+        assert!(r["env"][k].as_str().is_some_and(|s| !s.is_empty()), "env.{k}: {}", r["env"]);
+    }
+    let cfg = &r["config"];
+    assert_eq!(cfg["transport"], "tcp");
+    assert_eq!(cfg["block_size"].as_u64(), Some(64 * MIB), "tcp default block size");
+    assert_eq!(cfg["streams"].as_u64(), Some(1));
+    assert_eq!(cfg["reps"].as_u64(), Some(3));
+    assert_eq!(cfg["warmup"].as_u64(), Some(1));
+    assert_eq!(cfg["verify"], true);
+    assert!(r.get("error").is_none(), "a complete run records no error: {}", r["error"]);
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    check_case(&cases[0], MIB, 3, true);
+    check_case(&cases[1], 3 * MIB, 3, true);
+    assert!(cases[0]["tokens"].is_null() && cases[0]["bytes_per_token"].is_null());
+    let total: u64 = cases.iter().map(|c| c["size_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(total, 4 * MIB);
+    assert_eq!(cases[0]["warmup_reps"].as_array().unwrap().len(), 1);
+
+    // CSV: a header and one row per case, with the sizes and counts of the JSON.
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut rows = csv_rows(&text);
+    let header = rows.remove(0);
+    assert_eq!(rows.len(), 2, "{text}");
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no {name}"));
+    for (row, c) in rows.iter().zip(cases) {
+        assert_eq!(row[col("size_bytes")], c["size_bytes"].to_string());
+        assert_eq!(row[col("n")], "3");
+        assert_eq!(row[col("verified")], "true");
+        assert_eq!(row[col("mismatched_bytes")], "0");
+        assert_eq!(row[col("label")], "it-send");
+        let p50: f64 = row[col("gbps_p50")].parse().unwrap();
+        assert!((p50 - num(&c["gbps"], "p50")).abs() < 1e-3, "{p50} vs {}", c["gbps"]);
+    }
+
+    // Markdown: a table with one row per size.
+    let mdt = std::fs::read_to_string(&md).unwrap();
+    assert!(mdt.contains("| size |"), "{mdt}");
+    assert!(mdt.contains("| 1 MiB |") && mdt.contains("| 3 MiB |"), "{mdt}");
+    assert!(mdt.contains("GB/s = 10^9"), "{mdt}");
+
+    // Events: a sender and a receiver line for every rep (warm-ups included) of every case.
+    let lines: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("events line is JSON"))
+        .collect();
+    assert_eq!(lines.len(), 2 * (3 + 1) * 2, "2 cases × 4 reps × 2 sides");
+    let mut seen = HashSet::new();
+    for e in &lines {
+        let side = e["side"].as_str().unwrap().to_string();
+        assert!(side == "sender" || side == "receiver", "{e}");
+        if side == "sender" {
+            assert!(num(e, "t_last_complete_ms") >= num(e, "t_first_post_ms"), "{e}");
+            assert!(num(e, "t_done_ms") >= num(e, "t_setup_start_ms"), "{e}");
+        } else {
+            assert!(num(e, "t_landed_ms") >= num(e, "t_rep_start_ms"), "{e}");
+            assert_eq!(e["mismatched_bytes"].as_u64(), Some(0), "{e}");
+        }
+        let key = (e["case"].as_u64().unwrap(), e["rep"].as_u64().unwrap(), e["warmup"].as_bool().unwrap(), side);
+        assert!(seen.insert(key), "duplicate events line {e}");
+    }
+    for case in 0..2u64 {
+        for side in ["sender", "receiver"] {
+            assert!(seen.contains(&(case, 0, true, side.to_string())));
+            for rep in 0..3 {
+                assert!(seen.contains(&(case, rep, false, side.to_string())), "case {case} rep {rep} {side}");
+            }
+        }
+    }
+
+    // Live rows on stdout, one per size.
+    assert!(out.stdout.lines().any(|l| l.contains("1 MiB") && l.contains("ok")), "{}", out.stdout);
+    assert!(out.stdout.lines().any(|l| l.contains("3 MiB") && l.contains("ok")), "{}", out.stdout);
+}
+
+fn csv_rows(text: &str) -> Vec<Vec<String>> {
+    // The fields written here hold no quotes or commas except the label, which the tests choose.
+    text.lines().map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+fn single_case(json: &std::path::Path) -> Value {
+    let r = read_json(json);
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1, "{r}");
+    cases[0].clone()
+}
+
+#[test]
+fn several_streams_and_an_uneven_block_size() {
+    let dir = TempDir::new("streams");
+    let json = dir.arg("r.json");
+    // 3 MiB in blocks of 1,000,000 B: three full blocks and a 145,728 B tail, spread over 3 connections.
+    serve_and_send(&[
+        "--sizes",
+        "3MiB",
+        "--reps",
+        "3",
+        "--streams",
+        "3",
+        "--block-size",
+        "1000000B",
+        "--verify",
+        "--json",
+        &json,
+    ]);
+    let r = read_json(&dir.join("r.json"));
+    assert_eq!(r["config"]["streams"].as_u64(), Some(3));
+    let c = &r["cases"][0];
+    check_case(c, 3 * MIB, 3, true);
+    assert_eq!(c["block_size"].as_u64(), Some(1_000_000));
+    assert_eq!(c["block_clamped"], false);
+    assert_eq!(c["writes"].as_u64(), Some(4));
+}
+
+#[test]
+fn many_streams_with_more_streams_than_blocks() {
+    let dir = TempDir::new("streams8");
+    let json = dir.arg("r.json");
+    // 8 streams but only 5 blocks: idle streams must not break the transfer.
+    serve_and_send(&[
+        "--sizes",
+        "5MiB",
+        "--reps",
+        "2",
+        "--streams",
+        "8",
+        "--block-size",
+        "1MiB",
+        "--verify",
+        "--json",
+        &json,
+    ]);
+    let c = single_case(&dir.join("r.json"));
+    check_case(&c, 5 * MIB, 2, true);
+    assert_eq!(c["writes"].as_u64(), Some(5));
+}
+
+#[test]
+fn block_size_larger_than_transfer_is_clamped_and_marked() {
+    let dir = TempDir::new("clamp");
+    let (json, md) = (dir.arg("r.json"), dir.arg("r.md"));
+    let out = serve_and_send(&[
+        "--sizes",
+        "1MiB,2MiB",
+        "--reps",
+        "2",
+        "--block-size",
+        "2MiB",
+        "--verify",
+        "--json",
+        &json,
+        "--md",
+        &md,
+    ]);
+    let r = read_json(&dir.join("r.json"));
+    let (small, big) = (&r["cases"][0], &r["cases"][1]);
+    check_case(small, MIB, 2, true);
+    check_case(big, 2 * MIB, 2, true);
+    assert_eq!(small["block_size"].as_u64(), Some(MIB), "clamped to the transfer");
+    assert_eq!(small["block_clamped"], true);
+    assert_eq!(small["writes"].as_u64(), Some(1));
+    assert_eq!(big["block_size"].as_u64(), Some(2 * MIB));
+    assert_eq!(big["block_clamped"], false, "exactly the transfer size is not clamped");
+    // The live table and the Markdown table mark the clamped block with '*' and explain it.
+    let row1 = out.stdout.lines().find(|l| l.trim_start().starts_with("1 MiB")).unwrap();
+    assert!(row1.contains("1 MiB*"), "{}", out.stdout);
+    let row2 = out.stdout.lines().find(|l| l.trim_start().starts_with("2 MiB")).unwrap();
+    assert!(!row2.contains('*'), "{}", out.stdout);
+    assert!(out.stdout.contains("clamped"), "{}", out.stdout);
+    let mdt = std::fs::read_to_string(&md).unwrap();
+    assert!(mdt.contains("1 MiB*") && mdt.contains("clamped"), "{mdt}");
+}
+
+#[test]
+fn tokens_with_a_preset_model() {
+    let dir = TempDir::new("preset");
+    let json = dir.arg("r.json");
+    let out =
+        serve_and_send(&["--tokens", "8,32", "--model", "qwen3-30b-a3b", "--reps", "2", "--verify", "--json", &json]);
+    assert!(out.stderr.contains("98304 B/token"), "derived bytes/token printed: {}", out.stderr);
+    let r = read_json(&dir.join("r.json"));
+    assert_eq!(r["config"]["model"], "qwen3-30b-a3b");
+    for (c, t) in r["cases"].as_array().unwrap().iter().zip([8u64, 32]) {
+        check_case(c, t * 98_304, 2, true);
+        assert_eq!(c["tokens"].as_u64(), Some(t));
+        assert_eq!(c["bytes_per_token"].as_u64(), Some(98_304));
+    }
+}
+
+#[test]
+fn tokens_with_a_model_config_file() {
+    let dir = TempDir::new("config");
+    let model_dir = dir.join("tiny-model");
+    std::fs::create_dir(&model_dir).unwrap();
+    // 4 layers × 2 (K,V) × 2 KV heads × head dim 64 × 2 B = 2048 B/token.
+    std::fs::write(
+        model_dir.join("config.json"),
+        r#"{"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "hidden_size": 512, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let cfg = model_dir.join("config.json").to_string_lossy().into_owned();
+    let json = dir.arg("r.json");
+    let out =
+        serve_and_send(&["--tokens", "512,1k", "--model-config", &cfg, "--reps", "2", "--verify", "--json", &json]);
+    assert!(out.stderr.contains("2048 B/token"), "{}", out.stderr);
+    assert!(out.stderr.contains("tiny-model"), "says where it came from: {}", out.stderr);
+    let r = read_json(&dir.join("r.json"));
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    check_case(&cases[0], MIB, 2, true);
+    check_case(&cases[1], 2 * MIB, 2, true);
+    assert_eq!(cases[1]["tokens"].as_u64(), Some(1024));
+    assert_eq!(cases[1]["bytes_per_token"].as_u64(), Some(2048));
+}
+
+#[test]
+fn tokens_with_kv_bytes_per_token() {
+    let dir = TempDir::new("bpt");
+    let json = dir.arg("r.json");
+    let out = serve_and_send(&["--tokens", "256", "--kv-bytes-per-token", "12288", "--reps", "2", "--json", &json]);
+    assert!(out.stderr.contains("12288 B/token") && out.stderr.contains("--kv-bytes-per-token"), "{}", out.stderr);
+    let c = single_case(&dir.join("r.json"));
+    check_case(&c, 3 * MIB, 2, false);
+    assert_eq!(c["tokens"].as_u64(), Some(256));
+    assert_eq!(c["bytes_per_token"].as_u64(), Some(12_288));
+}
+
+#[test]
+fn sweep_writes_results_and_report_re_renders_them() {
+    let dir = TempDir::new("sweep");
+    let out_dir = dir.arg("results");
+    let out = run(&["sweep", "--sizes", "1MiB,2MiB", "--reps", "2", "--verify", "--out-dir", &out_dir]);
+    out.expect_code(0);
+    let files: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let json = files.iter().find(|p| p.extension().is_some_and(|e| e == "json")).expect("a .json");
+    let md = json.with_extension("md");
+    assert!(md.is_file(), "the .md next to {}: {files:?}", json.display());
+    assert_eq!(files.len(), 2, "only the .json and .md (no temp files left): {files:?}");
+    let stem = json.file_stem().unwrap().to_string_lossy();
+    assert!(stem.len() >= 15 && stem.starts_with("20") && stem.contains('T'), "timestamp name: {stem}");
+
+    let r = read_json(json);
+    assert_eq!(r["schema"], "kvxfer/results/v1");
+    assert_eq!(r["config"]["role"], "sweep");
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    check_case(&cases[0], MIB, 2, true);
+    check_case(&cases[1], 2 * MIB, 2, true);
+    let mdt = std::fs::read_to_string(&md).unwrap();
+    assert!(mdt.contains("| 1 MiB |") && mdt.contains("| 2 MiB |"), "{mdt}");
+
+    let j = json.to_string_lossy().into_owned();
+    // Boxed tables by default.
+    let rep = run(&["report", &j]);
+    rep.expect_code(0);
+    assert!(rep.stdout.contains("1 MiB") && rep.stdout.contains("2 MiB"), "{}", rep.stdout);
+    assert!(rep.stdout.contains("p50 GB/s"), "{}", rep.stdout);
+    let p50 = format!("{:.2}", num(&cases[1]["gbps"], "p50"));
+    assert!(rep.stdout.contains(&p50), "report shows the saved p50 {p50}: {}", rep.stdout);
+
+    // Markdown on stdout: same table as the .md sweep wrote.
+    let rep_md = run(&["report", &j, "--md", "-"]);
+    rep_md.expect_code(0);
+    assert_eq!(rep_md.stdout, mdt, "report --md - re-renders the sweep's Markdown");
+
+    // CSV on stdout: a header and a row per case.
+    let rep_csv = run(&["report", &j, "--csv", "-"]);
+    rep_csv.expect_code(0);
+    let rows = csv_rows(&rep_csv.stdout);
+    assert_eq!(rows.len(), 3, "{}", rep_csv.stdout);
+    assert_eq!(rows[0][2], "size_bytes");
+    assert_eq!(rows[1][2], MIB.to_string());
+    assert_eq!(rows[2][2], (2 * MIB).to_string());
+
+    // Two files: two runs' rows.
+    let rep2 = run(&["report", &j, &j, "--csv", "-"]);
+    rep2.expect_code(0);
+    assert_eq!(csv_rows(&rep2.stdout).len(), 5, "{}", rep2.stdout);
+
+    // Into a file.
+    let md_out = dir.arg("again.md");
+    run(&["report", &j, "--md", &md_out]).expect_code(0);
+    assert_eq!(std::fs::read_to_string(&md_out).unwrap(), mdt);
+}

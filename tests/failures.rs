@@ -1,0 +1,162 @@
+//! A peer that dies mid-run: the other side must exit 1 within 5 s naming what happened, and the results of the
+//! cases completed before the failure must survive in the results file.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+const EXIT_WITHIN: Duration = Duration::from_secs(5);
+
+/// Lines of a JSON-lines file (0 while it does not exist yet).
+fn line_count(p: &Path) -> usize {
+    std::fs::read_to_string(p).map(|t| t.lines().count()).unwrap_or(0)
+}
+
+fn wait_lines(p: &Path, n: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while line_count(p) < n {
+        assert!(Instant::now() < deadline, "{} never reached {n} lines", p.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kill `victim`, then give `survivor` EXIT_WITHIN to exit; returns its output.
+fn kill_and_wait(victim: &mut Proc, mut survivor: Proc) -> Out {
+    victim.kill();
+    let t = Instant::now();
+    let status = survivor.wait_timeout(EXIT_WITHIN);
+    let took = t.elapsed();
+    assert!(
+        status.is_some(),
+        "{} still running {EXIT_WITHIN:?} after its peer was killed\nstdout:\n{}\nstderr:\n{}",
+        survivor.what,
+        survivor.stdout.text(),
+        survivor.stderr.text()
+    );
+    eprintln!("{} exited {took:?} after the kill", survivor.what);
+    survivor.finish()
+}
+
+#[test]
+fn receiver_killed_after_the_first_case_keeps_that_case() {
+    let dir = TempDir::new("kill-rx");
+    let (json, csv, md) = (dir.arg("r.json"), dir.arg("r.csv"), dir.arg("r.md"));
+    let mut serve = Serve::start(&["--once"]);
+    // A quick 2 MiB case, then 51 verified reps of 256 MiB (many seconds of work) during which the receiver dies.
+    // (256 MiB keeps the debug build's per-rep pattern fill, which delays noticing the death, well under 1 s.)
+    let send = Proc::spawn(&[
+        "send",
+        "--peer",
+        &serve.addr,
+        "--sizes",
+        "2MiB,256MiB",
+        "--reps",
+        "50",
+        "--verify",
+        "--json",
+        &json,
+        "--csv",
+        &csv,
+        "--md",
+        &md,
+    ]);
+    assert!(
+        send.stdout.wait_until(Duration::from_secs(30), |t| t.lines().any(|l| l.trim_start().starts_with("2 MiB"))),
+        "no first row:\n{}\n{}",
+        send.stdout.text(),
+        send.stderr.text()
+    );
+    std::thread::sleep(Duration::from_millis(300)); // into the 256 MiB case
+    let out = kill_and_wait(&mut serve.proc, send);
+    out.expect_code(1);
+    let line = out.one_error();
+    assert!(line.contains("receiver") && line.contains("connection"), "{line}");
+
+    // The completed case is in every file; the big one is not; the JSON says why the run stopped.
+    let r = read_json(&dir.join("r.json"));
+    assert_eq!(r["schema"], "kvxfer/results/v1");
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1, "only the completed case: {r}");
+    check_case(&cases[0], 2 * MIB, 50, true);
+    let err = r["error"].as_str().expect("the JSON records why the run stopped");
+    assert!(err.contains("receiver"), "{err}");
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv_text.lines().count(), 2, "header + the completed case:\n{csv_text}");
+    let md_text = std::fs::read_to_string(&md).unwrap();
+    assert!(md_text.contains("| 2 MiB |") && !md_text.contains("256 MiB"), "{md_text}");
+    assert!(md_text.contains("stopped early"), "{md_text}");
+    // Atomic writes leave no temp files behind.
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn receiver_killed_before_any_case_completes_leaves_an_empty_results_file() {
+    let dir = TempDir::new("kill-rx0");
+    let (json, events) = (dir.arg("r.json"), dir.arg("e.jsonl"));
+    let mut serve = Serve::start(&["--once"]);
+    let send = Proc::spawn(&[
+        "send",
+        "--peer",
+        &serve.addr,
+        "--sizes",
+        "512MiB",
+        "--reps",
+        "50",
+        "--json",
+        &json,
+        "--events",
+        &events,
+    ]);
+    // The first (warm-up) rep has finished: the run is under way, no case can be complete yet.
+    wait_lines(&dir.join("e.jsonl"), 2, Duration::from_secs(30));
+    let out = kill_and_wait(&mut serve.proc, send);
+    out.expect_code(1);
+    assert!(out.one_error().contains("receiver"), "{}", out.stderr);
+    // What the code does: the results file is written at the end with no cases and the reason.
+    let r = read_json(&dir.join("r.json"));
+    assert_eq!(r["schema"], "kvxfer/results/v1");
+    assert_eq!(r["cases"].as_array().unwrap().len(), 0, "{r}");
+    assert!(r["error"].as_str().unwrap().contains("receiver"), "{r}");
+    // Every finished rep kept its two events lines.
+    let n = line_count(&dir.join("e.jsonl"));
+    assert!(n >= 2 && n % 2 == 0, "{n} events lines");
+}
+
+#[test]
+fn sender_killed_mid_run_fails_serve_once() {
+    let dir = TempDir::new("kill-tx");
+    let events = dir.arg("e.jsonl");
+    let serve = Serve::start(&["--once"]);
+    let mut send =
+        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "512MiB", "--reps", "50", "--events", &events]);
+    wait_lines(&dir.join("e.jsonl"), 2, Duration::from_secs(30));
+    let out = kill_and_wait(&mut send, serve.proc);
+    out.expect_code(1);
+    let line = out.one_error();
+    assert!(line.contains("sender"), "{line}");
+    assert!(line.contains("closed") || line.contains("connection"), "{line}");
+}
+
+#[test]
+fn serve_survives_a_killed_sender_and_serves_the_next() {
+    let dir = TempDir::new("kill-tx2");
+    let events = dir.arg("e.jsonl");
+    let mut serve = Serve::start(&[]);
+    let mut send =
+        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "256MiB", "--reps", "50", "--events", &events]);
+    wait_lines(&dir.join("e.jsonl"), 2, Duration::from_secs(30));
+    send.kill();
+    assert!(
+        serve.proc.stderr.wait_for("error: sender", EXIT_WITHIN),
+        "serve did not notice the dead sender within {EXIT_WITHIN:?}:\n{}",
+        serve.stderr()
+    );
+    assert!(serve.proc.is_running());
+    let json = dir.arg("r.json");
+    run(&["send", "--peer", &serve.addr, "--sizes", "1MiB", "--reps", "2", "--verify", "--json", &json]).expect_code(0);
+    check_case(&read_json(&dir.join("r.json"))["cases"][0], MIB, 2, true);
+}
