@@ -45,6 +45,7 @@ pub enum Msg {
     Accept {
         offer: serde_json::Value,
         /// The receiver's memory kind (`host`, `pinned`, `gpu:N`).
+        #[serde(default)]
         mem: String,
     },
     /// The sender's transport-specific answer (e.g. its queue pair numbers).

@@ -26,14 +26,41 @@ pub struct RunConfig {
     pub seed: u64,
     pub hugepages: bool,
     /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
+    #[serde(default)]
     pub block_size_default: bool,
     /// cuda transport: copy engine (`ce`) or SM copy kernel (`sm`).
+    #[serde(default = "default_copy")]
     pub copy: String,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
+    #[serde(default = "default_mem")]
     pub src_mem: String,
     /// RDMA verbs knobs (ignored by the other transports).
+    #[serde(default)]
     pub verbs: VerbsConfig,
     pub cases: Vec<SizeCase>,
+}
+
+fn default_copy() -> String {
+    "ce".into()
+}
+
+fn default_mem() -> String {
+    "host".into()
+}
+
+impl Default for VerbsConfig {
+    /// The CLI's defaults.
+    fn default() -> Self {
+        VerbsConfig {
+            qps: 1,
+            batch: 16,
+            inflight: 128,
+            signal_every: 16,
+            mr_chunk: None,
+            reg_per_rep: false,
+            cq_mode: "poll".into(),
+        }
+    }
 }
 
 /// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
