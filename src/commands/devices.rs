@@ -39,7 +39,8 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         Ok(devs) => {
             println!("rdma       {} device(s)", devs.len());
             for d in devs {
-                println!("  {}  firmware {}  max_mr_size {}", d.name, d.firmware, format_size(d.max_mr_size));
+                let mr = if d.max_mr_size >= 1 << 60 { "unlimited".into() } else { format_size(d.max_mr_size) };
+                println!("  {}  firmware {}  max_mr_size {mr}", d.name, d.firmware);
                 for p in d.ports {
                     println!(
                         "    port {}  {}  {}  active MTU {}  {}",

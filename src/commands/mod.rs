@@ -170,14 +170,17 @@ pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
 
 /// Fail before connecting when the run needs CUDA (a GPU or pinned buffer, or the cuda transport) or RDMA (the
 /// verbs transport) and this host lacks it.
-pub fn require_cuda(cfg: &RunConfig, kinds: &[(&str, MemKind)]) -> Result<()> {
+pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &[&DeviceChoice]) -> Result<()> {
     let needs = kinds.iter().find(|(_, k)| *k != MemKind::Host).map(|(flag, k)| format!("{flag} {k}"));
     let needs = needs.or_else(|| (cfg.transport == "cuda").then(|| "--transport cuda".to_string()));
     if let Some(what) = needs {
         crate::mem::cuda::driver().map_err(|e| e.context(what))?;
     }
     if cfg.transport == "verbs" {
-        crate::transport::verbs::device::device_list().map_err(|e| e.context("--transport verbs"))?;
+        for d in devices {
+            // Opening the device checks the library, the device name, the port and the GID index at once.
+            crate::transport::verbs::device::open(d).map_err(|e| e.context("--transport verbs"))?;
+        }
     }
     Ok(())
 }

@@ -32,7 +32,8 @@ pub fn run(a: SendArgs) -> Result<()> {
     let cfg = super::run_config(&a.run, cases, src)?;
     let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
     super::check_memory(&cfg, &[src])?;
-    super::require_cuda(&cfg, &[("--mem", src)])?;
+    let device = super::device_choice(&a.device)?;
+    super::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
     drive(SendJob {
         peer: &a.peer,
         token: a.token.as_deref().unwrap_or(""),
@@ -43,7 +44,7 @@ pub fn run(a: SendArgs) -> Result<()> {
         model: geometry.map(|g| g.name),
         role: "send",
         src,
-        device: super::device_choice(&a.device)?,
+        device,
     })
     .map(|_| ())
 }

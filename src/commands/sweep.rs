@@ -17,7 +17,6 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let cfg = super::run_config(&a.run, cases, src)?;
     let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
     super::check_memory(&cfg, &[src, dst])?;
-    super::require_cuda(&cfg, &[("--src", src), ("--dst", dst)])?;
 
     let mut out = a.out.clone();
     if out.json.is_none() || out.md.is_none() {
@@ -41,6 +40,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if a.peer_device.is_some() {
         peer_device.name = a.peer_device.clone();
     }
+    super::check_host_support(&cfg, &[("--src", src), ("--dst", dst)], &[&device, &peer_device])?;
     let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst, device: peer_device };
     let receiver_token = token.clone();
     let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {

@@ -80,6 +80,26 @@ impl ControlChannel {
         }
     }
 
+    /// Whether the peer hung up or sent an `Error` that is waiting to be read. Never blocks; a normal message
+    /// waiting (e.g. an early RepDone) is not a failure.
+    pub fn peer_failed(&self) -> bool {
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut buf = [0u8; 4096];
+        let r = self.stream.peek(&mut buf);
+        let _ = self.stream.set_nonblocking(false);
+        match r {
+            Ok(0) => true,
+            Ok(n) if n >= 4 => {
+                let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+                n >= 4 + len && matches!(serde_json::from_slice(&buf[4..4 + len]), Ok(Msg::Error { .. }))
+            }
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
     pub fn send(&mut self, msg: &Msg) -> Result<()> {
         let bytes = serde_json::to_vec(msg)?;
         write_frame(&mut self.stream, &bytes).map_err(|e| self.frame_error(e, msg.name()))

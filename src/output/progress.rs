@@ -11,7 +11,10 @@ pub struct Progress {
 impl Progress {
     /// A bar over `total_reps` reps (warm-up included).
     pub fn new(total_reps: u64) -> Progress {
-        let bar = ProgressBar::with_draw_target(Some(total_reps), ProgressDrawTarget::stderr());
+        // A dumb terminal (a serial console, an editor's shell) cannot redraw a line: no bar there.
+        let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+        let target = if dumb { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
+        let bar = ProgressBar::with_draw_target(Some(total_reps), target);
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} reps  {msg}")
                 .expect("static template")

@@ -6,7 +6,7 @@ use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
 use crate::plan::{RunConfig, TransferPlan};
 use crate::stats::gbps;
-use crate::transport::{self, Context, Source};
+use crate::transport::{self, Context, Source, TransferHooks};
 use anyhow::{bail, Result};
 use std::time::Instant;
 
@@ -136,12 +136,28 @@ impl SenderSession {
         }
         let t_ready = Instant::now();
         let hist = &mut rec.block_latency_us;
-        let times = self.source.transfer(&self.buf, &plan.writes, &mut |_, posted, done| {
-            if !warmup {
-                let us = done.saturating_duration_since(posted).as_micros().max(1) as u64;
-                let _ = hist.record(us);
+        let ch = &self.ch;
+        let mut hooks = TransferHooks {
+            done: &mut |_, posted, done| {
+                if !warmup {
+                    let us = done.saturating_duration_since(posted).as_micros().max(1) as u64;
+                    let _ = hist.record(us);
+                }
+            },
+            peer_failed: &mut || ch.peer_failed(),
+        };
+        let outcome = self.source.transfer(&self.buf, &plan.writes, &mut hooks);
+        let times = match outcome {
+            Ok(t) => t,
+            // Give both sides' accounts: the data path's symptom and the receiver's own (its Error, or its hang-up).
+            Err(e) if self.ch.peer_failed() => {
+                return Err(match self.ch.recv("RepDone") {
+                    Err(peer) => anyhow::anyhow!("{e:#}; {peer:#}"),
+                    Ok(_) => e,
+                });
             }
-        })?;
+            Err(e) => return Err(e),
+        };
         if self.source.sends_landed_message() {
             self.ch.send(&Msg::Landed)?;
         }

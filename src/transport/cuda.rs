@@ -6,7 +6,7 @@
 //! start to the last copy's end. The receiver cannot see copies land, so the sender tells it with a control
 //! message once its events completed.
 
-use super::{Context, Source, Target, TransferTimes};
+use super::{Context, Source, Target, TransferHooks, TransferTimes};
 use crate::mem::cuda::{self, check, context, enable_peer_access, IpcMapping, OrDriverError};
 use crate::mem::{kernels, Buffer, MemKind};
 use crate::plan::{RunConfig, Write};
@@ -201,12 +201,7 @@ impl Source for CudaSource {
         true
     }
 
-    fn transfer(
-        &mut self,
-        mem: &Buffer,
-        writes: &[Write],
-        done: &mut dyn FnMut(usize, Instant, Instant),
-    ) -> Result<TransferTimes> {
+    fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
         self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
         let timed = writes.len() <= MAX_TIMED_WRITES;
         if timed {
@@ -246,7 +241,7 @@ impl Source for CudaSource {
             for (i, (a, b)) in self.marks.iter().take(writes.len()).enumerate() {
                 let began = self.start.elapsed_ms(a).or_cuda("cuEventElapsedTime")? as f64;
                 let ended = self.start.elapsed_ms(b).or_cuda("cuEventElapsedTime")? as f64;
-                done(i, at(began), at(ended));
+                (hooks.done)(i, at(began), at(ended));
             }
         }
         Ok(TransferTimes { first_post: posted, last_complete: at(total_ms), reg_ms: None })

@@ -53,14 +53,17 @@ pub trait Source: Send {
         false
     }
     /// Push every write from `mem` (the buffer the source was connected with) and return once all completed.
-    /// `done(i, posted, completed)` is called once per write `i` of `writes` when its completion is observed (for
-    /// the per-block latency histogram).
-    fn transfer(
-        &mut self,
-        mem: &Buffer,
-        writes: &[Write],
-        done: &mut dyn FnMut(usize, Instant, Instant),
-    ) -> Result<TransferTimes>;
+    fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes>;
+}
+
+/// What a transfer reports to, and asks of, the run while it goes.
+pub struct TransferHooks<'a> {
+    /// Called once per write `i` when its completion is observed: (i, posted, completed). Feeds the per-block
+    /// latency histogram.
+    pub done: &'a mut dyn FnMut(usize, Instant, Instant),
+    /// True once the receiver has hung up or reported an error on the control connection. Transports whose data
+    /// path cannot see a dead peer quickly (verbs retries for a while) poll it so a failure is named within seconds.
+    pub peer_failed: &'a mut dyn FnMut() -> bool,
 }
 
 /// The receiver's half: owns the exposed region and learns when a rep's bytes have landed.

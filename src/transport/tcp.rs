@@ -5,7 +5,7 @@
 //! Data connections are separate from the control connection, authenticated by a random session key that the
 //! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
 
-use super::{Context, Source, Target, TransferTimes};
+use super::{Context, Source, Target, TransferHooks, TransferTimes};
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -317,12 +317,7 @@ impl Source for TcpSource {
         serde_json::json!({ "streams": self.conns.len() })
     }
 
-    fn transfer(
-        &mut self,
-        mem: &Buffer,
-        writes: &[Write],
-        done: &mut dyn FnMut(usize, Instant, Instant),
-    ) -> Result<TransferTimes> {
+    fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
         let streams = self.conns.len();
         let (tx, rx) = mpsc::channel::<Event>();
         let data = mem.host_slice().expect("checked when the source connected");
@@ -389,7 +384,7 @@ impl Source for TcpSource {
                         }
                         seen[i] = true;
                         // A write is posted (Posted sent) before its bytes leave, so its ack comes after.
-                        done(i, posted[i].unwrap_or(t), t);
+                        (hooks.done)(i, posted[i].unwrap_or(t), t);
                         acked += 1;
                         last = Some(t);
                     }

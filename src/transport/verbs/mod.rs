@@ -12,7 +12,7 @@ mod mr;
 mod post;
 mod qp;
 
-use super::{Context, Source, Target, TransferTimes};
+use super::{Context, Source, Target, TransferHooks, TransferTimes};
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, VerbsConfig, Write};
 use anyhow::{Context as _, Result};
@@ -43,7 +43,7 @@ struct Answer {
     endpoints: Vec<Endpoint>,
 }
 
-fn open_set(cfg: &VerbsConfig, ctx: &Context, send_wr: u32, recv_wr: u32) -> Result<QpSet> {
+fn open_set(cfg: &VerbsConfig, ctx: &Context, send_wr: u32, recv_wr: u32, events: bool) -> Result<QpSet> {
     let (dev, port) = device::open(&ctx.device)?;
     if send_wr as i32 > port.max_qp_wr {
         return Err(crate::error::usage(format!(
@@ -51,7 +51,7 @@ fn open_set(cfg: &VerbsConfig, ctx: &Context, send_wr: u32, recv_wr: u32) -> Res
             port.device, port.max_qp_wr
         )));
     }
-    QpSet::new(&dev, &port, cfg.qps, send_wr, recv_wr, cfg.cq_mode == "event")
+    QpSet::new(&dev, &port, cfg.qps, send_wr, recv_wr, events)
 }
 
 fn port_json(p: &PortInfo) -> serde_json::Value {
@@ -72,7 +72,9 @@ pub struct VerbsTarget {
 
 impl VerbsTarget {
     pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<VerbsTarget> {
-        let mut set = open_set(&cfg.verbs, ctx, 1, RECVS_PER_QP + 1)?;
+        // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens of
+        // µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the data.
+        let mut set = open_set(&cfg.verbs, ctx, 1, RECVS_PER_QP + 1, true)?;
         let chunk = mr::chunk_size(cfg.verbs.mr_chunk, set.port.max_mr_size);
         // The receiver allows remote writes, never remote reads.
         let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
@@ -132,7 +134,7 @@ impl VerbsSource {
     pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<VerbsSource> {
         let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
         let v = cfg.verbs.clone();
-        let mut set = open_set(&v, ctx, v.inflight, 1)?;
+        let mut set = open_set(&v, ctx, v.inflight, 1, v.cq_mode == "event")?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
@@ -178,12 +180,7 @@ impl Source for VerbsSource {
         })
     }
 
-    fn transfer(
-        &mut self,
-        mem: &Buffer,
-        writes: &[Write],
-        done: &mut dyn FnMut(usize, Instant, Instant),
-    ) -> Result<TransferTimes> {
+    fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
         let started = Instant::now();
         let (reg, reg_ms) = match self.reg.take() {
             Some(r) => (r, None),
@@ -205,7 +202,7 @@ impl Source for VerbsSource {
             &self.cfg,
             self.rep,
             self.stall_timeout,
-            done,
+            hooks,
         );
         if !self.cfg.reg_per_rep {
             self.reg = Some(reg);

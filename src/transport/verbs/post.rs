@@ -9,11 +9,15 @@ use super::device::wc_status_text;
 use super::mr::Piece;
 use super::qp::QpSet;
 use crate::plan::{VerbsConfig, Write};
+use crate::transport::TransferHooks;
 use anyhow::{anyhow, bail, Result};
 use rdma_mummy_sys::{ibv_post_send, ibv_send_wr, ibv_sge, ibv_wr_opcode};
 use std::time::{Duration, Instant};
 
 const IBV_SEND_SIGNALED: u32 = 2;
+/// How often the loop looks at the control connection for a receiver that died (a dead RC peer otherwise shows
+/// only after the transport's retries, which soft-RoCE stretches to a minute).
+const PEER_CHECK: Duration = Duration::from_millis(20);
 
 /// One work request's worth of a write: never crosses a registered piece on either side.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,7 +103,7 @@ impl Poster {
         cfg: &VerbsConfig,
         imm: u32,
         stall_timeout: Duration,
-        done: &mut dyn FnMut(usize, Instant, Instant),
+        hooks: &mut TransferHooks,
     ) -> Result<(Instant, Instant)> {
         let nq = set.qps.len();
         // Work requests per queue pair: its segments, or one empty WRITE_WITH_IMM when it got none.
@@ -122,6 +126,7 @@ impl Poster {
         let mut last = Instant::now();
         let mut finished = 0;
         let mut last_progress = Instant::now();
+        let mut last_peer_check = Instant::now();
         while finished < nq {
             for (q, &total_q) in total.iter().enumerate() {
                 let free = cfg.inflight as u64 - (self.posted[q] - self.completed[q]);
@@ -129,6 +134,13 @@ impl Poster {
                 if n > 0 {
                     let t = self.post(set, q, nq, n, segs, total_q, cfg.signal_every as u64, imm)?;
                     first_post.get_or_insert(t);
+                }
+            }
+            if last_peer_check.elapsed() > PEER_CHECK {
+                last_peer_check = Instant::now();
+                if (hooks.peer_failed)() {
+                    drain(poller, &self.posted, &self.completed);
+                    bail!("the receiver hung up or reported an error on the control connection mid-transfer");
                 }
             }
             let wcs = poller.wait(Duration::from_millis(1))?;
@@ -165,7 +177,7 @@ impl Poster {
                         let w = seg.write as usize;
                         self.left_in_write[w] -= 1;
                         if self.left_in_write[w] == 0 {
-                            done(w, self.first_post_of_write[w].unwrap_or(self.post_time[s]), now);
+                            (hooks.done)(w, self.first_post_of_write[w].unwrap_or(self.post_time[s]), now);
                         }
                     }
                 }

@@ -1,0 +1,206 @@
+//! Verbs transport tests on real soft-RoCE devices. They run inside `scripts/rxe-vm` (two rxe devices on a veth
+//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped.
+//! `scripts/test` runs them in the VM.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "rxe-test-token";
+
+struct Rxe {
+    a_dev: String,
+    a_ip: String,
+    b_dev: String,
+}
+
+fn rxe() -> Option<Rxe> {
+    match (std::env::var("RXE_A_DEV"), std::env::var("RXE_A_IP"), std::env::var("RXE_B_DEV")) {
+        (Ok(a_dev), Ok(a_ip), Ok(b_dev)) => Some(Rxe { a_dev, a_ip, b_dev }),
+        _ => {
+            eprintln!("skipped: no soft-RoCE devices here (run inside scripts/rxe-vm, as scripts/test does)");
+            None
+        }
+    }
+}
+
+/// `kvxfer serve` on rxeA's address, ready when returned.
+fn serve_on_a(r: &Rxe, extra: &[&str]) -> (Proc, String) {
+    let addr = format!("{}:{}", r.a_ip, free_port());
+    let mut args = vec!["serve", "--listen", &addr, "--token", TOKEN, "-d", &r.a_dev];
+    args.extend_from_slice(extra);
+    let p = Proc::spawn(&args);
+    assert!(p.stderr.wait_for("listening on", Duration::from_secs(30)), "serve did not start: {}", p.stderr.text());
+    (p, addr)
+}
+
+fn send_args<'a>(r: &'a Rxe, addr: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["send", "--peer", addr, "--token", TOKEN, "--transport", "verbs", "-d", &r.b_dev];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn verified_transfers_1_to_64mib_over_several_queue_pairs() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs");
+    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+    let json = t.arg("r.json");
+    run(&send_args(
+        &r,
+        &addr,
+        &["--sizes", "1MiB,4MiB,16MiB,64MiB", "--reps", "2", "--qps", "4", "--verify", "--json", &json],
+    ))
+    .expect_code(0);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "serve --once exits 0");
+    let v = read_json(std::path::Path::new(&json));
+    for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 4, 16, 64]) {
+        check_case(c, mib << 20, 2, true);
+        assert_eq!(c["block_size"].as_u64(), Some(64 << 10), "verbs default block size");
+    }
+    let d = &v["config"]["transport_detail"];
+    assert_eq!(d["sender"]["port"]["device"], r.b_dev.as_str());
+    assert_eq!(d["receiver"]["port"]["device"], r.a_dev.as_str());
+    assert_eq!(d["sender"]["port"]["gid_index"], 1, "the IPv4-mapped RoCE v2 GID is chosen like perftest does");
+    assert_eq!(d["sender"]["port"]["gid_type"], "RoCEv2");
+    assert_eq!(v["config"]["verbs"]["qps"], 4);
+}
+
+#[test]
+fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-chunks");
+    // 3 MiB + 12 KiB: not a multiple of the MR chunk, so the last piece is short; 4 KiB writes hit every boundary.
+    let runs: [&[&str]; 3] = [
+        &[
+            "--block-size",
+            "4KiB",
+            "--mr-chunk",
+            "1MiB",
+            "--qps",
+            "3",
+            "--batch",
+            "7",
+            "--inflight",
+            "32",
+            "--signal-every",
+            "5",
+        ],
+        &["--block-size", "96KiB", "--mr-chunk", "64KiB", "--reg-per-rep", "--qps", "2"],
+        &["--block-size", "1MiB", "--cq-mode", "event", "--qps", "5"],
+    ];
+    for extra in runs {
+        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+        let json = t.arg("r.json");
+        let mut args = send_args(&r, &addr, &["--sizes", "3084KiB", "--reps", "2", "--verify", "--json", &json]);
+        args.extend_from_slice(extra);
+        run(&args).expect_code(0);
+        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "{extra:?}");
+        let v = read_json(std::path::Path::new(&json));
+        let c = &v["cases"][0];
+        check_case(c, 3084 << 10, 2, true);
+        if extra.contains(&"--reg-per-rep") {
+            for rep in c["reps"].as_array().unwrap() {
+                assert!(num(rep, "reg_ms") > 0.0, "--reg-per-rep records registration in every rep: {rep}");
+                assert!(num(rep, "reg_ms") < num(rep, "transfer_ms"), "and it is part of the transfer time");
+            }
+        }
+    }
+}
+
+#[test]
+fn in_process_sweep_between_two_devices() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-sweep");
+    let json = t.arg("s.json");
+    let out = run(&[
+        "sweep",
+        "--transport",
+        "verbs",
+        "-d",
+        &r.b_dev,
+        "--peer-device",
+        &r.a_dev,
+        "--sizes",
+        "2MiB",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        &json,
+        "--out-dir",
+        &t.arg(""),
+    ]);
+    out.expect_code(0);
+    check_case(&read_json(std::path::Path::new(&json))["cases"][0], 2 << 20, 3, true);
+}
+
+#[test]
+fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-kill");
+    let (mut serve, addr) = serve_on_a(&r, &[]);
+    let json = t.arg("k.json");
+    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "16MiB,64MiB", "--reps", "30", "--json", &json]));
+    // Kill once the first size is done, i.e. in the middle of the 64 MiB reps.
+    assert!(send.stdout.wait_for("16 MiB", Duration::from_secs(60)), "first row: {}", send.stderr.text());
+    std::thread::sleep(Duration::from_millis(500));
+    serve.kill();
+    let killed = Instant::now();
+    let status = send.wait_timeout(Duration::from_secs(20)).expect("the sender exits");
+    let took = killed.elapsed();
+    let err = send.stderr.text();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(5), "the sender took {took:?} to notice");
+    assert!(err.contains("receiver") || err.contains("RETRY_EXC"), "names what happened: {err}");
+    assert!(!err.contains("panicked"));
+    // The completed size is kept.
+    let v = read_json(std::path::Path::new(&json));
+    assert_eq!(v["cases"].as_array().unwrap().len(), 1);
+    assert!(v["error"].is_string());
+}
+
+#[test]
+fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
+    let Some(r) = rxe() else { return };
+    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "64MiB", "--reps", "30"]));
+    assert!(
+        send.stderr.wait_for("reps", Duration::from_secs(30)) || send.stdout.wait_for("size", Duration::from_secs(30))
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    send.kill();
+    let killed = Instant::now();
+    let status = serve.wait_timeout(Duration::from_secs(20)).expect("serve --once exits");
+    assert_eq!(status.code(), Some(1), "{}", serve.stderr.text());
+    assert!(killed.elapsed() < Duration::from_secs(5), "the receiver took {:?}", killed.elapsed());
+    assert!(serve.stderr.text().contains("sender"), "{}", serve.stderr.text());
+}
+
+#[test]
+fn wrong_device_names_fail_before_connecting() {
+    let Some(r) = rxe() else { return };
+    let out = run(&["send", "--peer", "127.0.0.1:9", "--transport", "verbs", "-d", "mlx5_9", "--sizes", "1MiB"]);
+    out.expect_code(2);
+    let e = out.one_error();
+    assert!(e.contains("mlx5_9") && e.contains(&r.a_dev) && e.contains(&r.b_dev), "{e}");
+    let out = run(&["serve", "--listen", "127.0.0.1:0", "-d", "nosuch", "--once"]);
+    out.expect_code(2);
+    assert!(out.one_error().contains("nosuch"));
+}
+
+#[test]
+fn devices_lists_ports_and_gid_tables() {
+    let Some(r) = rxe() else { return };
+    let out = run(&["devices"]);
+    out.expect_code(0);
+    for needle in [r.a_dev.as_str(), r.b_dev.as_str(), "ACTIVE", "Ethernet", "RoCEv2", r.a_ip.as_str(), "4096"] {
+        assert!(out.stdout.contains(needle), "devices lacks {needle:?}:\n{}", out.stdout);
+    }
+    let out = run(&["devices", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let devs = v["rdma"].as_array().expect("rdma[] in devices --json");
+    assert_eq!(devs.len(), 2);
+    let gids = devs[0]["ports"][0]["gids"].as_array().unwrap();
+    assert!(gids.iter().any(|g| g["index"] == 1 && g["type"] == "RoCEv2"));
+}
