@@ -87,9 +87,38 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
     let md_text = std::fs::read_to_string(&md).unwrap();
     assert!(md_text.contains("| 2 MiB |") && !md_text.contains("512 MiB"), "{md_text}");
     assert!(md_text.contains("stopped early"), "{md_text}");
+    // report re-renders the partial run and says it stopped early.
+    let rep = run(&["report", &json]);
+    rep.expect_code(0);
+    assert!(rep.stdout.contains("2 MiB") && rep.stdout.contains("stopped early"), "{}", rep.stdout);
     // Atomic writes leave no temp files behind.
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn ctrl_c_keeps_the_completed_cases() {
+    let dir = TempDir::new("sigint");
+    let json = dir.arg("r.json");
+    let serve = Serve::start(&[]);
+    let mut send =
+        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "1MiB,2MiB,512MiB", "--reps", "50", "--json", &json]);
+    assert!(
+        send.stdout.wait_until(Duration::from_secs(30), |t| t.lines().any(|l| l.trim_start().starts_with("2 MiB"))),
+        "no second row:\n{}",
+        send.stderr.text()
+    );
+    let pid = nix::unistd::Pid::from_raw(send.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = send.wait_timeout(EXIT_WITHIN).expect("send exits on Ctrl-C");
+    assert!(!status.success());
+    let r = read_json(&dir.join("r.json"));
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2, "the two completed cases survive Ctrl-C: {r}");
+    check_case(&cases[0], MIB, 50, false);
+    check_case(&cases[1], 2 * MIB, 50, false);
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 1, "no temp file left: {names:?}");
 }
 
 #[test]
