@@ -45,17 +45,16 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
     let dir = TempDir::new("kill-rx");
     let (json, csv, md) = (dir.arg("r.json"), dir.arg("r.csv"), dir.arg("r.md"));
     let mut serve = Serve::start(&["--once"]);
-    // A quick 2 MiB case, then 51 verified reps of 256 MiB (many seconds of work) during which the receiver dies.
-    // (256 MiB keeps the debug build's per-rep pattern fill, which delays noticing the death, well under 1 s.)
+    // A quick 2 MiB case, then 51 reps of 512 MiB (seconds of work) during which the receiver dies. No --verify:
+    // the sender does not watch the connection while it fills a verify pattern (see the ignored test below).
     let send = Proc::spawn(&[
         "send",
         "--peer",
         &serve.addr,
         "--sizes",
-        "2MiB,256MiB",
+        "2MiB,512MiB",
         "--reps",
         "50",
-        "--verify",
         "--json",
         &json,
         "--csv",
@@ -69,7 +68,7 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
         send.stdout.text(),
         send.stderr.text()
     );
-    std::thread::sleep(Duration::from_millis(300)); // into the 256 MiB case
+    std::thread::sleep(Duration::from_millis(300)); // into the 512 MiB case
     let out = kill_and_wait(&mut serve.proc, send);
     out.expect_code(1);
     let line = out.one_error();
@@ -80,17 +79,46 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
     assert_eq!(r["schema"], "kvxfer/results/v1");
     let cases = r["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 1, "only the completed case: {r}");
-    check_case(&cases[0], 2 * MIB, 50, true);
+    check_case(&cases[0], 2 * MIB, 50, false);
     let err = r["error"].as_str().expect("the JSON records why the run stopped");
     assert!(err.contains("receiver"), "{err}");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv_text.lines().count(), 2, "header + the completed case:\n{csv_text}");
     let md_text = std::fs::read_to_string(&md).unwrap();
-    assert!(md_text.contains("| 2 MiB |") && !md_text.contains("256 MiB"), "{md_text}");
+    assert!(md_text.contains("| 2 MiB |") && !md_text.contains("512 MiB"), "{md_text}");
     assert!(md_text.contains("stopped early"), "{md_text}");
+    // report re-renders the partial run and says it stopped early.
+    let rep = run(&["report", &json]);
+    rep.expect_code(0);
+    assert!(rep.stdout.contains("2 MiB") && rep.stdout.contains("stopped early"), "{}", rep.stdout);
     // Atomic writes leave no temp files behind.
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn ctrl_c_keeps_the_completed_cases() {
+    let dir = TempDir::new("sigint");
+    let json = dir.arg("r.json");
+    let serve = Serve::start(&[]);
+    let mut send =
+        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "1MiB,2MiB,512MiB", "--reps", "50", "--json", &json]);
+    assert!(
+        send.stdout.wait_until(Duration::from_secs(30), |t| t.lines().any(|l| l.trim_start().starts_with("2 MiB"))),
+        "no second row:\n{}",
+        send.stderr.text()
+    );
+    let pid = nix::unistd::Pid::from_raw(send.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = send.wait_timeout(EXIT_WITHIN).expect("send exits on Ctrl-C");
+    assert!(!status.success());
+    let r = read_json(&dir.join("r.json"));
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2, "the two completed cases survive Ctrl-C: {r}");
+    check_case(&cases[0], MIB, 50, false);
+    check_case(&cases[1], 2 * MIB, 50, false);
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 1, "no temp file left: {names:?}");
 }
 
 #[test]
@@ -159,4 +187,38 @@ fn serve_survives_a_killed_sender_and_serves_the_next() {
     let json = dir.arg("r.json");
     run(&["send", "--peer", &serve.addr, "--sizes", "1MiB", "--reps", "2", "--verify", "--json", &json]).expect_code(0);
     check_case(&read_json(&dir.join("r.json"))["cases"][0], MIB, 2, true);
+}
+
+#[test]
+#[ignore = "bug: while the sender fills a --verify pattern (and the receiver checks one) neither side watches the \
+            connection, so a dead peer is noticed only after the fill: ~0.3 s/GiB in release, so > 5 s from ~16 GiB"]
+fn receiver_killed_while_the_sender_fills_its_verify_pattern() {
+    // The debug build fills ~0.3 GiB/s, so 2 GiB takes seconds: long enough to show the bug without 16 GiB buffers.
+    let dir = TempDir::new("kill-fill");
+    let events = dir.arg("e.jsonl");
+    let mut serve = Serve::start(&["--once"]);
+    let send = Proc::spawn(&[
+        "send",
+        "--peer",
+        &serve.addr,
+        "--sizes",
+        "2GiB",
+        "--reps",
+        "2",
+        "--warmup",
+        "0",
+        "--verify",
+        "--events",
+        &events,
+    ]);
+    // The events file is created right after the handshake, just before the first fill starts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("e.jsonl").exists() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let out = kill_and_wait(&mut serve.proc, send);
+    out.expect_code(1);
+    assert!(out.one_error().contains("receiver"), "{}", out.stderr);
 }
