@@ -122,6 +122,9 @@ pub struct VerbsArgs {
     /// Completion handling: poll (busy-poll) or event (completion channel, sleeps)
     #[arg(long, default_value = "poll", value_parser = ["poll", "event"])]
     pub cq_mode: String,
+    /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
+    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    pub ack_timeout: u8,
 }
 
 /// Which RDMA device and port this end uses (`--transport verbs`).

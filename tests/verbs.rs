@@ -35,7 +35,9 @@ fn serve_on_a(r: &Rxe, extra: &[&str]) -> (Proc, String) {
 }
 
 fn send_args<'a>(r: &'a Rxe, addr: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec!["send", "--peer", addr, "--token", TOKEN, "--transport", "verbs", "-d", &r.b_dev];
+    // ACK timeout 18 (~1 s): soft-RoCE under emulation has a retransmission bug that a 67 ms timeout trips.
+    let mut v =
+        vec!["send", "--peer", addr, "--token", TOKEN, "--transport", "verbs", "-d", &r.b_dev, "--ack-timeout", "18"];
     v.extend_from_slice(extra);
     v
 }

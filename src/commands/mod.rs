@@ -158,6 +158,7 @@ pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
         mr_chunk,
         reg_per_rep: v.reg_per_rep,
         cq_mode: v.cq_mode.clone(),
+        ack_timeout: v.ack_timeout,
     })
 }
 

@@ -59,6 +59,7 @@ impl Default for VerbsConfig {
             mr_chunk: None,
             reg_per_rep: false,
             cq_mode: "poll".into(),
+            ack_timeout: default_ack_timeout(),
         }
     }
 }
@@ -79,6 +80,13 @@ pub struct VerbsConfig {
     pub reg_per_rep: bool,
     /// `poll` (busy-poll the completion queue) or `event` (completion channel).
     pub cq_mode: String,
+    /// Local ACK timeout exponent (4.096 µs × 2^N) of the queue pairs.
+    #[serde(default = "default_ack_timeout")]
+    pub ack_timeout: u8,
+}
+
+fn default_ack_timeout() -> u8 {
+    14
 }
 
 impl RunConfig {

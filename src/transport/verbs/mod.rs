@@ -67,6 +67,7 @@ pub struct VerbsTarget {
     reg: Registration,
     set: QpSet,
     rep: u32,
+    ack_timeout: u8,
     _buf: Arc<Buffer>,
 }
 
@@ -81,7 +82,7 @@ impl VerbsTarget {
         set.init(true)?;
         let lander = Lander::new(&set)?;
         let poller = Poller::new(&set);
-        Ok(VerbsTarget { lander, poller, reg, set, rep: 0, _buf: buf })
+        Ok(VerbsTarget { lander, poller, reg, set, rep: 0, ack_timeout: cfg.verbs.ack_timeout, _buf: buf })
     }
 }
 
@@ -99,7 +100,7 @@ impl Target for VerbsTarget {
 
     fn accept(&mut self, answer: serde_json::Value) -> Result<()> {
         let a: Answer = serde_json::from_value(answer).context("the sender's verbs answer is malformed")?;
-        self.set.connect(&a.endpoints)
+        self.set.connect(&a.endpoints, self.ack_timeout)
     }
 
     fn arm(&mut self, _size_bytes: u64) -> Result<()> {
@@ -140,7 +141,7 @@ impl VerbsSource {
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
         let first_reg = (reg.reg_ms, reg.method.to_string());
         set.init(false)?;
-        set.connect(&offer.endpoints)?;
+        set.connect(&offer.endpoints, v.ack_timeout)?;
         let poller = Poller::new(&set);
         let receiver = serde_json::json!({
             "port": offer.port, "reg_ms": offer.reg_ms, "reg_method": offer.reg_method, "mr_pieces": offer.pieces.len(),

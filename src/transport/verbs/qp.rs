@@ -14,9 +14,8 @@ use sideway::ibverbs::AccessFlags;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// Local ACK timeout exponent: 4.096 µs × 2^14 ≈ 67 ms per try, 7 tries — a dead peer is reported in about
-/// half a second, well inside the 5 s promise.
-const ACK_TIMEOUT: u8 = 14;
+/// Transport retries before a queue pair gives up. A dead peer is noticed sooner through the control connection
+/// (the sender watches it while posting), so this only has to ride out packet loss.
 const RETRY_COUNT: u8 = 7;
 
 /// What the peer needs to connect one queue pair to ours.
@@ -116,7 +115,8 @@ impl QpSet {
     }
 
     /// INIT → RTR → RTS against the peer's endpoints (queue pair i to the peer's queue pair i).
-    pub fn connect(&mut self, remote: &[Endpoint]) -> Result<()> {
+    /// `ack_timeout` is the local ACK timeout exponent (4.096 µs × 2^N).
+    pub fn connect(&mut self, remote: &[Endpoint], ack_timeout: u8) -> Result<()> {
         if remote.len() != self.qps.len() {
             bail!(
                 "the peer has {} queue pairs, this end {}; both ends must agree on --qps",
@@ -144,7 +144,7 @@ impl QpSet {
             let mut a = QueuePairAttribute::new();
             a.setup_state(QueuePairState::ReadyToSend)
                 .setup_sq_psn(self.psns[i])
-                .setup_timeout(ACK_TIMEOUT)
+                .setup_timeout(ack_timeout)
                 .setup_retry_cnt(RETRY_COUNT)
                 .setup_rnr_retry(7)
                 .setup_max_read_atomic(1);
