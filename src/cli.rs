@@ -102,7 +102,7 @@ pub struct RunArgs {
 #[command(next_help_heading = "RDMA verbs (--transport verbs)")]
 pub struct VerbsArgs {
     /// RC queue pairs; writes are spread over them round-robin
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 4)]
     pub qps: u32,
     /// Work requests linked into one ibv_post_send
     #[arg(long, default_value_t = 16)]

@@ -52,7 +52,7 @@ impl Default for VerbsConfig {
     /// The CLI's defaults.
     fn default() -> Self {
         VerbsConfig {
-            qps: 1,
+            qps: 4,
             batch: 16,
             inflight: 128,
             signal_every: 16,

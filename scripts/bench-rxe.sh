@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench-rxe.sh — kvxfer's verbs transport against perftest's ib_write_bw on the same soft-RoCE link, in one boot
+# of the rxe VM (scripts/rxe-vm): server on rxeA, client on rxeB, at 4, 16 and 64 MiB. Prints both bandwidths in
+# GB/s (10^9 B/s; ib_write_bw's MB/sec are 2^20 B) and the ratio kvxfer p50 / ib_write_bw average, against
+# ib_write_bw's default single queue pair and against 4 queue pairs (kvxfer's default).
+#   SIZES_MIB   sizes to compare (default "4 16 64")
+#   KVXFER_ARGS extra kvxfer send arguments (default: none, i.e. kvxfer's defaults)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+mkdir -p target/bench-rxe
+inner=target/bench-rxe/inner.sh
+cat > "$inner" <<'INNER'
+set -u
+K=target/release/kvxfer
+out=target/bench-rxe
+export KVXFER_TOKEN=bench
+: > $out/rows.tsv
+for mib in ${SIZES_MIB:-4 16 64}; do
+  bytes=$((mib << 20)); iters=$(( 320 / mib )); [ $iters -lt 5 ] && iters=5
+  # perftest: N messages of SIZE, tx depth 128 (its defaults), with 1 QP (its default) and with 4 (kvxfer's).
+  ib=""
+  for q in 1 4; do
+    timeout 300 ib_write_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
+    sleep 2
+    timeout 300 ib_write_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1
+    wait $srv
+    ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
+  done
+  # kvxfer: one transfer of SIZE per rep, p50 of 5 reps after 1 warm-up.
+  port=$((20000 + mib))
+  timeout 300 $K serve --listen "$RXE_A_IP:$port" -d "$RXE_A_DEV" --once > $out/serve.log 2>&1 & srv=$!
+  sleep 1
+  timeout 300 $K send --peer "$RXE_A_IP:$port" -d "$RXE_B_DEV" --transport verbs --sizes ${mib}MiB --reps 5 \
+     --json $out/k$mib.json ${KVXFER_ARGS:-} > $out/send.log 2>&1 || { echo "kvxfer failed:"; cat $out/send.log $out/serve.log; }
+  wait $srv
+  kv=$(python3 -c "import json;print(json.load(open('$out/k$mib.json'))['cases'][0]['gbps']['p50'])" 2>/dev/null || echo nan)
+  echo -e "$mib\t${ib}$kv" >> $out/rows.tsv
+done
+INNER
+SIZES_MIB=${SIZES_MIB:-} KVXFER_ARGS=${KVXFER_ARGS:-} RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500} scripts/rxe-vm -- bash "$inner" >&2
+python3 - target/bench-rxe/rows.tsv "${KVXFER_ARGS:-}" <<'PY'
+import sys, math
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
+print(f"kvxfer verbs vs ib_write_bw on soft-RoCE (rxeB -> rxeA, one VM boot); kvxfer args: {sys.argv[2] or '(defaults)'}")
+print(f"{'size':>8} {'ib_write_bw -q1':>16} {'ib_write_bw -q4':>16} {'kvxfer p50':>11} {'ratio vs q1':>12} {'ratio vs q4':>12}   (GB/s)")
+def gbps(mb):
+    try:
+        return float(mb) * 2**20 / 1e9
+    except ValueError:
+        return math.nan
+for mib, ib1, ib4, kv in rows:
+    a, b, k = gbps(ib1), gbps(ib4), float(kv)
+    print(f"{mib + ' MiB':>8} {a:>16.4f} {b:>16.4f} {k:>11.4f} {k / a:>12.3f} {k / b:>12.3f}")
+PY
