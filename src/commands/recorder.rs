@@ -69,6 +69,9 @@ impl Recorder {
             self.results.error = Some(format!("{e:#}"));
         }
         self.save()?;
+        if let Some(line) = table::ceiling_note(&self.results.cases) {
+            println!("{line}");
+        }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
         if clamped {
             println!("* block size clamped to the transfer size");
@@ -97,6 +100,7 @@ impl RunSink for Recorder {
         let result = CaseResult::from_record(case, self.verify);
         self.progress.println(&table::live_row(&result));
         self.results.cases.push(result);
+        self.results.update_ceiling();
         self.save()
     }
 }

@@ -18,6 +18,9 @@ pub fn run(a: ReportArgs) -> Result<()> {
         for r in &all {
             println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
             println!("{}", table::render(&r.cases));
+            for note in table::notes(&r.cases) {
+                println!("{note}");
+            }
             if let Some(e) = &r.error {
                 println!("note: this run stopped early: {e}");
             }
