@@ -1,7 +1,7 @@
 //! The sink of a running sender: prints a row per size as it finishes, moves the progress bar, and rewrites every
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
-use crate::cli::OutputArgs;
+use crate::cli::{FigArgs, OutputArgs};
 use crate::export::{self, events::EventsFile, json::Results};
 use crate::output::{progress::Progress, table};
 use crate::plan::{sizes::format_size, RunConfig};
@@ -18,6 +18,7 @@ pub struct Recorder {
     md: Option<PathBuf>,
     events: Option<EventsFile>,
     verify: bool,
+    fig: FigArgs,
 }
 
 impl Recorder {
@@ -27,6 +28,10 @@ impl Recorder {
             if let Some(p) = p {
                 export::check_writable(flag, p)?;
             }
+        }
+        export::plot::parse_lines(&out.fig.lines)?;
+        if let Some(dir) = &out.fig.fig {
+            export::plot::prepare_dir(dir)?;
         }
         Ok(())
     }
@@ -44,6 +49,7 @@ impl Recorder {
             md: out.md.clone(),
             events,
             verify: cfg.verify,
+            fig: out.fig.clone(),
         })
     }
 
@@ -80,6 +86,20 @@ impl Recorder {
             if let Some(p) = p {
                 eprintln!("{what}: {}", p.display());
             }
+        }
+        self.write_figures()
+    }
+
+    /// `--fig`: draw the completed sizes (even of a run that stopped early) from the results in memory.
+    fn write_figures(&self) -> Result<()> {
+        let Some(dir) = &self.fig.fig else { return Ok(()) };
+        if self.results.cases.is_empty() {
+            eprintln!("figures: none drawn, no size completed");
+            return Ok(());
+        }
+        let lines = export::plot::parse_lines(&self.fig.lines)?;
+        for f in export::plot::write_figures(&[(self.results.label.clone(), &self.results)], dir, &lines)? {
+            eprintln!("figure: {}", f.display());
         }
         Ok(())
     }
