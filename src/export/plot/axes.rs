@@ -109,7 +109,7 @@ mod tests {
         assert_eq!(t.len(), 9);
         assert_eq!(SizeAxis::size_label(t[0]), "48 MiB");
         assert_eq!(a.token_label(t[8]), "128k");
-        let dense = SizeAxis::new((0..40).map(|i| ((1u64 << 20) << (i / 2)) + i as u64 % 2, None));
+        let dense = SizeAxis::new((0..40).map(|i| (((1u64 << 20) << (i / 2)) + i as u64 % 2, None)));
         assert!(dense.ticks().len() <= MAX_SIZE_TICKS + 1 && dense.tokens.is_none());
     }
 
