@@ -1,10 +1,11 @@
 //! The ceiling: the steady-state bandwidth a link settles at once transfers are large enough.
 //!
 //! Rule, over the cases in size order (p50 GB/s of each size):
-//! - a plateau is a run of at least 2 consecutive sizes whose p50s all lie within ±5% of the run's median;
-//! - runs whose median is below 75% of the highest p50 are skipped, so a long collapse at large sizes (the seed's
-//!   6–12 GiB drop) is never called the ceiling;
-//! - the plateau is the longest remaining run (ties: the higher median), and the ceiling is its median.
+//! - a flat run is at least 2 consecutive sizes whose p50s all lie within ±5% of the run's median — one fast size
+//!   alone is a spike, not a ceiling;
+//! - only flat runs whose median is within 5% of the highest flat-run median count: the ceiling is the top, so a long
+//!   collapse at large sizes (the seed's 6–12 GiB drop) or a long middle stretch below a faster end never wins;
+//! - of those, the longest (ties: the higher median) is the plateau, and the ceiling is its median.
 //!
 //! No plateau (fewer than 2 sizes, or every neighbour differs by more than 5%) means no ceiling: the link never
 //! settled within the sizes measured.
@@ -14,8 +15,8 @@ use super::CaseResult;
 
 /// p50s within this fraction of the plateau's median count as flat.
 pub const FLAT_TOLERANCE: f64 = 0.05;
-/// Plateaus whose median is below this fraction of the best p50 are not the ceiling.
-pub const MIN_FRACTION_OF_BEST: f64 = 0.75;
+/// Flat runs whose median is below this fraction of the highest flat-run median are not the ceiling.
+pub const MIN_FRACTION_OF_TOP: f64 = 0.95;
 
 /// The detected plateau: its median p50 and the sizes it spans.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,26 +31,20 @@ pub fn ceiling(cases: &[CaseResult]) -> Option<Ceiling> {
     let mut points: Vec<(u64, f64)> =
         cases.iter().map(|c| (c.size_bytes, c.gbps.p50)).filter(|(_, g)| g.is_finite()).collect();
     points.sort_by_key(|p| p.0);
-    let best = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
-    let mut found: Option<(usize, Ceiling)> = None;
+    let mut flat: Vec<(usize, Ceiling)> = Vec::new();
     for i in 0..points.len() {
         for j in i + 1..points.len() {
             let run = &points[i..=j];
-            let Some(median) = flat_median(run) else { continue };
-            if median < MIN_FRACTION_OF_BEST * best {
-                continue;
-            }
-            let len = run.len();
-            let better = match &found {
-                None => true,
-                Some((l, c)) => len > *l || (len == *l && median > c.gbps),
-            };
-            if better {
-                found = Some((len, Ceiling { gbps: median, first_size: run[0].0, last_size: run[len - 1].0 }));
+            if let Some(median) = flat_median(run) {
+                flat.push((run.len(), Ceiling { gbps: median, first_size: run[0].0, last_size: run[run.len() - 1].0 }));
             }
         }
     }
-    found.map(|(_, c)| c)
+    let top = flat.iter().map(|f| f.1.gbps).fold(f64::NEG_INFINITY, f64::max);
+    flat.into_iter()
+        .filter(|f| f.1.gbps >= MIN_FRACTION_OF_TOP * top)
+        .max_by(|a, b| a.0.cmp(&b.0).then(a.1.gbps.total_cmp(&b.1.gbps)))
+        .map(|f| f.1)
 }
 
 /// The median of the run's p50s when every one lies within the tolerance of it.
@@ -105,6 +100,14 @@ mod tests {
         // The seed's shape: ~9.7 GB/s, then 6–12 GiB fall to ~4 over more sizes than the plateau spans.
         let c = ceiling(&run(&[9.6, 9.7, 9.7, 4.1, 4.0, 4.0, 4.1])).unwrap();
         assert_eq!(c.gbps, 9.7);
+    }
+
+    #[test]
+    fn a_short_faster_end_beats_a_long_slower_middle() {
+        // TCP loopback on a small VM: ~3.0 GB/s over three sizes, then ~3.5 over the two largest.
+        let c = ceiling(&run(&[3.35, 3.02, 2.99, 2.96, 3.43, 3.55])).unwrap();
+        assert_eq!(c.gbps, 3.49);
+        assert_eq!((c.first_size, c.last_size), (1536 << 20, 3072 << 20));
     }
 
     #[test]

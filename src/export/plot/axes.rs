@@ -88,14 +88,10 @@ pub fn log_range(lo: f64, hi: f64) -> (std::ops::Range<f64>, Vec<f64>) {
     (range, ticks)
 }
 
-/// A tick value without trailing zeros: 0.05, 0.2, 1, 20, 500, 2000.
+/// A tick value without trailing zeros: 0.05, 0.2, 1, 2.5, 20, 500, 2000.
 pub fn number_label(v: f64) -> String {
-    if v >= 1.0 {
-        format!("{}", v.round())
-    } else {
-        let s = format!("{v:.4}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
+    let s = format!("{v:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[cfg(test)]
@@ -124,5 +120,6 @@ mod tests {
         let (r, t) = log_range(0.14, 33.0);
         assert!(r.start < 0.14 && r.end > 33.0);
         assert_eq!(t.iter().map(|v| number_label(*v)).collect::<Vec<_>>(), ["0.2", "0.5", "1", "2", "5", "10", "20"]);
+        assert_eq!([2.5, 1.5, 0.0, 400.0, 0.05].map(number_label), ["2.5", "1.5", "0", "400", "0.05"]);
     }
 }
