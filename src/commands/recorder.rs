@@ -118,9 +118,12 @@ impl RunSink for Recorder {
 
     fn case_done(&mut self, case: &CaseRecord) -> Result<()> {
         let result = CaseResult::from_record(case, self.verify);
-        self.progress.println(&table::live_row(&result));
+        let row = table::live_row(&result);
         self.results.cases.push(result);
         self.results.update_ceiling();
-        self.save()
+        // Save before printing: once a row is on screen, an interrupted run's files already hold that size.
+        let saved = self.save();
+        self.progress.println(&row);
+        saved
     }
 }
