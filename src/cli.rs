@@ -29,7 +29,8 @@ pub enum Command {
                             kvxfer sweep --transport cuda --src gpu:0 --dst gpu:1 --tokens 1k,128k --model qwen3-30b-a3b\n\n".to_owned() + UNITS_NOTE)]
     Sweep(SweepArgs),
     /// Re-render tables from saved results files.
-    #[command(after_help = "Example:\n  kvxfer report results/a.json results/b.json --md tables.md\n\n".to_owned() + UNITS_NOTE)]
+    #[command(after_help = "Examples:\n  kvxfer report results/a.json results/b.json --md tables.md\n  \
+                            kvxfer report a.json b.json --fig figs --line \"NIC 25 GB/s=25\"\n\n".to_owned() + UNITS_NOTE)]
     Report(ReportArgs),
     /// Show what this host offers: CPUs, memory, huge pages.
     #[command(after_help = "Example:\n  kvxfer devices --json")]
@@ -156,6 +157,18 @@ pub struct OutputArgs {
     /// Write per-rep stage timestamps of both ends here (JSON lines)
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    #[command(flatten)]
+    pub fig: FigArgs,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct FigArgs {
+    /// Write figures here (PNG and SVG; created if its parent exists): time and bandwidth vs size, per-rep GB/s
+    #[arg(long, value_name = "DIR")]
+    pub fig: Option<PathBuf>,
+    /// A reference line on the bandwidth figure, LABEL=GBPS; repeatable: --line "NIC 25 GB/s=25"
+    #[arg(long = "line", value_name = "LABEL=GBPS", requires = "fig")]
+    pub lines: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -240,9 +253,11 @@ pub struct ReportArgs {
     /// Write the Markdown tables here (or print Markdown instead of boxed tables when given without a file: -)
     #[arg(long, value_name = "FILE")]
     pub md: Option<PathBuf>,
-    /// Write CSV here (- for stdout)
+    /// Write CSV here (- for stdout); with several files, the side-by-side table goes to FILE's .compare.csv
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub fig: FigArgs,
 }
 
 #[derive(Args, Debug)]

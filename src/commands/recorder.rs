@@ -1,7 +1,7 @@
 //! The sink of a running sender: prints a row per size as it finishes, moves the progress bar, and rewrites every
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
-use crate::cli::OutputArgs;
+use crate::cli::{FigArgs, OutputArgs};
 use crate::export::{self, events::EventsFile, json::Results};
 use crate::output::{progress::Progress, table};
 use crate::plan::{sizes::format_size, RunConfig};
@@ -18,6 +18,7 @@ pub struct Recorder {
     md: Option<PathBuf>,
     events: Option<EventsFile>,
     verify: bool,
+    fig: FigArgs,
 }
 
 impl Recorder {
@@ -27,6 +28,10 @@ impl Recorder {
             if let Some(p) = p {
                 export::check_writable(flag, p)?;
             }
+        }
+        export::plot::parse_lines(&out.fig.lines)?;
+        if let Some(dir) = &out.fig.fig {
+            export::plot::prepare_dir(dir)?;
         }
         Ok(())
     }
@@ -44,6 +49,7 @@ impl Recorder {
             md: out.md.clone(),
             events,
             verify: cfg.verify,
+            fig: out.fig.clone(),
         })
     }
 
@@ -69,6 +75,9 @@ impl Recorder {
             self.results.error = Some(format!("{e:#}"));
         }
         self.save()?;
+        if let Some(line) = table::ceiling_note(&self.results.cases) {
+            println!("{line}");
+        }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
         if clamped {
             println!("* block size clamped to the transfer size");
@@ -77,6 +86,20 @@ impl Recorder {
             if let Some(p) = p {
                 eprintln!("{what}: {}", p.display());
             }
+        }
+        self.write_figures()
+    }
+
+    /// `--fig`: draw the completed sizes (even of a run that stopped early) from the results in memory.
+    fn write_figures(&self) -> Result<()> {
+        let Some(dir) = &self.fig.fig else { return Ok(()) };
+        if self.results.cases.is_empty() {
+            eprintln!("figures: none drawn, no size completed");
+            return Ok(());
+        }
+        let lines = export::plot::parse_lines(&self.fig.lines)?;
+        for f in export::plot::write_figures(&[(self.results.label.clone(), &self.results)], dir, &lines)? {
+            eprintln!("figure: {}", f.display());
         }
         Ok(())
     }
@@ -95,8 +118,12 @@ impl RunSink for Recorder {
 
     fn case_done(&mut self, case: &CaseRecord) -> Result<()> {
         let result = CaseResult::from_record(case, self.verify);
-        self.progress.println(&table::live_row(&result));
+        let row = table::live_row(&result);
         self.results.cases.push(result);
-        self.save()
+        self.results.update_ceiling();
+        // Save before printing: once a row is on screen, an interrupted run's files already hold that size.
+        let saved = self.save();
+        self.progress.println(&row);
+        saved
     }
 }

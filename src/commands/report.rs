@@ -2,9 +2,9 @@
 
 use crate::cli::ReportArgs;
 use crate::export::{self, json::Results};
-use crate::output::table;
+use crate::output::{compare, table};
 use anyhow::Result;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub fn run(a: ReportArgs) -> Result<()> {
     let all = a.files.iter().map(|f| Results::read(f)).collect::<Result<Vec<_>>>()?;
@@ -13,23 +13,69 @@ pub fn run(a: ReportArgs) -> Result<()> {
             export::check_writable(flag, p)?;
         }
     }
+    let lines = export::plot::parse_lines(&a.fig.lines)?;
+    if let Some(dir) = &a.fig.fig {
+        export::plot::prepare_dir(dir)?;
+    }
+    let several = all.len() > 1;
     let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
     if !stdout_taken {
         for r in &all {
             println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
             println!("{}", table::render(&r.cases));
+            for note in table::notes(&r.cases) {
+                println!("{note}");
+            }
             if let Some(e) = &r.error {
                 println!("note: this run stopped early: {e}");
             }
             println!();
         }
+        if several {
+            println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&all));
+        }
         println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
     }
-    emit(a.md.as_deref(), &export::markdown::render(&all))?;
+    let mut md = export::markdown::render(&all);
+    if several {
+        md.push_str(&compare::markdown(&all));
+    }
+    emit(a.md.as_deref(), &md)?;
     if a.csv.is_some() {
         emit(a.csv.as_deref(), &export::csv::render(&all)?)?;
     }
+    match a.csv.as_deref() {
+        Some(p) if several && p != Path::new("-") => {
+            let side = p.with_extension("compare.csv");
+            export::write_atomic(&side, compare::csv(&all)?.as_bytes())?;
+            eprintln!("side-by-side csv: {}", side.display());
+        }
+        _ => {}
+    }
+    if let Some(dir) = &a.fig.fig {
+        let named: Vec<(String, &Results)> = series_names(&all, &a.files).into_iter().zip(&all).collect();
+        for f in export::plot::write_figures(&named, dir, &lines)? {
+            eprintln!("figure: {}", f.display());
+        }
+    }
     Ok(())
+}
+
+/// Each run's name in figures: its label, or its file name when it has none; runs sharing a label get the file
+/// name added, so two series never look alike in a legend.
+fn series_names(all: &[Results], files: &[PathBuf]) -> Vec<String> {
+    let file = |f: &PathBuf| f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    all.iter()
+        .zip(files)
+        .map(|(r, f)| {
+            let dup = all.iter().filter(|o| o.label == r.label).count() > 1;
+            match r.label.trim() {
+                "" => file(f),
+                l if dup => format!("{l} ({})", file(f)),
+                l => l.to_string(),
+            }
+        })
+        .collect()
 }
 
 fn emit(path: Option<&Path>, text: &str) -> Result<()> {

@@ -1,7 +1,7 @@
 //! The results JSON (`kvxfer/results/v1`): the contract users script against. Extend, never rename.
 
 use crate::env::Env;
-use crate::stats::CaseResult;
+use crate::stats::{Bimodality, CaseResult};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -45,6 +45,9 @@ pub struct Results {
     pub env: serde_json::Value,
     pub config: ConfigJson,
     pub cases: Vec<CaseResult>,
+    /// Steady-state bandwidth (GB/s) over the sizes where p50 is flat (see `stats::ceiling`); null when none.
+    #[serde(default)]
+    pub ceiling_gbps: Option<f64>,
     /// Set when the run stopped early; the cases above are complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -60,6 +63,7 @@ impl Results {
             env: serde_json::to_value(env).expect("env serializes"),
             config,
             cases: Vec::new(),
+            ceiling_gbps: None,
             error: None,
         }
     }
@@ -86,8 +90,25 @@ impl Results {
                 bail!(crate::error::usage(format!("{}: not a kvxfer results file (no \"schema\")", path.display())))
             }
         }
-        serde_json::from_value(v)
+        let mut r: Results = serde_json::from_value(v)
             .map_err(|e| crate::error::usage(format!("{}: malformed results: {e}", path.display())))
-            .context("reading results")
+            .context("reading results")?;
+        r.fill_derived();
+        Ok(r)
+    }
+
+    /// Recompute the ceiling from the cases (after each size, so the file always carries it).
+    pub fn update_ceiling(&mut self) {
+        self.ceiling_gbps = crate::stats::ceiling(&self.cases).map(|c| c.gbps);
+    }
+
+    /// Files written before bimodality and the ceiling existed lack them; derive both from what they do hold.
+    fn fill_derived(&mut self) {
+        for c in self.cases.iter_mut().filter(|c| c.bimodal.method.is_empty()) {
+            c.bimodal = Bimodality::of(&c.reps.iter().map(|r| r.gbps).collect::<Vec<_>>());
+        }
+        if self.ceiling_gbps.is_none() {
+            self.update_ceiling();
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! `--md`: a Markdown table per run, the form users paste into reports and issues.
 
 use super::json::Results;
-use crate::output::table::{case_cells, CASE_HEADER};
+use crate::output::table::{case_cells, notes, CASE_HEADER};
 
 pub fn render(all: &[Results]) -> String {
     let mut out = String::new();
@@ -14,6 +14,10 @@ pub fn render(all: &[Results]) -> String {
         out.push_str(&format!("|{}\n", CASE_HEADER.iter().map(|_| "---:|").collect::<String>()));
         for c in &r.cases {
             out.push_str(&format!("| {} |\n", case_cells(c).join(" | ")));
+        }
+        let notes = notes(&r.cases);
+        if !notes.is_empty() {
+            out.push_str(&format!("\n{}\n", notes.join("  \n")));
         }
         if r.cases.iter().any(|c| c.block_clamped) {
             out.push_str("\n\\* block size clamped to the transfer size\n");

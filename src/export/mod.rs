@@ -5,6 +5,7 @@ pub mod csv;
 pub mod events;
 pub mod json;
 pub mod markdown;
+pub mod plot;
 
 use anyhow::{Context, Result};
 use std::path::Path;

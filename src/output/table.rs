@@ -1,7 +1,7 @@
 //! The per-size table: the same cells for live console rows, `report`, and Markdown.
 
 use crate::plan::sizes::{format_size, format_tokens};
-use crate::stats::CaseResult;
+use crate::stats::{ceiling, modes::format_gbps, CaseResult};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 pub const CASE_HEADER: &[&str] =
@@ -44,9 +44,36 @@ pub fn live_header() -> String {
     row(&CASE_HEADER.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
-/// One console row, printed as soon as a size finishes.
+/// One console row, printed as soon as a size finishes (bimodal sizes say so at the end of the row).
 pub fn live_row(c: &CaseResult) -> String {
-    row(&case_cells(c))
+    match c.bimodal.describe() {
+        Some(modes) => format!("{}  ⚠ bimodal {modes}", row(&case_cells(c))),
+        None => row(&case_cells(c)),
+    }
+}
+
+/// The lines printed under a run's table: its ceiling and every bimodal size.
+pub fn notes(cases: &[CaseResult]) -> Vec<String> {
+    ceiling_note(cases).into_iter().chain(cases.iter().filter_map(bimodal_note)).collect()
+}
+
+/// "ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)", when the run has a plateau.
+pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
+    ceiling(cases).map(|c| {
+        format!(
+            "ceiling {} GB/s (p50 flat within ±5% from {} to {})",
+            format_gbps(c.gbps),
+            format_size(c.first_size),
+            format_size(c.last_size)
+        )
+    })
+}
+
+/// "⚠ bimodal at 12 GiB: 3.41 / 9.70 GB/s (2 + 3 of 5 reps)", when the size is bimodal.
+pub fn bimodal_note(c: &CaseResult) -> Option<String> {
+    let modes = c.bimodal.describe()?;
+    let counts: Vec<String> = c.bimodal.counts.iter().map(|n| n.to_string()).collect();
+    Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", format_size(c.size_bytes), counts.join(" + "), c.n))
 }
 
 /// A boxed table of every case, for `report`.

@@ -1,6 +1,6 @@
 //! One size's results as stored in the results JSON (the `cases[]` contract) and rendered in tables.
 
-use super::{RateSummary, Summary};
+use super::{Bimodality, RateSummary, Summary};
 use crate::run::{CaseRecord, RepRecord};
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,9 @@ pub struct CaseResult {
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
+    /// Whether the per-rep bandwidths form two modes (see `stats::modes`); absent in older files.
+    #[serde(default)]
+    pub bimodal: Bimodality,
 }
 
 impl CaseResult {
@@ -62,6 +65,7 @@ impl CaseResult {
             writes: rec.writes,
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
+            bimodal: Bimodality::of(&rec.reps.iter().map(|r| r.gbps).collect::<Vec<_>>()),
         }
     }
 }

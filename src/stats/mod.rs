@@ -1,7 +1,11 @@
 //! Turning per-rep measurements into the numbers users quote.
 
 pub mod case;
+pub mod ceiling;
+pub mod modes;
 pub mod summary;
 
 pub use case::CaseResult;
+pub use ceiling::{ceiling, Ceiling};
+pub use modes::Bimodality;
 pub use summary::{gbps, RateSummary, Summary};

@@ -1,0 +1,106 @@
+//! Figure 2: bandwidth vs size — p50 (thick, filled markers) and max (thin, hollow markers) per run, each run's
+//! detected ceiling as a long-dashed line annotated at the left, and the user's reference lines annotated at the right.
+
+use super::axes::{self, SizeAxis, LOG_GBPS_RATIO};
+use super::style::{self, text, Dash, LegendEntry, NOTE_PX};
+use super::{chart, Drawn, Figure, RefLine, Run};
+use crate::stats::modes::format_gbps;
+use plotters::coord::{CoordTranslate, Shift};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+pub struct BandwidthFigure<'a> {
+    runs: &'a [Run<'a>],
+    lines: &'a [RefLine],
+    sizes: SizeAxis,
+}
+
+impl<'a> BandwidthFigure<'a> {
+    pub fn new(runs: &'a [Run<'a>], lines: &'a [RefLine]) -> BandwidthFigure<'a> {
+        BandwidthFigure { runs, lines, sizes: chart::size_axis(runs) }
+    }
+
+    fn legend(&self) -> Vec<LegendEntry> {
+        let grey = style::INK;
+        let mut e = super::run_entries(self.runs);
+        e.push(LegendEntry { text: "p50".into(), colour: grey, dash: Some(Dash::Solid), marker: None, width: 3 });
+        e.push(LegendEntry {
+            text: "max".into(),
+            colour: grey,
+            dash: Some(Dash::Solid),
+            marker: Some((style::Marker::Circle, false)),
+            width: 1,
+        });
+        e
+    }
+}
+
+impl Figure for BandwidthFigure<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+        let title = "Bandwidth vs size (GB/s = 10^9 B/s), with the detected ceiling";
+        let area = super::frame(root, title, &self.legend())?;
+        let cases = || self.runs.iter().flat_map(|r| r.results.cases.iter());
+        let refs = self.lines.iter().map(|l| l.gbps);
+        let hi = cases().map(|c| c.gbps.max).chain(refs.clone()).filter(|v| v.is_finite()).fold(0.0, f64::max);
+        let lo = cases().map(|c| c.gbps.min).chain(refs).filter(|v| v.is_finite()).fold(f64::INFINITY, f64::min);
+        let lowest_p50 = cases().map(|c| c.gbps.p50).fold(f64::INFINITY, f64::min);
+        let highest_p50 = cases().map(|c| c.gbps.p50).filter(|v| v.is_finite()).fold(0.0, f64::max);
+        // Runs 20× apart would flatten the slower one against zero on a linear axis.
+        if highest_p50 > LOG_GBPS_RATIO * lowest_p50 {
+            // Headroom above the top (×1.8, a quarter decade) for the ceiling's annotation.
+            let (range, ticks) = axes::log_range(lo, hi * 1.8);
+            let y = range.log_scale().with_key_points(ticks);
+            let desc = "bandwidth, GB/s (log scale)";
+            chart::size_chart(&area, &self.sizes, self.runs, y, desc, &|v| axes::number_label(*v), |p| {
+                self.draw_content(p)
+            })
+        } else {
+            // Headroom above the highest point keeps the annotations off the data.
+            let y = 0.0..(hi * 1.15).max(1e-6);
+            let desc = "bandwidth, GB/s";
+            chart::size_chart(&area, &self.sizes, self.runs, y, desc, &|v| axes::number_label(*v), |p| {
+                self.draw_content(p)
+            })
+        }
+    }
+}
+
+impl BandwidthFigure<'_> {
+    fn draw_content<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
+        &self,
+        plot: &DrawingArea<DB, CT>,
+    ) -> Drawn<DB> {
+        let x_range = self.sizes.range();
+        let (x_lo, x_hi) = (x_range.start, x_range.end);
+        for l in self.lines {
+            style::path(plot, vec![(x_lo, l.gbps), (x_hi, l.gbps)], Dash::Dotted, style::INK.stroke_width(2))?;
+            let at = Pos::new(HPos::Right, VPos::Bottom);
+            plot.draw(&style::label((x_hi, l.gbps), (-8, -4), l.label.clone(), text(NOTE_PX).pos(at)))?;
+        }
+        for r in self.runs {
+            let mut cases: Vec<_> = r.results.cases.iter().collect();
+            cases.sort_by_key(|c| c.size_bytes);
+            let max: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.gbps.max)).collect();
+            let p50: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.gbps.p50)).collect();
+            style::path(plot, max.clone(), Dash::Solid, r.style.colour.stroke_width(1))?;
+            for p in max {
+                plot.draw(&style::marker(p, r.style.marker, 4, r.style.colour, false))?;
+            }
+            style::path(plot, p50.clone(), r.style.dash, r.style.colour.stroke_width(3))?;
+            for p in p50 {
+                plot.draw(&style::marker(p, r.style.marker, 5, r.style.colour, true))?;
+            }
+        }
+        for r in self.runs {
+            let Some(c) = r.ceiling else { continue };
+            // Thin long dashes: unlike any run's p50 line, which is thick, even where they coincide on the plateau.
+            let line = vec![(x_lo, c.gbps), (x_hi, c.gbps)];
+            plot.draw(&plotters::element::DashedPathElement::new(line, 16, 6, r.style.colour.stroke_width(1)))?;
+            let label = format!("ceiling {} GB/s", format_gbps(c.gbps));
+            let at = Pos::new(HPos::Left, VPos::Bottom);
+            let style = text(NOTE_PX + 1).color(&r.style.colour).pos(at);
+            plot.draw(&style::label((x_lo, c.gbps), (8, -5), label, style))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,194 @@
+//! `--fig DIR`: figures drawn from results, each as PNG and SVG, every run a series named by its label:
+//! - `time-vs-size`: p50 transfer time vs size, log-log, with the min–max band;
+//! - `bandwidth-vs-size`: p50 and max GB/s vs size, each run's ceiling, and the user's `--line`s;
+//! - `reps-bandwidth`: every rep's GB/s per size (strip plot), bimodal sizes marked.
+//!
+//! Runs differ by colour, marker and dash, so the figures still read in greyscale. Legends sit above the plot.
+
+mod axes;
+mod bandwidth;
+mod chart;
+mod raster;
+mod reps;
+mod style;
+mod time;
+
+use crate::export::json::Results;
+use crate::stats::{ceiling, Ceiling};
+use anyhow::{Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+use style::RunStyle;
+
+/// What the figure functions return: plotters' error of whichever backend draws.
+type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// A horizontal reference line on the bandwidth figure (`--line "NIC 25 GB/s=25"`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefLine {
+    pub label: String,
+    pub gbps: f64,
+}
+
+/// One run as the figures see it.
+pub struct Run<'a> {
+    pub name: String,
+    pub results: &'a Results,
+    pub style: RunStyle,
+    pub ceiling: Option<Ceiling>,
+}
+
+/// Parse every `--line LABEL=GBPS`; the value is after the last `=`, so labels may contain `=`.
+pub fn parse_lines(lines: &[String]) -> Result<Vec<RefLine>> {
+    lines
+        .iter()
+        .map(|l| {
+            let bad = |why: &str| {
+                crate::error::usage(format!("--line {l:?}: {why}; expected LABEL=GBPS, e.g. --line \"NIC 25 GB/s=25\""))
+            };
+            let (label, value) = l.rsplit_once('=').ok_or_else(|| bad("no '='"))?;
+            let label = label.trim();
+            if label.is_empty() {
+                return Err(bad("the label is empty"));
+            }
+            let gbps: f64 = value.trim().parse().map_err(|_| bad(&format!("{:?} is not a number", value.trim())))?;
+            if !(gbps.is_finite() && gbps > 0.0) {
+                return Err(bad("the bandwidth must be a positive number of GB/s"));
+            }
+            Ok(RefLine { label: label.to_string(), gbps })
+        })
+        .collect()
+}
+
+/// Make sure `--fig DIR` can be written: create DIR when its parent exists (a missing parent is a usage error).
+pub fn prepare_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return crate::export::check_writable("--fig", &dir.join("figure.png"));
+    }
+    if dir.exists() {
+        crate::bail_usage!("--fig {}: is a file, not a directory; give a directory for the figures", dir.display());
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        crate::bail_usage!(
+            "--fig {}: directory {} does not exist; create it first (kvxfer creates only the last level)",
+            dir.display(),
+            parent.display()
+        );
+    }
+    std::fs::create_dir(dir)
+        .map_err(|e| crate::error::usage(format!("--fig {}: cannot create the directory: {e}", dir.display())))
+}
+
+/// Draw every figure of these runs (named, in order) into `dir`; returns the files written.
+pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine]) -> Result<Vec<PathBuf>> {
+    style::register();
+    let runs: Vec<Run> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, r))| !r.cases.is_empty())
+        .map(|(i, (name, r))| Run {
+            name: name.clone(),
+            results: r,
+            style: style::run_style(i),
+            ceiling: ceiling(&r.cases),
+        })
+        .collect();
+    if runs.is_empty() {
+        crate::bail_usage!("--fig {}: no run has a completed size to draw", dir.display());
+    }
+    let mut written = Vec::new();
+    written.extend(save(&time::TimeFigure::new(&runs), dir, "time-vs-size")?);
+    written.extend(save(&bandwidth::BandwidthFigure::new(&runs, lines), dir, "bandwidth-vs-size")?);
+    written.extend(save(&reps::RepsFigure::new(&runs), dir, "reps-bandwidth")?);
+    Ok(written)
+}
+
+/// A figure that draws on any plotters backend, so one description gives both PNG and SVG.
+trait Figure {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB>;
+}
+
+/// Render `fig` as `dir/stem.png` and `dir/stem.svg`, each written whole or not at all.
+fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
+    let png = dir.join(format!("{stem}.png"));
+    let tmp = dir.join(format!(".{stem}.tmp.{}.png", std::process::id()));
+    {
+        let backend = raster::TextFix::new(BitMapBackend::new(&tmp, style::SIZE), style::FONT_BYTES);
+        let root = backend.into_drawing_area();
+        fig.draw(&root).map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
+        root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", png.display()))?;
+    }
+    std::fs::rename(&tmp, &png).with_context(|| format!("cannot write {}", png.display()))?;
+
+    let svg = dir.join(format!("{stem}.svg"));
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, style::SIZE).into_drawing_area();
+        fig.draw(&root).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+        root.present().map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+    }
+    crate::export::write_atomic(&svg, text.as_bytes())?;
+    Ok([png, svg])
+}
+
+/// White background, the title, and the legend band; returns the area left for the chart.
+fn frame<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    legend: &[style::LegendEntry],
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let (w, _) = root.dim_in_pixel();
+    let title_style = style::text(style::TITLE_PX).pos(plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Center,
+        plotters::style::text_anchor::VPos::Top,
+    ));
+    root.draw(&Text::new(title.to_string(), (w as i32 / 2, 10), title_style))?;
+    let (_, rest) = root.split_vertically(16 + style::TITLE_PX);
+    let (legend_area, chart) = rest.split_vertically(style::legend_height(&rest, legend));
+    style::draw_legend(&legend_area, legend)?;
+    Ok(chart)
+}
+
+/// The legend entries naming each run (colour, marker, dash).
+fn run_entries(runs: &[Run]) -> Vec<style::LegendEntry> {
+    runs.iter()
+        .map(|r| style::LegendEntry {
+            text: r.name.clone(),
+            colour: r.style.colour,
+            dash: Some(r.style.dash),
+            marker: Some((r.style.marker, true)),
+            width: 3,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_lines_parse_and_reject_clearly() {
+        let ok = parse_lines(&["NIC 25 GB/s=25".into(), "a=b=1.5".into()]).unwrap();
+        assert_eq!(ok[0], RefLine { label: "NIC 25 GB/s".into(), gbps: 25.0 });
+        assert_eq!(ok[1], RefLine { label: "a=b".into(), gbps: 1.5 });
+        for bad in ["25", "=25", "NIC=", "NIC=fast", "NIC=-3", "NIC=inf"] {
+            let e = parse_lines(&[bad.into()]).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{bad}");
+            assert!(e.to_string().contains("LABEL=GBPS"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_bundled_font_loads_and_covers_labels() {
+        use ab_glyph::Font;
+        let f = ab_glyph::FontRef::try_from_slice(style::FONT_BYTES).expect("the bundled font parses");
+        for c in "GB/s µs → – × 0123456789 MiB GiB".chars() {
+            assert_ne!(f.glyph_id(c).0, 0, "{c:?} is missing from the bundled font");
+        }
+        assert!(plotters::style::register_font("kvxfer-test", plotters::style::FontStyle::Normal, style::FONT_BYTES)
+            .is_ok());
+    }
+}

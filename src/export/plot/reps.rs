@@ -1,0 +1,171 @@
+//! Figure 3: every rep's bandwidth per size (a strip plot), runs side by side within each size. A bar marks the
+//! p50; a bimodal size gets a bar at each mode and a "2 modes" note, so two paths show at a glance.
+
+use super::axes::{self, SizeAxis, LOG_GBPS_RATIO};
+use super::style::{self, text, Dash, LegendEntry, AXIS_PX, GRID, NOTE_PX, TICK_PX};
+use super::{Drawn, Figure, Run};
+use crate::stats::CaseResult;
+use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
+use plotters::coord::{CoordTranslate, Shift};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+pub struct RepsFigure<'a> {
+    runs: &'a [Run<'a>],
+    sizes: SizeAxis,
+}
+
+/// Share of a size's slot the runs' strips fill together.
+const STRIPS_WIDTH: f64 = 0.8;
+
+impl<'a> RepsFigure<'a> {
+    pub fn new(runs: &'a [Run<'a>]) -> RepsFigure<'a> {
+        RepsFigure { runs, sizes: super::chart::size_axis(runs) }
+    }
+
+    fn legend(&self) -> Vec<LegendEntry> {
+        let mut e: Vec<LegendEntry> = self
+            .runs
+            .iter()
+            .map(|r| LegendEntry {
+                text: r.name.clone(),
+                colour: r.style.colour,
+                dash: None,
+                marker: Some((r.style.marker, false)),
+                width: 1,
+            })
+            .collect();
+        e.push(LegendEntry { text: "p50".into(), colour: style::INK, dash: Some(Dash::Solid), marker: None, width: 3 });
+        let any = self.runs.iter().any(|r| r.results.cases.iter().any(|c| c.bimodal.is_bimodal));
+        e.push(LegendEntry {
+            text: if any { "2 modes = bimodal size, a bar at each mode" } else { "no size is bimodal" }.into(),
+            colour: style::INK,
+            dash: None,
+            marker: None,
+            width: 1,
+        });
+        e
+    }
+
+    /// Centre of run `run`'s strip at size index `i`.
+    fn strip_x(&self, i: usize, run: usize) -> f64 {
+        let w = STRIPS_WIDTH / self.runs.len() as f64;
+        i as f64 - STRIPS_WIDTH / 2.0 + w * (run as f64 + 0.5)
+    }
+
+    fn size_index(&self, size: u64) -> usize {
+        self.sizes.sizes.iter().position(|s| *s == size).unwrap_or(0)
+    }
+}
+
+impl Figure for RepsFigure<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+        let title = "Bandwidth of every rep, per size (GB/s = 10^9 B/s)";
+        let area = super::frame(root, title, &self.legend())?;
+        let reps = || self.runs.iter().flat_map(|r| r.results.cases.iter().flat_map(|c| c.reps.iter().map(|r| r.gbps)));
+        let finite = || reps().filter(|v| v.is_finite() && *v > 0.0);
+        let (lo, hi) = (finite().fold(f64::INFINITY, f64::min), finite().fold(0.0, f64::max));
+        let (lo, hi) = if hi > 0.0 { (lo, hi) } else { (1.0, 1.0) };
+        let n = self.sizes.sizes.len();
+        // Plain linear x: ticks land on whole size indexes once there are at most as many labels as sizes.
+        let x = -0.5..n as f64 - 0.5;
+        if hi > LOG_GBPS_RATIO * lo {
+            let (range, ticks) = axes::log_range(lo, hi);
+            self.draw_chart(&area, x, range.log_scale().with_key_points(ticks), "GB/s per rep (log scale)")
+        } else {
+            self.draw_chart(&area, x, 0.0..hi * 1.18, "GB/s per rep")
+        }
+    }
+}
+
+impl RepsFigure<'_> {
+    fn draw_chart<DB, X, Y>(&self, area: &DrawingArea<DB, Shift>, x: X, y: Y, y_desc: &str) -> Drawn<DB>
+    where
+        DB: DrawingBackend,
+        X: AsRangedCoord<Value = f64>,
+        X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+        Y: AsRangedCoord<Value = f64>,
+        Y::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    {
+        let mut chart = ChartBuilder::on(area)
+            .margin_right(30)
+            .margin_left(10)
+            .x_label_area_size(60)
+            .y_label_area_size(80)
+            .margin_top(12)
+            .build_cartesian_2d(x, y)?;
+        let sizes = &self.sizes;
+        let label = |v: &f64| {
+            if (v - v.round()).abs() > 1e-6 || *v < 0.0 {
+                return String::new();
+            }
+            let Some(&s) = sizes.sizes.get(v.round() as usize) else { return String::new() };
+            match sizes.token_label(s as f64) {
+                t if t.is_empty() => SizeAxis::size_label(s as f64),
+                t => format!("{} ({t})", SizeAxis::size_label(s as f64)),
+            }
+        };
+        let x_desc = if sizes.tokens.is_some() { "transfer size (tokens)" } else { "transfer size" };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(sizes.sizes.len().min(10))
+            .bold_line_style(GRID)
+            .light_line_style(TRANSPARENT)
+            .axis_style(style::INK)
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(&label)
+            .y_label_formatter(&|v| axes::number_label(*v))
+            .label_style(text(TICK_PX))
+            .axis_desc_style(text(AXIS_PX))
+            .draw()?;
+        self.draw_strips(chart.plotting_area())
+    }
+
+    fn draw_strips<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
+        &self,
+        plot: &DrawingArea<DB, CT>,
+    ) -> Drawn<DB> {
+        let w = STRIPS_WIDTH / self.runs.len() as f64;
+        for (ri, r) in self.runs.iter().enumerate() {
+            for c in &r.results.cases {
+                let centre = self.strip_x(self.size_index(c.size_bytes), ri);
+                for (k, rep) in c.reps.iter().enumerate().filter(|(_, rep)| rep.gbps.is_finite()) {
+                    // Golden-ratio jitter: reps spread evenly across the strip, the same way on every render.
+                    let jitter = ((k as f64 * 0.618_034).fract() - 0.5) * w * 0.6;
+                    plot.draw(&style::marker((centre + jitter, rep.gbps), r.style.marker, 4, r.style.colour, false))?;
+                }
+                self.draw_bars(plot, c, centre, w, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The p50 bar, or one bar per mode and the "2 modes" note on a bimodal size.
+    fn draw_bars<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
+        &self,
+        plot: &DrawingArea<DB, CT>,
+        c: &CaseResult,
+        centre: f64,
+        w: f64,
+        r: &Run,
+    ) -> Drawn<DB> {
+        let half = w * 0.42;
+        let bars = if c.bimodal.is_bimodal { c.bimodal.modes_gbps.clone() } else { vec![c.gbps.p50] };
+        for y in bars {
+            plot.draw(&PathElement::new(vec![(centre - half, y), (centre + half, y)], r.style.colour.stroke_width(3)))?;
+        }
+        if c.bimodal.is_bimodal {
+            let top = c.gbps.max;
+            let at = Pos::new(HPos::Center, VPos::Bottom);
+            plot.draw(&style::label(
+                (centre, top),
+                (0, -10),
+                "2 modes".into(),
+                text(NOTE_PX).color(&r.style.colour).pos(at),
+            ))?;
+        }
+        Ok(())
+    }
+}

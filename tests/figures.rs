@@ -1,0 +1,185 @@
+//! Figures, the side-by-side table, bimodality and the ceiling, through the real binary: a real loopback sweep and
+//! the committed H200 results are drawn, and every PNG is decoded and every SVG searched for its series' labels.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const FIGURES: [&str; 3] = ["time-vs-size", "bandwidth-vs-size", "reps-bandwidth"];
+const H200_LABEL: &str = "H200 NVLink gpu:0→gpu:1 (cuda transport, copy engine)";
+
+fn kvxfer(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvxfer")).args(args).stdin(Stdio::null()).output().expect("run kvxfer");
+    eprintln!(
+        "$ kvxfer {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kvxfer-figures-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn h200() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("results/h200-nvlink.json").display().to_string()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The PNG decodes, is 1000×600, is not blank, and is small enough for a README.
+fn assert_png(path: &Path) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(bytes.len() < 300 << 10, "{}: {} bytes", path.display(), bytes.len());
+    let mut reader = png::Decoder::new(std::io::Cursor::new(&bytes)).read_info().expect("a valid PNG header");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut buf).expect("the image data decodes");
+    assert_eq!((frame.width, frame.height), (1000, 600), "{}", path.display());
+    let px = &buf[..frame.buffer_size()];
+    let inked = px.chunks(3).filter(|p| p.iter().any(|c| *c < 200)).count();
+    assert!(inked > 1000, "{}: only {inked} dark pixels; is it blank?", path.display());
+}
+
+/// The SVG is a whole SVG document naming every series.
+fn assert_svg(path: &Path, labels: &[&str]) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(text.contains("<svg") && text.trim_end().ends_with("</svg>"), "{}", path.display());
+    for l in labels {
+        assert!(text.contains(l), "{} lacks {l:?}", path.display());
+    }
+}
+
+fn assert_figures(dir: &Path, labels: &[&str]) {
+    for f in FIGURES {
+        assert_png(&dir.join(format!("{f}.png")));
+        assert_svg(&dir.join(format!("{f}.svg")), labels);
+    }
+}
+
+#[test]
+fn a_real_sweep_and_the_h200_results_draw_every_figure() {
+    let d = scratch("sweep");
+    let (json, figs) = (d.join("run.json"), d.join("sweep-figs"));
+    let out = kvxfer(&[
+        "sweep",
+        "--sizes",
+        "1MiB,2MiB,4MiB",
+        "--reps",
+        "5",
+        "--label",
+        "loopback test",
+        "--json",
+        s(&json),
+        "--md",
+        s(&d.join("run.md")),
+        "--fig",
+        s(&figs),
+    ]);
+    assert!(out.status.success());
+    assert_figures(&figs, &["loopback test"]);
+
+    // Every case carries the bimodality verdict, and the run its ceiling key.
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(r.as_object().unwrap().contains_key("ceiling_gbps"));
+    for c in r["cases"].as_array().unwrap() {
+        let b = &c["bimodal"];
+        assert!(b["is_bimodal"].is_boolean() && b["modes_gbps"].is_array() && b["counts"].is_array(), "{b}");
+        assert!(b["method"].as_str().unwrap().contains("Ashman"), "{b}");
+    }
+
+    let figs = d.join("report-figs");
+    let out = kvxfer(&["report", s(&json), &h200(), "--fig", s(&figs), "--line", "NIC 25 GB/s=25"]);
+    assert!(out.status.success());
+    assert_figures(&figs, &["loopback test", H200_LABEL]);
+    let bw = std::fs::read_to_string(figs.join("bandwidth-vs-size.svg")).unwrap();
+    assert!(bw.contains("NIC 25 GB/s") && bw.contains("ceiling 394.1 GB/s"), "reference line and ceiling drawn");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Side by side"));
+}
+
+#[test]
+fn two_runs_side_by_side_with_the_ratio_to_the_first() {
+    let d = scratch("compare");
+    // A copy of the H200 run at half the bandwidth: every ratio must read 0.50×.
+    let mut half: serde_json::Value = serde_json::from_slice(&std::fs::read(h200()).unwrap()).unwrap();
+    half["label"] = "half speed".into();
+    for c in half["cases"].as_array_mut().unwrap() {
+        let (g, t) = (c["gbps"]["p50"].as_f64().unwrap(), c["transfer_ms"]["p50"].as_f64().unwrap());
+        c["gbps"]["p50"] = (g / 2.0).into();
+        c["transfer_ms"]["p50"] = (t * 2.0).into();
+    }
+    let half_path = d.join("half.json");
+    std::fs::write(&half_path, serde_json::to_vec(&half).unwrap()).unwrap();
+
+    let (md, csv) = (d.join("cmp.md"), d.join("cmp.csv"));
+    let out = kvxfer(&["report", &h200(), s(&half_path), "--md", s(&md), "--csv", s(&csv)]);
+    assert!(out.status.success());
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains("- A = H200 NVLink") && md.contains("- B = half speed (cuda)"), "{md}");
+    assert!(md.contains("| size | tokens | A p50 ms | A GB/s | B p50 ms | B GB/s | B/A GB/s |"), "{md}");
+    assert!(md.contains("| 12 GiB | 128k | 32.692 | 394.1 | 65.384 | 197.1 | 0.50× |"), "{md}");
+    let side = std::fs::read_to_string(d.join("cmp.compare.csv")).unwrap();
+    assert_eq!(side.lines().count(), 10, "a header and one row per size:\n{side}");
+    assert!(side.lines().last().unwrap().ends_with(",0.5000"), "{side}");
+    // The per-run CSV is unchanged: one row per case of each run.
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 19);
+}
+
+#[test]
+fn results_written_before_bimodality_gain_it_and_the_ceiling_on_report() {
+    // The committed H200 file predates both keys.
+    let raw = std::fs::read_to_string(h200()).unwrap();
+    assert!(!raw.contains("\"bimodal\"") && !raw.contains("ceiling_gbps"));
+    let out = kvxfer(&["report", &h200(), "--md", "-"]);
+    assert!(out.status.success());
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)"), "{md}");
+    assert!(!md.contains("bimodal at"), "steady NVLink reps are not bimodal");
+}
+
+#[test]
+fn bad_figure_arguments_are_usage_errors() {
+    let d = scratch("bad");
+    let missing = d.join("no-such-parent").join("figs");
+    for args in [
+        vec!["report", &h200(), "--fig", s(&missing)],
+        vec![
+            "sweep",
+            "--sizes",
+            "1MiB",
+            "--json",
+            s(&d.join("x.json")),
+            "--md",
+            s(&d.join("x.md")),
+            "--fig",
+            s(&missing),
+        ],
+    ] {
+        let out = kvxfer(&args);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "one error line: {err}");
+        assert!(errors[0].contains("--fig") && errors[0].contains("does not exist"), "{err}");
+    }
+    assert!(!d.join("x.json").exists(), "the sweep must fail before running");
+
+    let figs = d.join("figs");
+    for bad in ["NIC 25", "NIC=fast", "=25", "NIC=0"] {
+        let out = kvxfer(&["report", &h200(), "--fig", s(&figs), "--line", bad]);
+        assert_eq!(out.status.code(), Some(2), "--line {bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--line") && err.contains("LABEL=GBPS"), "{err}");
+    }
+    // --line needs --fig; --fig pointing at a file is refused.
+    assert_eq!(kvxfer(&["report", &h200(), "--line", "NIC=25"]).status.code(), Some(2));
+    let file = d.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    assert_eq!(kvxfer(&["report", &h200(), "--fig", s(&file)]).status.code(), Some(2));
+}
