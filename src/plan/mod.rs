@@ -1,8 +1,11 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
 pub mod kv;
+pub mod paged;
 pub mod sizes;
 
+use anyhow::Result;
+use paged::{PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
 
 /// One size to measure, with its token count when the user asked in tokens.
@@ -38,6 +41,9 @@ pub struct RunConfig {
     #[serde(default)]
     pub verbs: VerbsConfig,
     pub cases: Vec<SizeCase>,
+    /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paged: Option<PagedConfig>,
 }
 
 fn default_copy() -> String {
@@ -85,6 +91,23 @@ impl RunConfig {
     pub fn max_size(&self) -> u64 {
         self.cases.iter().map(|c| c.size_bytes).max().unwrap_or(0)
     }
+
+    /// Bytes each side allocates: the largest transfer, or the paged layout's pool.
+    pub fn buffer_bytes(&self) -> u64 {
+        match &self.paged {
+            Some(p) => p.pool_bytes(),
+            None => self.max_size(),
+        }
+    }
+
+    /// `contiguous` or `paged`, as results and tables name the layout.
+    pub fn layout(&self) -> &'static str {
+        if self.paged.is_some() {
+            "paged"
+        } else {
+            "contiguous"
+        }
+    }
 }
 
 /// One write of a transfer: `len` bytes from the sender's buffer at `local_offset` to the receiver's region at
@@ -102,6 +125,8 @@ pub struct TransferPlan {
     pub size_bytes: u64,
     pub block_size: u64,
     pub writes: Vec<Write>,
+    /// The pieces, when the layout is paged (`writes` then move them, possibly coalesced).
+    pub paged: Option<PagedPlan>,
 }
 
 impl TransferPlan {
@@ -115,7 +140,22 @@ impl TransferPlan {
                 Write { local_offset: off, remote_offset: off, len: block_size.min(size - off) }
             })
             .collect();
-        TransferPlan { size_bytes: size, block_size, writes }
+        TransferPlan { size_bytes: size, block_size, writes, paged: None }
+    }
+
+    /// The plan of one case of a run, in the run's layout. Both ends call this with the same configuration and get
+    /// the same plan (the sender's test-only fault injection aside).
+    pub fn for_case(cfg: &RunConfig, case: &SizeCase) -> Result<TransferPlan> {
+        let Some(p) = &cfg.paged else { return Ok(TransferPlan::contiguous(case.size_bytes, cfg.block_size)) };
+        p.validate(std::slice::from_ref(case))?;
+        let plan = p.plan(cfg.seed, case.tokens.expect("validated: paged cases have tokens"));
+        let writes = plan.writes(p.coalesce, p.fault_swap_dests);
+        Ok(TransferPlan { size_bytes: case.size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) })
+    }
+
+    /// Pieces of the transfer: the paged pieces, or the contiguous blocks.
+    pub fn pieces(&self) -> usize {
+        self.paged.as_ref().map_or(self.writes.len(), |p| p.pieces.len())
     }
 }
 
