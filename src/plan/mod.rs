@@ -180,4 +180,54 @@ mod tests {
         assert_eq!(p.block_size, 4096);
         assert_eq!(p.writes.len(), 1);
     }
+
+    #[test]
+    fn run_config_without_a_layout_is_contiguous_and_the_fault_never_travels() {
+        let g = crate::plan::kv::preset("qwen3-8b").unwrap();
+        let paged = paged::PagedConfig {
+            block_tokens: 16,
+            pool_tokens: 64,
+            layers: g.layers,
+            regions_per_layer: 2,
+            region_bytes_per_token: g.region_bytes_per_token(),
+            coalesce: true,
+            fault_swap_dests: true,
+        };
+        let bpt = g.bytes_per_token();
+        let mut cfg = RunConfig {
+            transport: "tcp".into(),
+            block_size: 1 << 20,
+            streams: 1,
+            reps: 1,
+            warmup: 0,
+            verify: true,
+            seed: 3,
+            hugepages: false,
+            block_size_default: false,
+            copy: "ce".into(),
+            src_mem: "host".into(),
+            verbs: VerbsConfig::default(),
+            cases: vec![SizeCase { size_bytes: 32 * bpt, tokens: Some(32), bytes_per_token: Some(bpt) }],
+            paged: None,
+        };
+        let old = serde_json::to_value(&cfg).unwrap();
+        assert!(old.get("paged").is_none(), "contiguous configs look as they did before layouts");
+        let back: RunConfig = serde_json::from_value(old).unwrap();
+        assert_eq!((back.paged.is_none(), back.layout(), back.buffer_bytes()), (true, "contiguous", 32 * bpt));
+        cfg.paged = Some(paged);
+        let text = serde_json::to_string(&cfg).unwrap();
+        assert!(!text.contains("swap_dests"), "{text}");
+        let back: RunConfig = serde_json::from_str(&text).unwrap();
+        let p = back.paged.as_ref().unwrap();
+        assert!(p.coalesce && !p.fault_swap_dests, "the receiver always plans true destinations");
+        assert_eq!(back.buffer_bytes(), 64 * bpt);
+        // The receiver's plan equals the sender's, except for the sender's injected fault.
+        let (sender, receiver) = (
+            TransferPlan::for_case(&cfg, &cfg.cases[0]).unwrap(),
+            TransferPlan::for_case(&back, &back.cases[0]).unwrap(),
+        );
+        assert_eq!(sender.paged.as_ref().unwrap().pieces, receiver.paged.as_ref().unwrap().pieces);
+        assert_ne!(sender.writes, receiver.writes);
+        assert_eq!(receiver.block_size, 16 * g.region_bytes_per_token());
+    }
 }

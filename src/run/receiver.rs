@@ -57,7 +57,8 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
     if let Some(max) = limits.max_size {
         if size > max {
             return Err(usage(format!(
-                "size {} is above this receiver's --max-size {}",
+                "{} {} is above this receiver's --max-size {}",
+                if cfg.paged.is_some() { "paged pool" } else { "size" },
                 format_size(size),
                 format_size(max)
             )));

@@ -205,4 +205,45 @@ mod tests {
         fill_at(&mut part, 2048, 7, 1);
         assert_eq!(&whole[2048..], &part[..]);
     }
+
+    #[test]
+    fn scattered_spans_at_any_alignment_carry_the_contiguous_pattern() {
+        // The transfer's 301 bytes cut at odd logical offsets, placed backwards (and mid-word) in a larger buffer.
+        let cuts = [0u64, 3, 11, 16, 17, 100, 301];
+        let spans: Vec<Span> = cuts
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| Span { offset: 1301 - 250 * i as u64, logical: w[0], len: w[1] - w[0] })
+            .collect();
+        let mut pool = vec![0u8; 1600];
+        fill_spans(&mut pool, &spans, 9, 2).unwrap();
+        assert_eq!(count_span_mismatches(&pool, &spans, 9, 2).unwrap(), 0);
+        let mut contiguous = vec![0u8; 301];
+        fill(&mut contiguous, 9, 2);
+        let mut gathered = vec![0u8; 301];
+        for s in &spans {
+            gathered[s.logical as usize..(s.logical + s.len) as usize]
+                .copy_from_slice(&pool[s.offset as usize..(s.offset + s.len) as usize]);
+        }
+        assert_eq!(gathered, contiguous, "pieces gathered in logical order are the contiguous pattern");
+        // Two pieces of equal length exchanged: both mismatch.
+        let mut swapped = spans.clone();
+        swapped.swap(0, 1);
+        (swapped[0].logical, swapped[1].logical) = (spans[0].logical, spans[1].logical);
+        assert!(count_span_mismatches(&pool, &swapped, 9, 2).unwrap() > 0);
+        pool[spans[3].offset as usize] ^= 4;
+        assert_eq!(count_span_mismatches(&pool, &spans, 9, 2).unwrap(), 1);
+    }
+
+    #[test]
+    fn spans_outside_the_buffer_or_overlapping_are_refused() {
+        let mut buf = vec![0u8; 64];
+        let outside = [Span { offset: 60, logical: 0, len: 8 }];
+        assert!(fill_spans(&mut buf, &outside, 1, 1).is_err());
+        assert!(count_span_mismatches(&buf, &outside, 1, 1).is_err());
+        let overlap = [Span { offset: 0, logical: 0, len: 8 }, Span { offset: 7, logical: 8, len: 8 }];
+        assert!(fill_spans(&mut buf, &overlap, 1, 1).is_err());
+        let wrap = [Span { offset: u64::MAX, logical: 0, len: 2 }];
+        assert!(count_span_mismatches(&buf, &wrap, 1, 1).is_err());
+    }
 }
