@@ -98,8 +98,11 @@ impl RunSink for Recorder {
 
     fn case_done(&mut self, case: &CaseRecord) -> Result<()> {
         let result = CaseResult::from_record(case, self.verify);
-        self.progress.println(&table::live_row(&result));
+        let row = table::live_row(&result);
         self.results.cases.push(result);
-        self.save()
+        // Save before showing the row: a row on screen is a case on disk, even if Ctrl-C follows at once.
+        let saved = self.save();
+        self.progress.println(&row);
+        saved
     }
 }
