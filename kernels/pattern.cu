@@ -35,3 +35,55 @@ extern "C" __global__ void verify_pattern(const u64* __restrict__ buf, u64 nword
     for (int o = 16; o > 0; o >>= 1) bad += __shfl_down_sync(0xffffffffu, bad, o);
     if ((threadIdx.x & 31) == 0 && bad) atomicAdd(&counters[0], bad);
 }
+
+// Paged layouts: spans[3*s .. 3*s+3] = (buffer offset, logical offset, length) of piece s. Byte o of the transfer
+// is byte o % 8 (little-endian) of word o / 8, so a piece carries the pattern of its logical offset wherever it sits
+// (and a piece at the wrong place mismatches). One thread block per piece at a time; 8-byte stores where the buffer
+// offset and the logical offset are both word-aligned, bytes otherwise (and for a piece's tail).
+__device__ __forceinline__ unsigned char pattern_byte(u64 key, u64 o) {
+    return (unsigned char)(splitmix64(key ^ (o >> 3)) >> (8 * (o & 7)));
+}
+
+extern "C" __global__ void fill_spans(unsigned char* __restrict__ buf, const u64* __restrict__ spans, u64 nspans,
+                                      u64 seed, u64 rep) {
+    const u64 key = seed ^ (rep << 40);
+    for (u64 s = blockIdx.x; s < nspans; s += gridDim.x) {
+        const u64 off = spans[3 * s], logical = spans[3 * s + 1], len = spans[3 * s + 2];
+        u64 done = 0;
+        if (((off | logical) & 7) == 0) {
+            u64* w = (u64*)(buf + off);
+            const u64 nw = len / 8, first = logical / 8;
+            for (u64 i = threadIdx.x; i < nw; i += blockDim.x) w[i] = splitmix64(key ^ (first + i));
+            done = nw * 8;
+        }
+        for (u64 b = done + threadIdx.x; b < len; b += blockDim.x) buf[off + b] = pattern_byte(key, logical + b);
+    }
+}
+
+// counters[0] += mismatched bytes over every span.
+extern "C" __global__ void verify_spans(const unsigned char* __restrict__ buf, const u64* __restrict__ spans,
+                                        u64 nspans, u64 seed, u64 rep, u64* counters) {
+    const u64 key = seed ^ (rep << 40);
+    u64 bad = 0;
+    for (u64 s = blockIdx.x; s < nspans; s += gridDim.x) {
+        const u64 off = spans[3 * s], logical = spans[3 * s + 1], len = spans[3 * s + 2];
+        u64 done = 0;
+        if (((off | logical) & 7) == 0) {
+            const u64* w = (const u64*)(buf + off);
+            const u64 nw = len / 8, first = logical / 8;
+            for (u64 i = threadIdx.x; i < nw; i += blockDim.x) {
+                u64 x = w[i] ^ splitmix64(key ^ (first + i));
+                if (x) {
+#pragma unroll
+                    for (int b = 0; b < 8; b++) bad += ((x >> (8 * b)) & 0xffULL) != 0;
+                }
+            }
+            done = nw * 8;
+        }
+        for (u64 b = done + threadIdx.x; b < len; b += blockDim.x)
+            bad += buf[off + b] != pattern_byte(key, logical + b);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) bad += __shfl_down_sync(0xffffffffu, bad, o);
+    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(&counters[0], bad);
+}

@@ -90,6 +90,8 @@ pub struct RunArgs {
     pub label: Option<String>,
     #[command(flatten)]
     pub verbs: VerbsArgs,
+    #[command(flatten)]
+    pub paged: PagedArgs,
     /// Give up connecting after this long (e.g. 5s, 500ms)
     #[arg(long, default_value = "5s", value_name = "DURATION")]
     pub connect_timeout: String,
@@ -126,6 +128,29 @@ pub struct VerbsArgs {
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
     #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub ack_timeout: u8,
+}
+
+/// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
+/// them.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "KV layout")]
+pub struct PagedArgs {
+    /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
+    /// needs --tokens with --model or --model-config)
+    #[arg(long, default_value = "contiguous", value_parser = ["contiguous", "paged"])]
+    pub layout: String,
+    /// Paged: tokens per block [default: 16]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub block_tokens: Option<String>,
+    /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub pool_tokens: Option<String>,
+    /// Paged: merge pieces adjacent on both sides into one write
+    #[arg(long)]
+    pub coalesce: bool,
+    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
+    #[arg(long, hide = true)]
+    pub test_fault_swap_dests: bool,
 }
 
 /// Which RDMA device and port this end uses (`--transport verbs`).

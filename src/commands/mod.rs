@@ -1,6 +1,7 @@
 //! The subcommands: each turns parsed arguments into a plan, runs it, and hands results to the exporters.
 
 pub mod devices;
+pub mod layout;
 pub mod recorder;
 pub mod report;
 pub mod send;
@@ -120,8 +121,10 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<Run
         src_mem: src.to_string(),
         verbs: verbs_config(&r.verbs)?,
         cases,
+        // Set by `layout::paged_config`, which needs the model geometry.
+        paged: None,
     };
-    if r.block_size.is_none() && block_size < 1 << 40 {
+    if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == "contiguous" {
         eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), r.transport);
     }
     Ok(cfg)
@@ -190,12 +193,12 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
 /// live in host memory here (both ends' when they run in this process). GPU memory is checked when allocated.
 pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
     let copies = kinds.iter().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
-    let need = cfg.max_size().saturating_mul(copies);
+    let need = cfg.buffer_bytes().saturating_mul(copies);
     if let Some(avail) = crate::mem::host::available_memory() {
         if need > avail {
             bail_usage!(
                 "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; use smaller sizes",
-                format_size(cfg.max_size()),
+                format_size(cfg.buffer_bytes()),
                 format_size(need),
                 format_size(avail)
             );

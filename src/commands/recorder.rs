@@ -82,6 +82,9 @@ impl Recorder {
         if clamped {
             println!("* block size clamped to the transfer size");
         }
+        if self.results.cases.iter().any(|c| c.layout == "paged") {
+            println!("p paged layout: block = one piece (--block-tokens tokens of one layer's K or V); the JSON has pieces and writes");
+        }
         for (what, p) in [("results", &self.json), ("csv", &self.csv), ("markdown", &self.md)] {
             if let Some(p) = p {
                 eprintln!("{what}: {}", p.display());

@@ -29,6 +29,10 @@ const HEADER: &[&str] = &[
     "block_latency_us_p99",
     "verified",
     "mismatched_bytes",
+    "layout",
+    "pieces",
+    "piece_bytes",
+    "writes",
 ];
 
 /// Render one or more results as CSV (bandwidth in GB/s = 10^9 B/s, times in ms).
@@ -66,6 +70,10 @@ pub fn render(all: &[Results]) -> Result<String> {
                 lat.map(|l| format!("{:.0}", l.p99)).unwrap_or_default(),
                 c.verified.map(|v| v.to_string()).unwrap_or_default(),
                 opt(c.mismatched_bytes),
+                c.layout.clone(),
+                c.pieces.to_string(),
+                c.piece_bytes.to_string(),
+                c.writes.to_string(),
             ])?;
         }
     }

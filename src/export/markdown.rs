@@ -22,6 +22,9 @@ pub fn render(all: &[Results]) -> String {
         if r.cases.iter().any(|c| c.block_clamped) {
             out.push_str("\n\\* block size clamped to the transfer size\n");
         }
+        if r.cases.iter().any(|c| c.layout == "paged") {
+            out.push_str("\np: paged layout, block = one piece (`--block-tokens` tokens of one layer's K or V)\n");
+        }
         if let Some(e) = &r.error {
             out.push_str(&format!("\nThe run stopped early: {e}\n"));
         }

@@ -1,8 +1,10 @@
 //! The CUDA C kernels of `kernels/`, compiled once per run with NVRTC for the GPU's own architecture and loaded
 //! once per GPU: the `--verify` pattern (so checking 12 GiB takes milliseconds, not a trip through the host) and
-//! the SM copy of `--copy sm`.
+//! the SM copy of `--copy sm`. Paged layouts fill and check their scattered pieces with one launch over a table
+//! of pieces.
 
 use super::cuda::{check, context, CUdeviceptr, OrDriverError};
+use crate::run::verify::Span;
 use anyhow::{anyhow, bail, Result};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{result as nvrtc, Ptx};
@@ -18,8 +20,15 @@ pub struct Kernels {
     verify: CudaFunction,
     copy16: CudaFunction,
     copy_bytes: CudaFunction,
+    fill_spans: CudaFunction,
+    verify_spans: CudaFunction,
     sms: u32,
     ctx: Arc<CudaContext>,
+}
+
+/// Spans as the kernels read them: (buffer offset, logical offset, length) triples.
+fn span_table(spans: &[Span]) -> Vec<u64> {
+    spans.iter().flat_map(|s| [s.offset, s.logical, s.len]).collect()
 }
 
 /// Compile the sources for `sm_XY` to a cubin (PTX for `compute_XY` if this NVRTC cannot emit that SASS).
@@ -88,6 +97,8 @@ pub fn kernels(ordinal: u32) -> Result<Arc<Kernels>> {
         verify: f("verify_pattern")?,
         copy16: f("copy_v16")?,
         copy_bytes: f("copy_bytes")?,
+        fill_spans: f("fill_spans")?,
+        verify_spans: f("verify_spans")?,
         sms,
         ctx,
     });
@@ -147,6 +158,40 @@ impl Kernels {
             bad += got[..tail].iter().zip(&want[..tail]).filter(|(a, b)| a != b).count() as u64;
         }
         Ok(bad)
+    }
+
+    /// Fill each span (buffer offset, logical offset, length) of the buffer at `buf` with the pattern of its logical
+    /// offset; waits for completion. The caller checked that the spans lie inside the buffer and do not overlap.
+    pub fn fill_spans(&self, buf: CUdeviceptr, spans: &[Span], seed: u64, rep: u64) -> Result<()> {
+        if spans.is_empty() {
+            return Ok(());
+        }
+        let s = self.stream()?;
+        let table = s.clone_htod(&span_table(spans)).or_cuda("cuMemcpyHtoD(spans)")?;
+        let n = spans.len() as u64;
+        let mut b = s.launch_builder(&self.fill_spans);
+        b.arg(&buf).arg(&table).arg(&n).arg(&seed).arg(&rep);
+        // SAFETY: every span lies inside the `buf` allocation on this GPU (checked by the caller) and spans are
+        // disjoint, so no two threads write one byte; `table` holds 3 × n u64s; argument types match the kernel's
+        // signature (u8*, const u64*, u64, u64, u64).
+        unsafe { b.launch(self.grid(8, 256)) }.or_cuda("launch fill_spans")?;
+        s.synchronize().or_cuda("cuStreamSynchronize")
+    }
+
+    /// Count bytes of the spans of the buffer at `buf` that differ from the pattern of their logical offsets.
+    pub fn count_span_mismatches(&self, buf: CUdeviceptr, spans: &[Span], seed: u64, rep: u64) -> Result<u64> {
+        if spans.is_empty() {
+            return Ok(0);
+        }
+        let s = self.stream()?;
+        let table = s.clone_htod(&span_table(spans)).or_cuda("cuMemcpyHtoD(spans)")?;
+        let mut counter = s.alloc_zeros::<u64>(1).or_cuda("cuMemAlloc(counter)")?;
+        let n = spans.len() as u64;
+        let mut b = s.launch_builder(&self.verify_spans);
+        b.arg(&buf).arg(&table).arg(&n).arg(&seed).arg(&rep).arg(&mut counter);
+        // SAFETY: as in `fill_spans` (reads only); `counter` is a live one-element device allocation.
+        unsafe { b.launch(self.grid(8, 256)) }.or_cuda("launch verify_spans")?;
+        Ok(s.clone_dtoh(&counter).or_cuda("cuMemcpyDtoH(counter)")?[0])
     }
 
     /// Enqueue an SM copy of `len` bytes on `stream` (16-byte vectors where both ends are 16-byte aligned).

@@ -8,6 +8,7 @@ pub mod kernels;
 
 pub use host::HostBuffer;
 
+use crate::run::verify::Span;
 use anyhow::Result;
 use std::fmt;
 
@@ -133,6 +134,29 @@ impl Buffer {
                 seed,
                 rep,
             )),
+        }
+    }
+
+    /// Fill each span (a paged layout's piece) with the `--verify` pattern of its logical offset, where the memory
+    /// lives. Spans must lie inside the buffer and not overlap.
+    pub fn fill_spans(&mut self, spans: &[Span], seed: u64, rep: u64) -> Result<()> {
+        match self {
+            Buffer::Gpu(g) => {
+                crate::run::verify::check_spans(spans, g.len as u64, true)?;
+                kernels::kernels(g.ordinal)?.fill_spans(g.ptr, spans, seed, rep)
+            }
+            _ => crate::run::verify::fill_spans(self.host_slice_mut().expect("host kinds"), spans, seed, rep),
+        }
+    }
+
+    /// Count the bytes of the spans that differ from the pattern of their logical offsets.
+    pub fn count_span_mismatches(&self, spans: &[Span], seed: u64, rep: u64) -> Result<u64> {
+        match self {
+            Buffer::Gpu(g) => {
+                crate::run::verify::check_spans(spans, g.len as u64, false)?;
+                kernels::kernels(g.ordinal)?.count_span_mismatches(g.ptr, spans, seed, rep)
+            }
+            _ => crate::run::verify::count_span_mismatches(self.host_slice().expect("host kinds"), spans, seed, rep),
         }
     }
 }

@@ -26,7 +26,18 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
         ms(c.transfer_ms.max),
         format!("{:.2}", c.gbps.p50),
         format!("{:.2}", c.gbps.max),
-        format!("{}{}", format_size(c.block_size), if c.block_clamped { "*" } else { "" }),
+        // Paged cases (issue F) are marked `p`: their block is one piece of one layer's K or V.
+        format!(
+            "{}{}",
+            format_size(c.block_size),
+            if c.block_clamped {
+                "*"
+            } else if c.layout == "paged" {
+                " p"
+            } else {
+                ""
+            }
+        ),
         match (c.verified, c.mismatched_bytes) {
             (Some(true), _) => "ok".into(),
             (Some(false), Some(n)) => format!("{n} bad"),

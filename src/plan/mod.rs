@@ -1,8 +1,11 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
 pub mod kv;
+pub mod paged;
 pub mod sizes;
 
+use anyhow::Result;
+use paged::{PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
 
 /// One size to measure, with its token count when the user asked in tokens.
@@ -38,6 +41,9 @@ pub struct RunConfig {
     #[serde(default)]
     pub verbs: VerbsConfig,
     pub cases: Vec<SizeCase>,
+    /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paged: Option<PagedConfig>,
 }
 
 fn default_copy() -> String {
@@ -93,6 +99,23 @@ impl RunConfig {
     pub fn max_size(&self) -> u64 {
         self.cases.iter().map(|c| c.size_bytes).max().unwrap_or(0)
     }
+
+    /// Bytes each side allocates: the largest transfer, or the paged layout's pool.
+    pub fn buffer_bytes(&self) -> u64 {
+        match &self.paged {
+            Some(p) => p.pool_bytes(),
+            None => self.max_size(),
+        }
+    }
+
+    /// `contiguous` or `paged`, as results and tables name the layout.
+    pub fn layout(&self) -> &'static str {
+        if self.paged.is_some() {
+            "paged"
+        } else {
+            "contiguous"
+        }
+    }
 }
 
 /// One write of a transfer: `len` bytes from the sender's buffer at `local_offset` to the receiver's region at
@@ -110,6 +133,8 @@ pub struct TransferPlan {
     pub size_bytes: u64,
     pub block_size: u64,
     pub writes: Vec<Write>,
+    /// The pieces, when the layout is paged (`writes` then move them, possibly coalesced).
+    pub paged: Option<PagedPlan>,
 }
 
 impl TransferPlan {
@@ -123,7 +148,22 @@ impl TransferPlan {
                 Write { local_offset: off, remote_offset: off, len: block_size.min(size - off) }
             })
             .collect();
-        TransferPlan { size_bytes: size, block_size, writes }
+        TransferPlan { size_bytes: size, block_size, writes, paged: None }
+    }
+
+    /// The plan of one case of a run, in the run's layout. Both ends call this with the same configuration and get
+    /// the same plan (the sender's test-only fault injection aside).
+    pub fn for_case(cfg: &RunConfig, case: &SizeCase) -> Result<TransferPlan> {
+        let Some(p) = &cfg.paged else { return Ok(TransferPlan::contiguous(case.size_bytes, cfg.block_size)) };
+        p.validate(std::slice::from_ref(case))?;
+        let plan = p.plan(cfg.seed, case.tokens.expect("validated: paged cases have tokens"));
+        let writes = plan.writes(p.coalesce, p.fault_swap_dests);
+        Ok(TransferPlan { size_bytes: case.size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) })
+    }
+
+    /// Pieces of the transfer: the paged pieces, or the contiguous blocks.
+    pub fn pieces(&self) -> usize {
+        self.paged.as_ref().map_or(self.writes.len(), |p| p.pieces.len())
     }
 }
 
@@ -147,5 +187,55 @@ mod tests {
         let p = TransferPlan::contiguous(4096, 1 << 30);
         assert_eq!(p.block_size, 4096);
         assert_eq!(p.writes.len(), 1);
+    }
+
+    #[test]
+    fn run_config_without_a_layout_is_contiguous_and_the_fault_never_travels() {
+        let g = crate::plan::kv::preset("qwen3-8b").unwrap();
+        let paged = paged::PagedConfig {
+            block_tokens: 16,
+            pool_tokens: 64,
+            layers: g.layers,
+            regions_per_layer: 2,
+            region_bytes_per_token: g.region_bytes_per_token(),
+            coalesce: true,
+            fault_swap_dests: true,
+        };
+        let bpt = g.bytes_per_token();
+        let mut cfg = RunConfig {
+            transport: "tcp".into(),
+            block_size: 1 << 20,
+            streams: 1,
+            reps: 1,
+            warmup: 0,
+            verify: true,
+            seed: 3,
+            hugepages: false,
+            block_size_default: false,
+            copy: "ce".into(),
+            src_mem: "host".into(),
+            verbs: VerbsConfig::default(),
+            cases: vec![SizeCase { size_bytes: 32 * bpt, tokens: Some(32), bytes_per_token: Some(bpt) }],
+            paged: None,
+        };
+        let old = serde_json::to_value(&cfg).unwrap();
+        assert!(old.get("paged").is_none(), "contiguous configs look as they did before layouts");
+        let back: RunConfig = serde_json::from_value(old).unwrap();
+        assert_eq!((back.paged.is_none(), back.layout(), back.buffer_bytes()), (true, "contiguous", 32 * bpt));
+        cfg.paged = Some(paged);
+        let text = serde_json::to_string(&cfg).unwrap();
+        assert!(!text.contains("swap_dests"), "{text}");
+        let back: RunConfig = serde_json::from_str(&text).unwrap();
+        let p = back.paged.as_ref().unwrap();
+        assert!(p.coalesce && !p.fault_swap_dests, "the receiver always plans true destinations");
+        assert_eq!(back.buffer_bytes(), 64 * bpt);
+        // The receiver's plan equals the sender's, except for the sender's injected fault.
+        let (sender, receiver) = (
+            TransferPlan::for_case(&cfg, &cfg.cases[0]).unwrap(),
+            TransferPlan::for_case(&back, &back.cases[0]).unwrap(),
+        );
+        assert_eq!(sender.paged.as_ref().unwrap().pieces, receiver.paged.as_ref().unwrap().pieces);
+        assert_ne!(sender.writes, receiver.writes);
+        assert_eq!(receiver.block_size, 16 * g.region_bytes_per_token());
     }
 }

@@ -50,6 +50,10 @@ pub struct CaseRecord {
     pub block_size: u64,
     pub block_clamped: bool,
     pub writes: usize,
+    /// `contiguous` or `paged`.
+    pub layout: &'static str,
+    /// Pieces of the transfer (paged: one per layer, region and block; contiguous: the blocks).
+    pub pieces: usize,
     pub reps: Vec<RepRecord>,
     pub warmups: Vec<RepRecord>,
     /// Per-block completion latency (µs from the start of the transfer's posting), measured reps only.

@@ -2,10 +2,11 @@
 //! answer each rep with what it saw on its own clock.
 
 use super::sender::pattern_key;
+use super::verify::Span;
 use crate::control::peer::server_hello;
 use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
 use crate::mem::{host::available_memory, Buffer, MemKind};
-use crate::plan::{sizes::format_size, RunConfig};
+use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
 use crate::transport::{self, Context};
 use anyhow::{bail, Result};
 use std::net::TcpStream;
@@ -48,11 +49,16 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
             cfg.streams, limits.max_streams
         )));
     }
-    let size = cfg.max_size();
+    if let Some(p) = &cfg.paged {
+        p.validate(&cfg.cases)?;
+    }
+    // What this receiver allocates: the largest transfer, or the paged layout's pool.
+    let size = cfg.buffer_bytes();
     if let Some(max) = limits.max_size {
         if size > max {
             return Err(usage(format!(
-                "size {} is above this receiver's --max-size {}",
+                "{} {} is above this receiver's --max-size {}",
+                if cfg.paged.is_some() { "paged pool" } else { "size" },
                 format_size(size),
                 format_size(max)
             )));
@@ -100,7 +106,7 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
 }
 
 fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
-    let buf = Arc::new(Buffer::alloc(mem, cfg.max_size(), cfg.hugepages)?);
+    let buf = Arc::new(Buffer::alloc(mem, cfg.buffer_bytes(), cfg.hugepages)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
     ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string() })?;
     match ch.recv("Connect")? {
@@ -110,6 +116,8 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
     ch.send(&Msg::Connected)?;
     let started = Instant::now();
     let ms = |t: Instant| t.saturating_duration_since(started).as_secs_f64() * 1e3;
+    // Paged --verify: where the current case's pieces must have landed, rebuilt from the agreed configuration.
+    let mut dest_spans: Option<(usize, Vec<Span>)> = None;
     loop {
         // Between reps the sender may spend a while (filling a verify pattern); the io timeout still bounds it.
         match ch.recv("RepStart or Finish")? {
@@ -144,7 +152,14 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                 };
                 if cfg.verify {
                     let t = Instant::now();
-                    let bad = buf.count_mismatches(size_bytes, cfg.seed, pattern_key(case, rep))?;
+                    let key = pattern_key(case, rep);
+                    let bad = match &cfg.paged {
+                        None => buf.count_mismatches(size_bytes, cfg.seed, key)?,
+                        Some(_) => {
+                            let spans = paged_dest_spans(&mut dest_spans, cfg, case, size_bytes)?;
+                            buf.count_span_mismatches(spans, cfg.seed, key)?
+                        }
+                    };
                     report.verify_ms = Some(t.elapsed().as_secs_f64() * 1e3);
                     report.mismatched_bytes = Some(bad);
                 }
@@ -157,4 +172,22 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
             other => bail!("the sender sent {} in the middle of a run", other.name()),
         }
     }
+}
+
+/// The destination pieces of case `case` (cached while the sender stays on one case), checked against the size the
+/// sender's RepStart names.
+fn paged_dest_spans<'a>(
+    cache: &'a mut Option<(usize, Vec<Span>)>,
+    cfg: &RunConfig,
+    case: usize,
+    size_bytes: u64,
+) -> Result<&'a [Span]> {
+    if cache.as_ref().is_none_or(|(c, _)| *c != case) {
+        let Some(c) = cfg.cases.get(case).filter(|c| c.size_bytes == size_bytes) else {
+            bail!("RepStart names case {case} of {size_bytes} bytes, which is not in the agreed configuration");
+        };
+        let plan = TransferPlan::for_case(cfg, c)?;
+        *cache = Some((case, plan.paged.map(|p| p.dest_spans()).unwrap_or_default()));
+    }
+    Ok(&cache.as_ref().expect("filled above").1)
 }

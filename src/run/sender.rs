@@ -1,6 +1,7 @@
 //! The sender role: it drives the run. For each size it runs the warm-up and measured reps, each rep being
 //! RepStart → RepReady (setup) → transfer → RepDone (the receiver's view), and hands every record to the sink.
 
+use super::verify::Span;
 use super::{CaseRecord, RepRecord, RunSink, StageTimes};
 use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
@@ -41,7 +42,7 @@ impl SenderSession {
             Msg::Accept { offer, mem } => (offer, mem),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
-        let buf = match Buffer::alloc(src, cfg.max_size(), cfg.hugepages) {
+        let buf = match Buffer::alloc(src, cfg.buffer_bytes(), cfg.hugepages) {
             Ok(b) => b,
             Err(e) => {
                 ch.send_error(&e);
@@ -82,21 +83,26 @@ impl SenderSession {
 
     fn run_cases(&mut self, sink: &mut dyn RunSink) -> Result<()> {
         for (index, case) in self.cfg.cases.clone().into_iter().enumerate() {
-            let plan = TransferPlan::contiguous(case.size_bytes, self.cfg.block_size);
+            let plan = TransferPlan::for_case(&self.cfg, &case)?;
             let mut rec = CaseRecord {
                 index,
                 case,
                 block_size: plan.block_size,
-                block_clamped: plan.block_size < self.cfg.block_size && !self.cfg.block_size_default,
+                block_clamped: plan.paged.is_none()
+                    && plan.block_size < self.cfg.block_size
+                    && !self.cfg.block_size_default,
                 writes: plan.writes.len(),
+                layout: self.cfg.layout(),
+                pieces: plan.pieces(),
                 reps: Vec::new(),
                 warmups: Vec::new(),
                 block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
             };
             let total = self.cfg.warmup + self.cfg.reps;
+            let spans = plan.paged.as_ref().filter(|_| self.cfg.verify).map(|p| p.source_spans());
             for seq in 0..total {
                 let warmup = seq < self.cfg.warmup;
-                let r = self.run_rep(index, seq, warmup, &plan, &mut rec)?;
+                let r = self.run_rep(index, seq, warmup, &plan, spans.as_deref(), &mut rec)?;
                 sink.rep_done(&rec, &r, warmup);
                 if warmup {
                     rec.warmups.push(r);
@@ -122,11 +128,16 @@ impl SenderSession {
         seq: u32,
         warmup: bool,
         plan: &TransferPlan,
+        paged_spans: Option<&[Span]>,
         rec: &mut CaseRecord,
     ) -> Result<RepRecord> {
         let size = plan.size_bytes;
         if self.cfg.verify {
-            self.buf.fill_pattern(size, self.cfg.seed, pattern_key(case, seq))?;
+            // Paged: each source piece holds the pattern of its logical offset in the transfer.
+            match paged_spans {
+                Some(spans) => self.buf.fill_spans(spans, self.cfg.seed, pattern_key(case, seq))?,
+                None => self.buf.fill_pattern(size, self.cfg.seed, pattern_key(case, seq))?,
+            }
         }
         let t0 = Instant::now();
         self.ch.send(&Msg::RepStart { case, rep: seq, warmup, size_bytes: size })?;

@@ -30,12 +30,25 @@ pub struct CaseResult {
     pub block_size: u64,
     pub block_clamped: bool,
     pub writes: usize,
+    /// `contiguous` or `paged` (issue F); files written before layouts existed read as contiguous.
+    #[serde(default = "contiguous")]
+    pub layout: String,
+    /// Pieces per transfer (paged: layers × regions × blocks; contiguous: the blocks) and bytes of a full piece;
+    /// `writes` counts what was posted after `--coalesce`.
+    #[serde(default)]
+    pub pieces: usize,
+    #[serde(default)]
+    pub piece_bytes: u64,
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
     /// Whether the per-rep bandwidths form two modes (see `stats::modes`); absent in older files.
     #[serde(default)]
     pub bimodal: Bimodality,
+}
+
+fn contiguous() -> String {
+    "contiguous".into()
 }
 
 impl CaseResult {
@@ -63,6 +76,9 @@ impl CaseResult {
             block_size: rec.block_size,
             block_clamped: rec.block_clamped,
             writes: rec.writes,
+            layout: rec.layout.to_string(),
+            pieces: rec.pieces,
+            piece_bytes: rec.block_size,
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
             bimodal: Bimodality::of(&rec.reps.iter().map(|r| r.gbps).collect::<Vec<_>>()),

@@ -1,0 +1,95 @@
+//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`: turn the KV layout flags and the model geometry
+//! into the paged configuration both ends plan from, and say what it means before the run.
+
+use crate::bail_usage;
+use crate::cli::RunArgs;
+use crate::plan::kv::KvGeometry;
+use crate::plan::paged::{PagedConfig, DEFAULT_BLOCK_TOKENS};
+use crate::plan::sizes::{format_size, format_tokens, parse_tokens};
+use crate::plan::SizeCase;
+use anyhow::Result;
+
+/// The paged configuration for `--layout paged` (None for contiguous); refuses paged-only flags without it.
+pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCase]) -> Result<Option<PagedConfig>> {
+    let a = &r.paged;
+    if a.layout != "paged" {
+        for (given, flag) in [
+            (a.block_tokens.is_some(), "--block-tokens"),
+            (a.pool_tokens.is_some(), "--pool-tokens"),
+            (a.coalesce, "--coalesce"),
+            (a.test_fault_swap_dests, "--test-fault-swap-dests"),
+        ] {
+            if given {
+                bail_usage!("{flag} applies to the paged layout; add --layout paged");
+            }
+        }
+        return Ok(None);
+    }
+    let Some(g) = geometry else {
+        bail_usage!(
+            "--layout paged needs --tokens with --model NAME or --model-config FILE (it places each layer's K and V blocks); --sizes and --kv-bytes-per-token give no geometry"
+        );
+    };
+    if r.block_size.is_some() {
+        bail_usage!("--block-size applies to --layout contiguous; a paged write is one block of one layer's K or V (--block-tokens)");
+    }
+    let block_tokens = match &a.block_tokens {
+        Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--block-tokens: {e}")))?,
+        None => DEFAULT_BLOCK_TOKENS,
+    };
+    let max_tokens = cases.iter().filter_map(|c| c.tokens).max().unwrap_or(0);
+    let pool_tokens = match &a.pool_tokens {
+        Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--pool-tokens: {e}")))?,
+        None => max_tokens.saturating_mul(2),
+    };
+    let cfg = PagedConfig {
+        block_tokens,
+        pool_tokens,
+        layers: g.layers,
+        regions_per_layer: g.regions_per_layer(),
+        region_bytes_per_token: g.region_bytes_per_token(),
+        coalesce: a.coalesce,
+        fault_swap_dests: a.test_fault_swap_dests,
+    };
+    cfg.validate(cases)?;
+    if cfg.fault_swap_dests && cfg.layers * cfg.regions_per_layer < 2 {
+        bail_usage!("--test-fault-swap-dests needs at least two regions (layers × K/V) to swap pieces between");
+    }
+    eprintln!("{}", describe(&cfg, g));
+    for c in cases {
+        let tokens = c.tokens.expect("validated: paged cases have tokens");
+        let blocks = tokens.div_ceil(block_tokens);
+        let mut line = format!(
+            "  {} tokens: {} × {} × {blocks} blocks = {} pieces",
+            format_tokens(tokens),
+            cfg.layers,
+            cfg.regions_per_layer,
+            cfg.pieces(tokens)
+        );
+        if cfg.coalesce {
+            let writes = cfg.plan(r.seed, tokens).writes(true, cfg.fault_swap_dests).len();
+            line.push_str(&format!(" → {writes} writes after --coalesce"));
+        }
+        eprintln!("{line}");
+    }
+    Ok(Some(cfg))
+}
+
+/// One line: piece size and where it comes from, regions, pool.
+fn describe(cfg: &PagedConfig, g: &KvGeometry) -> String {
+    let region = if g.is_mla() {
+        format!("MLA latent {} × {} B", g.latent_dim, g.dtype_bytes)
+    } else {
+        format!("{} KV heads × head dim {} × {} B", g.kv_heads, g.head_dim, g.dtype_bytes)
+    };
+    let regions = if g.is_mla() { "1 region (latent)" } else { "2 regions (K, V)" };
+    format!(
+        "paged layout: {} pieces ({} tokens × {region}), {} layers × {regions}; pool of {} blocks ({} tokens, {} per side), slots permuted independently on each side from --seed",
+        format_size(cfg.piece_bytes()),
+        cfg.block_tokens,
+        cfg.layers,
+        cfg.pool_blocks(),
+        format_tokens(cfg.pool_tokens),
+        format_size(cfg.pool_bytes())
+    )
+}
