@@ -81,6 +81,9 @@ mod tests {
             reps: vec![],
             warmup_reps: vec![],
             bimodal: Default::default(),
+            layout: "contiguous".into(),
+            pieces: 1,
+            piece_bytes: size_mib << 20,
         }
     }
 
