@@ -106,7 +106,7 @@ fn a_real_sweep_and_the_h200_results_draw_every_figure() {
 #[test]
 fn two_runs_side_by_side_with_the_ratio_to_the_first() {
     let d = scratch("compare");
-    // A copy of the H200 run at half the bandwidth: every ratio must read 0.50×.
+    // A copy of the H200 run at half the bandwidth: every ratio must read 0.500×.
     let mut half: serde_json::Value = serde_json::from_slice(&std::fs::read(h200()).unwrap()).unwrap();
     half["label"] = "half speed".into();
     for c in half["cases"].as_array_mut().unwrap() {
@@ -123,7 +123,7 @@ fn two_runs_side_by_side_with_the_ratio_to_the_first() {
     let md = std::fs::read_to_string(&md).unwrap();
     assert!(md.contains("- A = H200 NVLink") && md.contains("- B = half speed (cuda)"), "{md}");
     assert!(md.contains("| size | tokens | A p50 ms | A GB/s | B p50 ms | B GB/s | B/A GB/s |"), "{md}");
-    assert!(md.contains("| 12 GiB | 128k | 32.692 | 394.1 | 65.384 | 197.1 | 0.50× |"), "{md}");
+    assert!(md.contains("| 12 GiB | 128k | 32.692 | 394.1 | 65.384 | 197.1 | 0.500× |"), "{md}");
     let side = std::fs::read_to_string(d.join("cmp.compare.csv")).unwrap();
     assert_eq!(side.lines().count(), 10, "a header and one row per size:\n{side}");
     assert!(side.lines().last().unwrap().ends_with(",0.5000"), "{side}");

@@ -222,3 +222,61 @@ fn without_a_driver_gpu_requests_fail_cleanly() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs, found {n}");
+        return;
+    }
+    let d = tmp("paged");
+    for extra in [&["--copy", "ce", "--streams", "2"][..], &["--copy", "sm"][..]] {
+        let json = d.join("r.json");
+        let mut args = vec![
+            "sweep",
+            "--transport",
+            "cuda",
+            "--src",
+            "gpu:0",
+            "--dst",
+            "gpu:1",
+            "--layout",
+            "paged",
+            "--tokens",
+            "1k,8k",
+            "--model",
+            "qwen3-30b-a3b",
+            "--reps",
+            "2",
+            "--verify",
+            "--json",
+            json.to_str().unwrap(),
+            "--out-dir",
+            d.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = kvxfer(&args);
+        assert!(out.status.success(), "{extra:?}");
+        let r = results(&json);
+        assert_verified(&r, &[96 << 20, 768 << 20], 2, 1.0);
+        for c in r["cases"].as_array().unwrap() {
+            assert_eq!(c["layout"], "paged");
+            assert_eq!(c["piece_bytes"].as_u64(), Some(16 << 10));
+        }
+    }
+}
+
+#[test]
+fn verbs_with_gpu_memory_but_no_nic_names_what_is_missing() {
+    let Some(_) = gpus() else { return };
+    if std::path::Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        eprintln!("skipped: this host has RDMA devices");
+        return;
+    }
+    let out = kvxfer(&["sweep", "--transport", "verbs", "--src", "gpu:0", "--dst", "gpu:0", "--sizes", "96MiB"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--transport verbs") && err.contains("RDMA"), "{err}");
+    assert!(!err.contains("panicked"));
+}

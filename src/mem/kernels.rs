@@ -20,6 +20,7 @@ pub struct Kernels {
     verify: CudaFunction,
     copy16: CudaFunction,
     copy_bytes: CudaFunction,
+    copy_pieces: CudaFunction,
     fill_spans: CudaFunction,
     verify_spans: CudaFunction,
     sms: u32,
@@ -97,6 +98,7 @@ pub fn kernels(ordinal: u32) -> Result<Arc<Kernels>> {
         verify: f("verify_pattern")?,
         copy16: f("copy_v16")?,
         copy_bytes: f("copy_bytes")?,
+        copy_pieces: f("copy_pieces")?,
         fill_spans: f("fill_spans")?,
         verify_spans: f("verify_spans")?,
         sms,
@@ -192,6 +194,34 @@ impl Kernels {
         // SAFETY: as in `fill_spans` (reads only); `counter` is a live one-element device allocation.
         unsafe { b.launch(self.grid(8, 256)) }.or_cuda("launch verify_spans")?;
         Ok(s.clone_dtoh(&counter).or_cuda("cuMemcpyDtoH(counter)")?[0])
+    }
+
+    /// Upload a piece table — `(source offset, destination offset, length)` per piece — on `stream`.
+    pub fn upload_pieces(
+        &self,
+        stream: &Arc<CudaStream>,
+        pieces: &[[u64; 3]],
+    ) -> Result<cudarc::driver::CudaSlice<u64>> {
+        let flat: Vec<u64> = pieces.iter().flatten().copied().collect();
+        stream.clone_htod(&flat).or_cuda("cuMemcpyHtoD(piece table)")
+    }
+
+    /// Enqueue one SM kernel on `stream` that copies every piece of `table` from `src` to `dst`. The caller
+    /// checked every piece against both buffers.
+    pub fn copy_pieces(
+        &self,
+        stream: &CudaStream,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        table: &cudarc::driver::CudaSlice<u64>,
+        n: u64,
+    ) -> Result<()> {
+        let mut b = stream.launch_builder(&self.copy_pieces);
+        b.arg(&dst).arg(&src).arg(table).arg(&n);
+        // SAFETY: every piece lies inside both buffers (checked by the caller), the destination pieces are disjoint,
+        // the table holds 3 × n u64s on this GPU, and the argument types match (u8*, const u8*, const u64*, u64).
+        unsafe { b.launch(self.grid(8, 256)) }.or_cuda("launch copy_pieces")?;
+        Ok(())
     }
 
     /// Enqueue an SM copy of `len` bytes on `stream` (16-byte vectors where both ends are 16-byte aligned).

@@ -63,7 +63,7 @@ fn cells(r: &Row) -> Vec<String> {
         out.push(run.map(|x| format_gbps(x.1)).unwrap_or_else(|| "-".into()));
         if i > 0 {
             out.push(match (run, first) {
-                (Some(x), Some(a)) if a > 0.0 => format!("{:.2}×", x.1 / a),
+                (Some(x), Some(a)) if a > 0.0 => ratio(x.1 / a),
                 _ => "-".into(),
             });
         }
@@ -135,4 +135,18 @@ pub fn csv(all: &[Results]) -> Result<String> {
         w.write_record(&rec)?;
     }
     Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+/// A ratio with three significant digits, so 0.0159× does not print as 0.02×.
+fn ratio(r: f64) -> String {
+    let digits = if r >= 100.0 {
+        0
+    } else if r >= 10.0 {
+        1
+    } else if r >= 1.0 {
+        2
+    } else {
+        (2 - r.log10().floor() as i32).clamp(2, 6) as usize
+    };
+    format!("{r:.digits$}×")
 }

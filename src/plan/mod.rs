@@ -31,7 +31,7 @@ pub struct RunConfig {
     /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
     #[serde(default)]
     pub block_size_default: bool,
-    /// cuda transport: copy engine (`ce`) or SM copy kernel (`sm`).
+    /// cuda transport: copy engine (`ce`), SM copy kernel (`sm`) or `auto`.
     #[serde(default = "default_copy")]
     pub copy: String,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
@@ -47,7 +47,7 @@ pub struct RunConfig {
 }
 
 fn default_copy() -> String {
-    "ce".into()
+    "auto".into()
 }
 
 fn default_mem() -> String {

@@ -92,9 +92,16 @@ fn unhex(s: &str) -> Result<Vec<u8>> {
 
 #[derive(Clone, Copy, PartialEq)]
 enum Engine {
-    CopyEngine,
+    /// The copy engine (cuMemcpyAsync per write).
+    Ce,
     Sm,
+    /// The copy engine for few large writes, one SM kernel for many small ones.
+    Auto,
 }
+
+/// Above this many writes in a transfer, `auto` copies with one SM kernel: per-write copies cost a few µs each,
+/// which caps 16 KiB pieces at ~6 GB/s on H200 NVLink while the kernel moves them at ~370 GB/s (measured).
+const AUTO_SM_WRITES: usize = 64;
 
 pub struct CudaSource {
     ctx: Arc<CudaContext>,
@@ -154,9 +161,10 @@ impl CudaSource {
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
         let engine = match cfg.copy.as_str() {
             "sm" => Engine::Sm,
-            _ => Engine::CopyEngine,
+            "ce" => Engine::Ce,
+            _ => Engine::Auto,
         };
-        if engine == Engine::Sm {
+        if engine != Engine::Ce {
             kernels::kernels(ordinal)?; // compile before the first timed rep
         }
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -184,11 +192,33 @@ impl CudaSource {
         match self.engine {
             // SAFETY: both ranges were bounds-checked against their buffers by the caller; with unified addressing
             // the driver resolves host, local and peer pointers; the stream belongs to the current context.
-            Engine::CopyEngine => {
+            Engine::Ce | Engine::Auto => {
                 check(unsafe { sys::cuMemcpyAsync(dst, src, len as usize, stream.cu_stream()) }, "cuMemcpyAsync")
             }
             Engine::Sm => kernels::kernels(self.ordinal)?.copy(stream, dst, src, len),
         }
+    }
+}
+
+impl CudaSource {
+    /// `--copy sm` with many writes (a paged layout): one kernel launch copies every piece, instead of one copy or
+    /// launch per piece whose fixed cost (a few µs) dwarfs a 16 KiB piece. The piece table is uploaded before the
+    /// start event, so only the copy is timed; per-piece latency is not observable inside one kernel.
+    fn transfer_pieces(&mut self, src: u64, writes: &[Write]) -> Result<TransferTimes> {
+        let k = kernels::kernels(self.ordinal)?;
+        let s0 = &self.streams[0];
+        let pieces: Vec<[u64; 3]> = writes.iter().map(|w| [w.local_offset, w.remote_offset, w.len]).collect();
+        let table = k.upload_pieces(s0, &pieces)?;
+        let posted = Instant::now();
+        self.start.record(s0).or_cuda("cuEventRecord")?;
+        k.copy_pieces(s0, self.dst, src, &table, pieces.len() as u64)?;
+        self.end.record(s0).or_cuda("cuEventRecord")?;
+        let total_ms = self.start.elapsed_ms(&self.end).or_cuda("cuEventElapsedTime")? as f64;
+        Ok(TransferTimes {
+            first_post: posted,
+            last_complete: posted + Duration::from_secs_f64(total_ms.max(0.0) / 1e3),
+            reg_ms: None,
+        })
     }
 }
 
@@ -211,6 +241,15 @@ impl Source for CudaSource {
             }
         }
         let src = mem.cuda_addr();
+        for (i, w) in writes.iter().enumerate() {
+            if w.local_offset + w.len > mem.len() as u64 || w.remote_offset + w.len > self.dst_len {
+                bail!("write {i} falls outside a buffer (a planning bug)");
+            }
+        }
+        let many = writes.len() > AUTO_SM_WRITES;
+        if (self.engine == Engine::Sm && writes.len() > 1) || (self.engine == Engine::Auto && many) {
+            return self.transfer_pieces(src, writes);
+        }
         let s0 = &self.streams[0];
         let posted = Instant::now();
         self.start.record(s0).or_cuda("cuEventRecord")?;
@@ -218,9 +257,6 @@ impl Source for CudaSource {
             s.wait(&self.start).or_cuda("cuStreamWaitEvent")?;
         }
         for (i, w) in writes.iter().enumerate() {
-            if w.local_offset + w.len > mem.len() as u64 || w.remote_offset + w.len > self.dst_len {
-                bail!("write {i} falls outside a buffer (a planning bug)");
-            }
             let s = &self.streams[i % self.streams.len()];
             if timed {
                 self.marks[i].0.record(s).or_cuda("cuEventRecord")?;

@@ -91,15 +91,22 @@ impl BandwidthFigure<'_> {
                 plot.draw(&style::marker(p, r.style.marker, 5, r.style.colour, true))?;
             }
         }
+        // Ceilings of similar runs sit close together: shift a label right while it would overprint another.
+        let mut placed: Vec<(f64, i32)> = Vec::new();
         for r in self.runs {
             let Some(c) = r.ceiling else { continue };
+            let mut dx = 8;
+            while placed.iter().any(|&(g, x)| x == dx && (c.gbps / g).ln().abs() < 0.15) {
+                dx += 190;
+            }
+            placed.push((c.gbps, dx));
             // Thin long dashes: unlike any run's p50 line, which is thick, even where they coincide on the plateau.
             let line = vec![(x_lo, c.gbps), (x_hi, c.gbps)];
             plot.draw(&plotters::element::DashedPathElement::new(line, 16, 6, r.style.colour.stroke_width(1)))?;
             let label = format!("ceiling {} GB/s", format_gbps(c.gbps));
             let at = Pos::new(HPos::Left, VPos::Bottom);
             let style = text(NOTE_PX + 1).color(&r.style.colour).pos(at);
-            plot.draw(&style::label((x_lo, c.gbps), (8, -5), label, style))?;
+            plot.draw(&style::label((x_lo, c.gbps), (dx, -5), label, style))?;
         }
         Ok(())
     }
