@@ -1,16 +1,13 @@
 //! GPU tests: real CUDA on real GPUs, through the real binary. Without a CUDA driver (CI, laptops) each test prints
 //! why it skipped and passes; on the GPU machine they run (`KVXFER_BIN` may point at a carried binary).
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-
-fn bin() -> PathBuf {
-    std::env::var_os("KVXFER_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_kvxfer").into())
-}
+mod common;
+use common::{kvxfer as command, read_json, TempDir};
+use std::process::{Output, Stdio};
 
 /// Number of GPUs the binary sees, or None (with the reason printed) when there is no usable driver.
 fn gpus() -> Option<usize> {
-    let out = Command::new(bin()).args(["devices", "--json"]).output().expect("run kvxfer devices");
+    let out = command().args(["devices", "--json"]).output().expect("run kvxfer devices");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("devices --json prints JSON");
     match v["gpus"].as_array() {
         Some(g) if !g.is_empty() => Some(g.len()),
@@ -22,7 +19,7 @@ fn gpus() -> Option<usize> {
 }
 
 fn kvxfer(args: &[&str]) -> Output {
-    let out = Command::new(bin()).args(args).stdin(Stdio::null()).output().expect("run kvxfer");
+    let out = command().args(args).stdin(Stdio::null()).output().expect("run kvxfer");
     eprintln!(
         "$ kvxfer {}\n{}{}",
         args.join(" "),
@@ -33,7 +30,7 @@ fn kvxfer(args: &[&str]) -> Output {
 }
 
 fn results(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).expect("results written")).expect("results are JSON")
+    read_json(path)
 }
 
 /// Every case verified with zero mismatched bytes, `reps` measured reps each, and a plausible bandwidth.
@@ -50,10 +47,8 @@ fn assert_verified(r: &serde_json::Value, sizes: &[u64], reps: usize, min_gbps: 
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvxfer-gpu-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> TempDir {
+    TempDir::new(&format!("gpu-{name}"))
 }
 
 #[test]
@@ -81,7 +76,7 @@ fn in_process_nvlink_copy_engine_verified_96mib_to_12gib() {
         "--json",
         json.to_str().unwrap(),
         "--out-dir",
-        d.to_str().unwrap(),
+        d.path().to_str().unwrap(),
     ]);
     assert!(out.status.success());
     // NVLink: well above any PCIe or NIC path.
@@ -114,7 +109,7 @@ fn in_process_sm_copy_and_chunked_streams_verified() {
             "--json",
             json.to_str().unwrap(),
             "--out-dir",
-            d.to_str().unwrap(),
+            d.path().to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         let out = kvxfer(&args);
@@ -145,7 +140,7 @@ fn pinned_host_to_gpu_and_back_verified() {
             "--json",
             json.to_str().unwrap(),
             "--out-dir",
-            d.to_str().unwrap(),
+            d.path().to_str().unwrap(),
         ]);
         assert!(out.status.success(), "{src}→{dst}");
         assert_verified(&results(&json), &[1536 << 20], 3, 10.0);
@@ -161,7 +156,7 @@ fn two_processes_cuda_ipc_verified() {
         l.local_addr().unwrap().port()
     };
     let listen = format!("127.0.0.1:{port}");
-    let mut serve = Command::new(bin())
+    let mut serve = command()
         .args(["serve", "--listen", &listen, "--once", "--mem", dst])
         .stderr(Stdio::piped())
         .spawn()
@@ -253,7 +248,7 @@ fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
             "--json",
             json.to_str().unwrap(),
             "--out-dir",
-            d.to_str().unwrap(),
+            d.path().to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
         let out = kvxfer(&args);

@@ -10,13 +10,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_kvxfer");
+/// The binary under test: the one cargo built, or `KVXFER_BIN` (a binary carried to another machine, where the
+/// build path does not exist).
+pub fn bin() -> PathBuf {
+    std::env::var_os("KVXFER_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_kvxfer").into())
+}
 
 /// How long any single command of the suite may take before the test fails.
 pub const CMD_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn kvxfer() -> Command {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(bin());
     // A token in the environment would change what serve and send do.
     c.env_remove("KVXFER_TOKEN");
     c.stdin(Stdio::null());
