@@ -138,6 +138,37 @@ fn in_process_sweep_between_two_devices() {
 }
 
 #[test]
+fn in_process_sweep_looping_through_one_device() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-loop");
+    let json = t.arg("l.json");
+    run(&[
+        "sweep",
+        "--transport",
+        "verbs",
+        "-d",
+        &r.a_dev,
+        "--sizes",
+        "1MiB",
+        "--reps",
+        "2",
+        "--ack-timeout",
+        "18",
+        "--verify",
+        "--json",
+        &json,
+        "--out-dir",
+        &t.arg(""),
+    ])
+    .expect_code(0);
+    let v = read_json(std::path::Path::new(&json));
+    check_case(&v["cases"][0], 1 << 20, 2, true);
+    let d = &v["config"]["transport_detail"];
+    assert_eq!(d["sender"]["port"]["device"], r.a_dev.as_str());
+    assert_eq!(d["receiver"]["port"]["device"], r.a_dev.as_str(), "both ends on one device: loopback through the NIC");
+}
+
+#[test]
 fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill");
