@@ -117,9 +117,14 @@ pub struct VerbsArgs {
     /// Signal a completion every N work requests (and always the last)
     #[arg(long, default_value_t = 16)]
     pub signal_every: u32,
-    /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB)
+    /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB; a size given
+    /// here may pass 2GiB, up to max_mr_size)
     #[arg(long, value_name = "SIZE")]
     pub mr_chunk: Option<String>,
+    /// Register the receiver's memory in pieces of at most this size, up to the device's max_mr_size (default:
+    /// --mr-chunk); the destination-MR-size axis of sweeps/mr-cliff.toml
+    #[arg(long, value_name = "SIZE")]
+    pub dst_mr_chunk: Option<String>,
     /// Register the send buffer inside every rep and include it in the transfer time
     #[arg(long)]
     pub reg_per_rep: bool,

@@ -1,7 +1,7 @@
 //! The results JSON (`kvxfer/results/v1`): the contract users script against. Extend, never rename.
 
 use crate::env::Env;
-use crate::stats::{Bimodality, CaseResult};
+use crate::stats::CaseResult;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -104,9 +104,7 @@ impl Results {
 
     /// Files written before bimodality and the ceiling existed lack them; derive both from what they do hold.
     fn fill_derived(&mut self) {
-        for c in self.cases.iter_mut().filter(|c| c.bimodal.method.is_empty()) {
-            c.bimodal = Bimodality::of(&c.reps.iter().map(|r| r.gbps).collect::<Vec<_>>());
-        }
+        self.cases = std::mem::take(&mut self.cases).into_iter().map(CaseResult::with_derived).collect();
         if self.ceiling_gbps.is_none() {
             self.update_ceiling();
         }
