@@ -7,6 +7,9 @@ pub mod report;
 pub mod send;
 pub mod serve;
 pub mod sweep;
+pub mod sweep_file;
+pub mod sweep_sessions;
+pub mod predict;
 
 use crate::bail_usage;
 use crate::cli::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};

@@ -106,12 +106,16 @@ pub fn warning_summary(cases: &[CaseResult]) -> String {
             None => kinds.push((w.kind.clone(), 1)),
         }
     }
-    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {n}", k.replace('_', " "))).collect();
+    let name = |k: &str| match k {
+        "high_cv" => "high CV".to_string(),
+        other => other.replace('_', " "),
+    };
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {n}", name(k))).collect();
     format!("⚠ {warned} of {} case(s) carry warnings ({})", cases.len(), kinds.join(", "))
 }
 
 /// Explains `~` in the CI column when some case has too few reps for a 95% interval.
-fn ci_note(cases: &[CaseResult]) -> Option<String> {
+pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
     cases.iter().filter_map(|c| c.p50_ci.as_ref()).any(|ci| ci.coverage < ci.level).then(|| {
         "~ fewer than 6 reps: the CI is [min, max] and covers the median with less than 95% (93.8% at n = 5)".into()
     })
@@ -127,6 +131,10 @@ fn case_name(c: &CaseResult) -> String {
 
 /// "ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)", when the run has a plateau.
 pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
+    // A sweep over several configurations has one curve per configuration, not one ceiling.
+    if cases.iter().any(|c| c.case_label != cases[0].case_label) {
+        return None;
+    }
     ceiling(cases).map(|c| {
         format!(
             "ceiling {} GB/s (p50 flat within ±5% from {} to {})",

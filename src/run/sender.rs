@@ -16,21 +16,29 @@ pub struct CaseRun {
     pub rec: CaseRecord,
     plan: TransferPlan,
     spans: Option<Vec<Span>>,
-    /// Reps run so far in this session (warm-ups included) and how many there will be.
+    /// Reps run so far (warm-ups included): the `--verify` pattern key of the next rep.
     seq: u32,
     warmup: u32,
-    total: u32,
-    measured_before: u32,
+    warmups_left: u32,
+    measured_left: u32,
 }
 
 impl CaseRun {
+    /// Every measured rep is done.
     pub fn is_done(&self) -> bool {
-        self.seq >= self.total
+        self.measured_left == 0
     }
 
     /// Whether the next rep is a warm-up.
     pub fn in_warmup(&self) -> bool {
-        self.seq < self.warmup
+        self.warmups_left > 0
+    }
+
+    /// The case moved to a fresh session (a sweep reopened it): warm up again before the next measured rep.
+    pub fn warm_again(&mut self) {
+        if !self.is_done() {
+            self.warmups_left = self.warmup;
+        }
     }
 
     /// Fail once any rep of the case (warm-up or measured) saw mismatched bytes under `--verify`.
@@ -137,7 +145,7 @@ impl SenderSession {
     }
 
     /// Plan case `index` of the session's configuration. `measured_before` measured reps of it were kept from an
-    /// earlier run (`--resume`): its warm-ups run again, then only the measured reps still missing.
+    /// earlier run (`--resume`; the caller puts them in `rec`): its warm-ups run again, then only the missing reps.
     pub fn start_case(&self, index: usize, measured_before: u32) -> Result<CaseRun> {
         let case = self.cfg.cases[index];
         let plan = TransferPlan::for_case(&self.cfg, &case)?;
@@ -154,19 +162,24 @@ impl SenderSession {
             block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
         };
         let spans = plan.paged.as_ref().filter(|_| self.cfg.verify).map(|p| p.source_spans());
-        let measured = self.cfg.reps.saturating_sub(measured_before);
-        Ok(CaseRun { rec, plan, spans, seq: 0, warmup: self.cfg.warmup, total: self.cfg.warmup + measured, measured_before })
+        let (warmup, measured_left) = (self.cfg.warmup, self.cfg.reps.saturating_sub(measured_before));
+        Ok(CaseRun { rec, plan, spans, seq: 0, warmup, warmups_left: warmup, measured_left })
     }
 
     /// Run the case's next rep (its warm-ups come first), hand it to the sink and keep it in the case's record.
     pub fn next_rep(&mut self, run: &mut CaseRun, sink: &mut dyn RunSink) -> Result<()> {
-        let (seq, warmup) = (run.seq, run.seq < run.warmup);
+        let (seq, warmup) = (run.seq, run.in_warmup());
         let (index, plan, spans) = (run.rec.index, &run.plan, run.spans.as_deref());
         let mut r = self.run_rep(index, seq, warmup, plan, spans, &mut run.rec)?;
-        if !warmup {
-            r.i = seq - run.warmup + run.measured_before;
-        }
         run.seq += 1;
+        // Rep numbers count on from what the case already holds (a resumed case keeps its earlier reps).
+        if warmup {
+            r.i = run.rec.warmups.len() as u32;
+            run.warmups_left -= 1;
+        } else {
+            r.i = run.rec.reps.len() as u32;
+            run.measured_left -= 1;
+        }
         sink.rep_done(&run.rec, &r, warmup);
         if warmup {
             run.rec.warmups.push(r);
@@ -234,7 +247,7 @@ impl SenderSession {
         let transfer_ms = ms_since(times.first_post, times.last_complete);
         let s0 = self.started;
         Ok(RepRecord {
-            i: if warmup { seq } else { seq - self.cfg.warmup },
+            i: 0, // numbered by `next_rep`
             transfer_ms,
             gbps: gbps(size, transfer_ms),
             setup_ms: ms_since(t0, t_ready),

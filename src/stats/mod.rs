@@ -3,6 +3,7 @@
 pub mod case;
 pub mod ceiling;
 pub mod confidence;
+pub mod interpolate;
 pub mod modes;
 pub mod summary;
 pub mod warnings;
