@@ -2,6 +2,7 @@
 
 pub mod devices;
 pub mod layout;
+pub mod predict;
 pub mod recorder;
 pub mod report;
 pub mod send;
@@ -9,7 +10,6 @@ pub mod serve;
 pub mod sweep;
 pub mod sweep_file;
 pub mod sweep_sessions;
-pub mod predict;
 
 use crate::bail_usage;
 use crate::cli::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};

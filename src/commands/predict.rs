@@ -140,7 +140,9 @@ pub fn run(a: PredictArgs) -> Result<()> {
     }
     println!("{t}");
     if predictions.iter().any(|p| p.basis.is_extrapolated()) {
-        println!("! outside the measured range: extrapolated from the nearest two sizes; measure these sizes to trust them");
+        println!(
+            "! outside the measured range: extrapolated from the nearest two sizes; measure these sizes to trust them"
+        );
     }
     if let (Some(d), Some(n)) = (a.decode_ms, a.decode_tokens) {
         println!("decode steps = est. ms ÷ {d} ms; × decode = est. ms ÷ ({n} tokens × {d} ms)");
@@ -154,7 +156,9 @@ pub fn run(a: PredictArgs) -> Result<()> {
 fn pick<'a>(r: &'a Results, filters: &[String], file: &str) -> Result<Vec<&'a CaseResult>> {
     let mut want: Vec<(&str, &str)> = Vec::new();
     for f in filters {
-        let Some((k, v)) = f.split_once('=') else { bail_usage!("--where {f:?}: expected key=value, e.g. transport=cuda") };
+        let Some((k, v)) = f.split_once('=') else {
+            bail_usage!("--where {f:?}: expected key=value, e.g. transport=cuda")
+        };
         want.push((k.trim(), v.trim()));
     }
     let mut cases: Vec<&CaseResult> = r

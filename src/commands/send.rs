@@ -70,7 +70,14 @@ pub fn connect(
 }
 
 /// `config` of the results file for a session of `cfg`.
-pub fn config_json(cfg: &RunConfig, session: &SenderSession, model: Option<String>, peer: &str, role: &str, src: MemKind) -> ConfigJson {
+pub fn config_json(
+    cfg: &RunConfig,
+    session: &SenderSession,
+    model: Option<String>,
+    peer: &str,
+    role: &str,
+    src: MemKind,
+) -> ConfigJson {
     ConfigJson {
         transport: cfg.transport.clone(),
         block_size: cfg.block_size,

@@ -114,9 +114,8 @@ pub fn nics() -> Vec<Nic> {
                 .filter_map(|p| {
                     let pd = d.join("ports").join(&p);
                     let netdev = read(pd.join("gid_attrs/ndevs/0"));
-                    let mut gid_types: Vec<String> = (0..16)
-                        .filter_map(|i| read(pd.join(format!("gid_attrs/types/{i}"))))
-                        .collect();
+                    let mut gid_types: Vec<String> =
+                        (0..16).filter_map(|i| read(pd.join(format!("gid_attrs/types/{i}")))).collect();
                     gid_types.sort();
                     gid_types.dedup();
                     Some(NicPort {
@@ -167,7 +166,9 @@ pub fn gpus() -> Vec<GpuDevice> {
 pub fn gpu_driver() -> Option<String> {
     let text = read("/proc/driver/nvidia/version")?;
     let line = text.lines().next()?;
-    line.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.')).map(String::from)
+    line.split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .map(String::from)
 }
 
 /// The CUDA version the driver supports ("13.0"), when libcuda is there.

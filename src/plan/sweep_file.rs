@@ -131,7 +131,9 @@ fn params_of(file: &str, t: &toml::Table) -> Result<BTreeMap<String, Values>> {
 fn run_u64(file: &str, key: &str, v: Option<&String>, default: u64) -> Result<u64> {
     match v {
         None => Ok(default),
-        Some(s) => s.parse().map_err(|_| crate::error::usage(format!("{file}: {key} = {s:?}: expected a whole number"))),
+        Some(s) => {
+            s.parse().map_err(|_| crate::error::usage(format!("{file}: {key} = {s:?}: expected a whole number")))
+        }
     }
 }
 
@@ -217,13 +219,17 @@ impl SweepFile {
             }
             let where_ = if tables.len() > 1 { format!("{file}: [[case]] {}", i + 1) } else { file.to_string() };
             match SIZE_KEYS.iter().filter(|k| merged.contains_key(**k)).count() {
-                0 => bail_usage!("{where_}: no sizes: give sizes = [\"96MiB\", ...] or tokens = [1024, ...] with a model"),
+                0 => bail_usage!(
+                    "{where_}: no sizes: give sizes = [\"96MiB\", ...] or tokens = [1024, ...] with a model"
+                ),
                 1 => {}
                 _ => bail_usage!("{where_}: give sizes or tokens, not both"),
             }
             for s in SWITCHES.iter().filter_map(|k| merged.get(*k)).flatten() {
                 if s != "true" && s != "false" {
-                    bail_usage!("{where_}: {s:?} for a switch (verify, hugepages, reg_per_rep, coalesce): use true or false");
+                    bail_usage!(
+                        "{where_}: {s:?} for a switch (verify, hugepages, reg_per_rep, coalesce): use true or false"
+                    );
                 }
             }
             cases.extend(cross(&merged));
@@ -234,8 +240,12 @@ impl SweepFile {
             }
         }
         let labels = labels(&cases);
-        let cases =
-            cases.into_iter().zip(labels).enumerate().map(|(id, (params, label))| SweepCase { id, params, label }).collect();
+        let cases = cases
+            .into_iter()
+            .zip(labels)
+            .enumerate()
+            .map(|(id, (params, label))| SweepCase { id, params, label })
+            .collect();
         Ok(SweepFile {
             path: PathBuf::from(file),
             name,
@@ -287,15 +297,15 @@ fn labels(cases: &[Params]) -> Vec<String> {
         .collect();
     cases
         .iter()
-        .map(|c| {
-            varying.iter().filter_map(|k| c.get(*k).map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(" ")
-        })
+        .map(|c| varying.iter().filter_map(|k| c.get(*k).map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(" "))
         .collect()
 }
 
 /// The parameters that decide the connection (everything but the size): cases sharing them share a session.
 pub fn session_key(p: &Params) -> Params {
-    p.iter().map(|(k, v)| (k.clone(), if SIZE_KEYS.contains(&k.as_str()) { String::new() } else { v.clone() })).collect()
+    p.iter()
+        .map(|(k, v)| (k.clone(), if SIZE_KEYS.contains(&k.as_str()) { String::new() } else { v.clone() }))
+        .collect()
 }
 
 /// The `kvxfer sweep` arguments that measure `params` (minus the size, which the caller adds for a whole session).
@@ -325,8 +335,12 @@ mod tests {
 
     #[test]
     fn cross_product_with_the_size_axis_innermost() {
-        let f = SweepFile::parse("t.toml", "reps = 3\ntransport = [\"tcp\", \"cuda\"]\nsizes = [\"1MiB\", \"2MiB\"]\n", &[])
-            .unwrap();
+        let f = SweepFile::parse(
+            "t.toml",
+            "reps = 3\ntransport = [\"tcp\", \"cuda\"]\nsizes = [\"1MiB\", \"2MiB\"]\n",
+            &[],
+        )
+        .unwrap();
         assert_eq!((f.reps, f.warmup, f.order), (3, 1, Order::Interleaved));
         let got: Vec<(String, String)> =
             f.cases.iter().map(|c| (c.params["transport"].clone(), c.params["sizes"].clone())).collect();
@@ -346,7 +360,10 @@ mod tests {
         let f = SweepFile::parse("t.toml", text, &[]).unwrap();
         assert_eq!(f.cases.len(), 3);
         assert_eq!(f.cases[2].params.get("tokens"), None, "a case's sizes replace the top-level tokens");
-        assert_eq!(flags(&f.cases[0].params), ["--model", "qwen3-8b", "--streams", "1", "--transport", "tcp", "--verify"]);
+        assert_eq!(
+            flags(&f.cases[0].params),
+            ["--model", "qwen3-8b", "--streams", "1", "--transport", "tcp", "--verify"]
+        );
         let f = SweepFile::parse("t.toml", text, &["transport=verbs".into(), "reps=2".into(), "order=random".into()])
             .unwrap();
         assert!(f.cases.iter().all(|c| c.params["transport"] == "verbs"));

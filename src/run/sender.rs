@@ -153,7 +153,9 @@ impl SenderSession {
             index,
             case,
             block_size: plan.block_size,
-            block_clamped: plan.paged.is_none() && plan.block_size < self.cfg.block_size && !self.cfg.block_size_default,
+            block_clamped: plan.paged.is_none()
+                && plan.block_size < self.cfg.block_size
+                && !self.cfg.block_size_default,
             writes: plan.writes.len(),
             layout: self.cfg.layout(),
             pieces: plan.pieces(),

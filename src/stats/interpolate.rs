@@ -57,7 +57,8 @@ mod tests {
     #[test]
     fn a_power_law_is_recovered_exactly_between_points() {
         // t = 0.5 ms + nothing: pure bandwidth curve t = size / 10 GB/s, in ms.
-        let curve: Vec<(f64, f64)> = [1u64 << 20, 1 << 24, 1 << 28].iter().map(|&s| (s as f64, s as f64 / 1e7)).collect();
+        let curve: Vec<(f64, f64)> =
+            [1u64 << 20, 1 << 24, 1 << 28].iter().map(|&s| (s as f64, s as f64 / 1e7)).collect();
         let (t, b) = log_log(&curve, (1u64 << 22) as f64).unwrap();
         assert_eq!(b, Basis::Interpolated);
         assert!((t - (1u64 << 22) as f64 / 1e7).abs() < 1e-9 * t);
