@@ -26,12 +26,18 @@ pub enum Command {
     /// Run receiver and sender on this machine (loopback) and sweep sizes: the main job.
     #[command(after_help = "Examples:\n  kvxfer sweep                              # default: 1k..16k tokens of qwen3-30b-a3b\n  \
                             kvxfer sweep --sizes 96MiB,1GiB --reps 10 --verify\n  \
-                            kvxfer sweep --transport cuda --src gpu:0 --dst gpu:1 --tokens 1k,128k --model qwen3-30b-a3b\n\n".to_owned() + UNITS_NOTE)]
+                            kvxfer sweep --transport cuda --src gpu:0 --dst gpu:1 --tokens 1k,128k --model qwen3-30b-a3b\n  \
+                            kvxfer sweep sweeps/mb2.toml --set transport=tcp --set src=host --set dst=host\n  \
+                            kvxfer sweep sweeps/mb2.toml --resume results/mb2.json\n\n".to_owned() + UNITS_NOTE)]
     Sweep(SweepArgs),
     /// Re-render tables from saved results files.
     #[command(after_help = "Examples:\n  kvxfer report results/a.json results/b.json --md tables.md\n  \
                             kvxfer report a.json b.json --fig figs --line \"NIC 25 GB/s=25\"\n\n".to_owned() + UNITS_NOTE)]
     Report(ReportArgs),
+    /// Estimate KV transfer times for token counts from a measured time-vs-size curve.
+    #[command(after_help = "Example:\n  kvxfer predict --results results/h200-nvlink.json --tokens 1k,32k,128k \
+                            --model qwen3-30b-a3b --decode-ms 7 --decode-tokens 64\n\n".to_owned() + UNITS_NOTE)]
+    Predict(PredictArgs),
     /// Show what this host offers: CPUs, memory, huge pages.
     #[command(after_help = "Example:\n  kvxfer devices --json")]
     Devices(DevicesArgs),
@@ -117,9 +123,14 @@ pub struct VerbsArgs {
     /// Signal a completion every N work requests (and always the last)
     #[arg(long, default_value_t = 16)]
     pub signal_every: u32,
-    /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB)
+    /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB; a size given
+    /// here may pass 2GiB, up to max_mr_size)
     #[arg(long, value_name = "SIZE")]
     pub mr_chunk: Option<String>,
+    /// Register the receiver's memory in pieces of at most this size, up to the device's max_mr_size (default:
+    /// --mr-chunk); the destination-MR-size axis of sweeps/mr-cliff.toml
+    #[arg(long, value_name = "SIZE")]
+    pub dst_mr_chunk: Option<String>,
     /// Register the send buffer inside every rep and include it in the transfer time
     #[arg(long)]
     pub reg_per_rep: bool,
@@ -248,6 +259,16 @@ pub struct SendArgs {
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
+    /// A sweep file (sweeps/*.toml): its cases, reps and order replace the size and run flags
+    #[arg(value_name = "FILE.toml")]
+    pub file: Option<PathBuf>,
+    /// Override a key of the sweep file, repeatable: --set transport=tcp --set tokens=1k,2k
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "file")]
+    pub sets: Vec<String>,
+    /// Continue an interrupted sweep: keep the completed cases (and measured reps) of this results file, run the
+    /// rest, and write back into it (unless --json says otherwise)
+    #[arg(long, value_name = "FILE.json", requires = "file")]
+    pub resume: Option<PathBuf>,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
     pub src: String,
@@ -284,6 +305,27 @@ pub struct ReportArgs {
     pub csv: Option<PathBuf>,
     #[command(flatten)]
     pub fig: FigArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// A results file (send, sweep or a sweep file's)
+    #[arg(long, value_name = "FILE.json")]
+    pub results: PathBuf,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    /// Pick one configuration of a sweep file's results, repeatable: --where transport=cuda
+    #[arg(long = "where", value_name = "KEY=VALUE")]
+    pub filters: Vec<String>,
+    /// Time of one decode step (ms): prints how many decode steps one transfer costs
+    #[arg(long, value_name = "MS")]
+    pub decode_ms: Option<f64>,
+    /// Tokens the transferred KV cache lets the receiver decode: compares the transfer with that decode
+    #[arg(long, value_name = "N", requires = "decode_ms")]
+    pub decode_tokens: Option<u64>,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1,6 +1,12 @@
 //! The environment fingerprint stored in every results file, and what `kvxfer devices` prints about the host.
 
+mod diff;
+pub mod hardware;
+
+pub use diff::differences;
+
 use crate::mem::host::meminfo_field;
+use hardware::{GpuDevice, Iommu, Nic, NumaNode};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -17,6 +23,16 @@ pub struct Env {
     pub hugepage_size_bytes: Option<u64>,
     pub kvxfer_version: String,
     pub command_line: Vec<String>,
+    /// `git describe --always --dirty --tags` of the source kvxfer was built from ("unknown" outside a checkout).
+    pub git_describe: String,
+    pub numa_nodes: Vec<NumaNode>,
+    pub iommu: Iommu,
+    /// RDMA NICs (/sys/class/infiniband): board, firmware, NUMA node, ports with link rate, MTU and GID types.
+    pub nics: Vec<Nic>,
+    /// NVIDIA GPUs on the PCI bus and their NUMA nodes.
+    pub gpus: Vec<GpuDevice>,
+    pub gpu_driver: Option<String>,
+    pub cuda_driver_version: Option<String>,
 }
 
 pub fn hostname() -> String {
@@ -58,6 +74,13 @@ impl Env {
             hugepage_size_bytes: meminfo_field(&meminfo, "Hugepagesize"),
             kvxfer_version: env!("CARGO_PKG_VERSION").to_string(),
             command_line: std::env::args().collect(),
+            git_describe: option_env!("KVXFER_GIT_DESCRIBE").unwrap_or("unknown").to_string(),
+            numa_nodes: hardware::numa_nodes(),
+            iommu: hardware::iommu(),
+            nics: hardware::nics(),
+            gpus: hardware::gpus(),
+            gpu_driver: hardware::gpu_driver(),
+            cuda_driver_version: hardware::cuda_driver_version(),
         }
     }
 }

@@ -16,6 +16,7 @@ fn main() {
         Command::Send(a) => commands::send::run(a),
         Command::Sweep(a) => commands::sweep::run(a),
         Command::Report(a) => commands::report::run(a),
+        Command::Predict(a) => commands::predict::run(a),
         Command::Devices(a) => commands::devices::run(a),
     };
     if let Err(e) = outcome {

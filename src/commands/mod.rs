@@ -2,11 +2,14 @@
 
 pub mod devices;
 pub mod layout;
+pub mod predict;
 pub mod recorder;
 pub mod report;
 pub mod send;
 pub mod serve;
 pub mod sweep;
+pub mod sweep_file;
+pub mod sweep_sessions;
 
 use crate::bail_usage;
 use crate::cli::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};
@@ -143,22 +146,23 @@ pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
     if v.signal_every == 0 || v.signal_every > v.inflight {
         bail_usage!("--signal-every {}: give 1 to --inflight ({})", v.signal_every, v.inflight);
     }
-    let mr_chunk = match &v.mr_chunk {
-        Some(s) => {
-            let n = parse_size(s).map_err(|e| crate::error::usage(format!("--mr-chunk: {e}")))?;
-            if n % 4096 != 0 {
-                bail_usage!("--mr-chunk {s}: must be a multiple of 4 KiB (pages are registered whole)");
-            }
-            Some(n)
+    let chunk = |flag: &str, given: &Option<String>| -> Result<Option<u64>> {
+        let Some(s) = given else { return Ok(None) };
+        let n = parse_size(s).map_err(|e| crate::error::usage(format!("{flag}: {e}")))?;
+        if n % 4096 != 0 {
+            bail_usage!("{flag} {s}: must be a multiple of 4 KiB (pages are registered whole)");
         }
-        None => None,
+        Ok(Some(n))
     };
+    let mr_chunk = chunk("--mr-chunk", &v.mr_chunk)?;
+    let dst_mr_chunk = chunk("--dst-mr-chunk", &v.dst_mr_chunk)?;
     Ok(VerbsConfig {
         qps: v.qps,
         batch: v.batch,
         inflight: v.inflight,
         signal_every: v.signal_every,
         mr_chunk,
+        dst_mr_chunk,
         reg_per_rep: v.reg_per_rep,
         cq_mode: v.cq_mode.clone(),
         ack_timeout: v.ack_timeout,

@@ -37,8 +37,12 @@ impl Recorder {
     }
 
     pub fn new(results: Results, cfg: &RunConfig, out: &OutputArgs) -> Result<Recorder> {
+        Recorder::with_total(results, cfg.cases.len() as u64 * (cfg.reps + cfg.warmup) as u64, cfg.verify, out)
+    }
+
+    /// A recorder whose progress bar counts `total` reps (warm-ups included).
+    pub fn with_total(results: Results, total: u64, verify: bool, out: &OutputArgs) -> Result<Recorder> {
         let events = out.events.as_deref().map(EventsFile::create).transpose()?;
-        let total = cfg.cases.len() as u64 * (cfg.reps + cfg.warmup) as u64;
         let progress = Progress::new(total);
         progress.println(&table::live_header());
         Ok(Recorder {
@@ -48,7 +52,7 @@ impl Recorder {
             csv: out.csv.clone(),
             md: out.md.clone(),
             events,
-            verify: cfg.verify,
+            verify,
             fig: out.fig.clone(),
         })
     }
@@ -78,6 +82,10 @@ impl Recorder {
         if let Some(line) = table::ceiling_note(&self.results.cases) {
             println!("{line}");
         }
+        println!("{}", table::warning_summary(&self.results.cases));
+        if let Some(line) = table::ci_note(&self.results.cases) {
+            println!("{line}");
+        }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
         if clamped {
             println!("* block size clamped to the transfer size");
@@ -101,10 +109,34 @@ impl Recorder {
             return Ok(());
         }
         let lines = export::plot::parse_lines(&self.fig.lines)?;
-        for f in export::plot::write_figures(&[(self.results.label.clone(), &self.results)], dir, &lines)? {
+        let series = self.results.series();
+        let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
+        for f in export::plot::write_figures(&named, dir, &lines)? {
             eprintln!("figure: {}", f.display());
         }
         Ok(())
+    }
+}
+
+impl Recorder {
+    /// Keep a sweep case's current results (replacing its earlier state, matched by `case_id`) and save; print its
+    /// row once it is complete.
+    pub fn put_case(&mut self, result: CaseResult) -> Result<()> {
+        let row = result.complete.then(|| table::live_row(&result));
+        match self.results.cases.iter_mut().find(|c| c.case_id.is_some() && c.case_id == result.case_id) {
+            Some(slot) => *slot = result,
+            // Sweep order (case ids), whatever order the cases were first measured in.
+            None => {
+                let at = self.results.cases.iter().take_while(|c| c.case_id < result.case_id).count();
+                self.results.cases.insert(at, result);
+            }
+        }
+        self.results.update_ceiling();
+        let saved = self.save();
+        if let Some(row) = row {
+            self.progress.println(&row);
+        }
+        saved
     }
 }
 

@@ -18,6 +18,12 @@ pub fn run(a: ReportArgs) -> Result<()> {
         export::plot::prepare_dir(dir)?;
     }
     let several = all.len() > 1;
+    // Runs on hosts whose NIC firmware, MTU or IOMMU mode differ compare the environments as much as the runs.
+    for (r, f) in all.iter().zip(&a.files).skip(1) {
+        for d in crate::env::differences(&all[0].env, &r.env) {
+            eprintln!("warning: {} and {} ran in different environments: {d}", a.files[0].display(), f.display());
+        }
+    }
     let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
     if !stdout_taken {
         for r in &all {

@@ -9,7 +9,7 @@ use crate::export::json::{ConfigJson, Results};
 use crate::mem::MemKind;
 use crate::plan::RunConfig;
 use crate::run::sender::SenderSession;
-use crate::transport::Context;
+use crate::transport::{Context, DeviceChoice};
 use anyhow::Result;
 
 /// Everything needed to drive one sender run against a receiver.
@@ -50,35 +50,60 @@ pub fn run(a: SendArgs) -> Result<()> {
     .map(|_| ())
 }
 
+/// Connect to a receiver, handshake and establish a session: buffers allocated, transport connected. Returns the
+/// session and the receiver's host name.
+pub fn connect(
+    peer: &str,
+    token: &str,
+    timeouts: Timeouts,
+    device: &DeviceChoice,
+    cfg: &RunConfig,
+    src: MemKind,
+) -> Result<(SenderSession, String)> {
+    let mut ch = ControlChannel::connect(peer, timeouts)?;
+    let receiver_host = client_hello(&mut ch, token)?;
+    let (Some(peer_addr), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
+        anyhow::bail!("the control connection to {peer} closed during the handshake");
+    };
+    let ctx = Context { peer_ip: peer_addr.ip(), local_ip: local.ip(), timeouts, device: device.clone() };
+    Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
+}
+
+/// `config` of the results file for a session of `cfg`.
+pub fn config_json(
+    cfg: &RunConfig,
+    session: &SenderSession,
+    model: Option<String>,
+    peer: &str,
+    role: &str,
+    src: MemKind,
+) -> ConfigJson {
+    ConfigJson {
+        transport: cfg.transport.clone(),
+        block_size: cfg.block_size,
+        streams: cfg.streams,
+        reps: cfg.reps,
+        warmup: cfg.warmup,
+        verify: cfg.verify,
+        seed: cfg.seed,
+        hugepages: cfg.hugepages,
+        model,
+        peer: peer.to_string(),
+        role: role.to_string(),
+        copy: cfg.copy.clone(),
+        src_mem: src.to_string(),
+        dst_mem: session.dst_mem.clone(),
+        verbs: (cfg.transport == "verbs").then(|| cfg.verbs.clone()),
+        transport_detail: session.transport_detail.clone(),
+    }
+}
+
 /// Connect, handshake, run every case, and keep the output files current. Returns the results.
 pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
-    let mut ch = ControlChannel::connect(job.peer, job.timeouts)?;
-    let receiver_host = client_hello(&mut ch, job.token)?;
-    let (Some(peer), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
-        anyhow::bail!("the control connection to {} closed during the handshake", job.peer);
-    };
-    let ctx = Context { peer_ip: peer.ip(), local_ip: local.ip(), timeouts: job.timeouts, device: job.device.clone() };
+    let (session, receiver_host) = connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src)?;
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport));
-    let session = SenderSession::establish(ch, job.cfg.clone(), job.src, &ctx)?;
-    let config = ConfigJson {
-        transport: job.cfg.transport.clone(),
-        block_size: job.cfg.block_size,
-        streams: job.cfg.streams,
-        reps: job.cfg.reps,
-        warmup: job.cfg.warmup,
-        verify: job.cfg.verify,
-        seed: job.cfg.seed,
-        hugepages: job.cfg.hugepages,
-        model: job.model,
-        peer: job.peer.to_string(),
-        role: job.role.to_string(),
-        copy: job.cfg.copy.clone(),
-        src_mem: job.src.to_string(),
-        dst_mem: session.dst_mem.clone(),
-        verbs: (job.cfg.transport == "verbs").then(|| job.cfg.verbs.clone()),
-        transport_detail: session.transport_detail.clone(),
-    };
+    let config = config_json(&job.cfg, &session, job.model, job.peer, job.role, job.src);
     let results = Results::new(label, &Env::capture(), config);
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
     let outcome = session.run(&mut rec);

@@ -3,14 +3,19 @@
 
 use super::recorder::Recorder;
 use super::send::{drive, SendJob};
-use crate::cli::SweepArgs;
+use crate::cli::{OutputArgs, SweepArgs};
 use crate::mem::MemKind;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use anyhow::{Context, Result};
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::thread::JoinHandle;
 
 pub fn run(a: SweepArgs) -> Result<()> {
+    if let Some(file) = a.file.clone() {
+        return super::sweep_file::run(a, &file);
+    }
     let src = MemKind::parse("--src", &a.src)?;
     let dst = MemKind::parse("--dst", &a.dst)?;
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
@@ -20,22 +25,9 @@ pub fn run(a: SweepArgs) -> Result<()> {
     super::check_memory(&cfg, &[src, dst])?;
 
     let mut out = a.out.clone();
-    if out.json.is_none() || out.md.is_none() {
-        std::fs::create_dir_all(&a.out_dir)
-            .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", a.out_dir.display())))?;
-        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-            .to_string()
-            .chars()
-            .filter(|c| !matches!(c, '-' | ':'))
-            .collect();
-        out.json.get_or_insert_with(|| a.out_dir.join(format!("{stamp}.json")));
-        out.md.get_or_insert_with(|| a.out_dir.join(format!("{stamp}.md")));
-    }
+    default_outputs(&mut out, &a.out_dir)?;
     Recorder::check_outputs(&out)?;
 
-    let listener = super::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
-    let addr = listener.local_addr()?;
-    let token = random_token()?;
     let device = super::device_choice(&a.device)?;
     let mut peer_device = device.clone();
     if a.peer_device.is_some() {
@@ -43,11 +35,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     }
     super::check_host_support(&cfg, &[("--src", src), ("--dst", dst)], &[&device, &peer_device])?;
     let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst, device: peer_device };
-    let receiver_token = token.clone();
-    let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {
-        let (stream, _) = listener.accept()?;
-        serve_session(stream, &receiver_token, &limits)
-    })?;
+    let (addr, token, receiver) = loopback_receiver(limits)?;
 
     let label =
         a.run.label.clone().or_else(|| Some(format!("{} {src}→{dst} on {}", cfg.transport, crate::env::hostname())));
@@ -71,6 +59,35 @@ pub fn run(a: SweepArgs) -> Result<()> {
         (Ok(_), Err(r)) => Err(r.context("the receiver failed after the run")),
         (Err(e), _) => Err(e),
     }
+}
+
+/// `results/<timestamp>.json` and `.md` for whichever of --json and --md is not given.
+pub fn default_outputs(out: &mut OutputArgs, out_dir: &Path) -> Result<()> {
+    if out.json.is_none() || out.md.is_none() {
+        std::fs::create_dir_all(out_dir)
+            .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", out_dir.display())))?;
+        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .chars()
+            .filter(|c| !matches!(c, '-' | ':'))
+            .collect();
+        out.json.get_or_insert_with(|| out_dir.join(format!("{stamp}.json")));
+        out.md.get_or_insert_with(|| out_dir.join(format!("{stamp}.md")));
+    }
+    Ok(())
+}
+
+/// A receiver for one session in a thread of this process, on a loopback port, with a fresh random token.
+pub fn loopback_receiver(limits: ReceiverLimits) -> Result<(SocketAddr, String, JoinHandle<Result<()>>)> {
+    let listener = super::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+    let addr = listener.local_addr()?;
+    let token = random_token()?;
+    let receiver_token = token.clone();
+    let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {
+        let (stream, _) = listener.accept()?;
+        serve_session(stream, &receiver_token, &limits)
+    })?;
+    Ok((addr, token, receiver))
 }
 
 fn random_token() -> Result<String> {

@@ -1,7 +1,7 @@
 //! The results JSON (`kvxfer/results/v1`): the contract users script against. Extend, never rename.
 
 use crate::env::Env;
-use crate::stats::{Bimodality, CaseResult};
+use crate::stats::CaseResult;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -51,6 +51,58 @@ pub struct Results {
     /// Set when the run stopped early; the cases above are complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A run of a sweep file (`kvxfer sweep FILE.toml`): its cases, sessions and the order reps actually ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepJson>,
+}
+
+/// `sweep` in the results file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepJson {
+    pub file: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `interleaved`, `random` or `sequential`, and the seed its shuffles came from.
+    pub order: String,
+    pub seed: u64,
+    pub reps: u32,
+    pub warmup: u32,
+    /// The `--set key=value` overrides applied to the file.
+    #[serde(default)]
+    pub sets: Vec<String>,
+    /// Every case of the sweep, by `case_id`: its name and parameters (cases[] holds those measured so far).
+    pub case_list: Vec<SweepCaseJson>,
+    /// One per distinct connection configuration: the cases it measures and what its transport reported.
+    pub sessions: Vec<SessionJson>,
+    /// Measured reps in the order they ran, as rounds of case ids (interleaved: one round runs each case once;
+    /// random and sequential: one round). A case's warm-up reps run right before its first measured rep in a
+    /// session. A resumed run appends its own rounds.
+    pub rounds: Vec<Vec<usize>>,
+    /// When `--resume` continued this file.
+    #[serde(default)]
+    pub resumed_at: Vec<String>,
+    /// Sessions opened, counting reopenings (when all sessions' buffers do not fit at once, the least recently
+    /// used session is closed and reopened later, warming its cases up again).
+    #[serde(default)]
+    pub session_opens: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepCaseJson {
+    pub case_id: usize,
+    pub label: String,
+    pub params: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionJson {
+    pub case_ids: Vec<usize>,
+    pub transport: String,
+    pub src_mem: String,
+    pub dst_mem: String,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub transport_detail: serde_json::Value,
 }
 
 impl Results {
@@ -65,6 +117,7 @@ impl Results {
             cases: Vec::new(),
             ceiling_gbps: None,
             error: None,
+            sweep: None,
         }
     }
 
@@ -97,16 +150,42 @@ impl Results {
         Ok(r)
     }
 
-    /// Recompute the ceiling from the cases (after each size, so the file always carries it).
+    /// Recompute the ceiling from the cases (after each size, so the file always carries it). A sweep over
+    /// several configurations has no single ceiling: each has its own curve.
     pub fn update_ceiling(&mut self) {
-        self.ceiling_gbps = crate::stats::ceiling(&self.cases).map(|c| c.gbps);
+        self.ceiling_gbps = match &self.sweep {
+            Some(s) if s.sessions.len() > 1 => None,
+            _ => crate::stats::ceiling(&self.cases).map(|c| c.gbps),
+        };
+    }
+
+    /// One series per configuration: a sweep file's cases split by their name (a plain run is one series).
+    pub fn series(&self) -> Vec<(String, Results)> {
+        let mut names: Vec<String> = Vec::new();
+        for c in &self.cases {
+            let n = c.case_label.clone().unwrap_or_default();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        if names.len() <= 1 {
+            return vec![(self.label.clone(), self.clone())];
+        }
+        names
+            .into_iter()
+            .map(|n| {
+                let mut r = self.clone();
+                r.cases.retain(|c| c.case_label.as_deref().unwrap_or_default() == n);
+                r.sweep = None;
+                r.update_ceiling();
+                (format!("{} {n}", self.label), r)
+            })
+            .collect()
     }
 
     /// Files written before bimodality and the ceiling existed lack them; derive both from what they do hold.
     fn fill_derived(&mut self) {
-        for c in self.cases.iter_mut().filter(|c| c.bimodal.method.is_empty()) {
-            c.bimodal = Bimodality::of(&c.reps.iter().map(|r| r.gbps).collect::<Vec<_>>());
-        }
+        self.cases = std::mem::take(&mut self.cases).into_iter().map(CaseResult::with_derived).collect();
         if self.ceiling_gbps.is_none() {
             self.update_ceiling();
         }

@@ -1,12 +1,12 @@
 //! The per-size table: the same cells for live console rows, `report`, and Markdown.
 
 use crate::plan::sizes::{format_size, format_tokens};
-use crate::stats::{ceiling, modes::format_gbps, CaseResult};
+use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 pub const CASE_HEADER: &[&str] =
-    &["size", "tokens", "n", "p50 ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block", "verified"];
-const WIDTHS: &[usize] = &[9, 7, 3, 10, 10, 10, 9, 9, 10, 8];
+    &["size", "tokens", "n", "p50 ms", "95% CI ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block", "verified"];
+const WIDTHS: &[usize] = &[9, 7, 3, 10, 19, 10, 10, 9, 9, 10, 8];
 
 fn ms(v: f64) -> String {
     if v >= 100.0 {
@@ -22,6 +22,16 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
         c.tokens.map(format_tokens).unwrap_or_else(|| "-".into()),
         c.n.to_string(),
         ms(c.transfer_ms.p50),
+        // The median's interval (stats::confidence); `~` marks one below 95% coverage (n ≤ 5).
+        match &c.p50_ci {
+            Some(ci) => format!(
+                "{}{}–{}",
+                if ci.coverage < ci.level { "~" } else { "" },
+                ms(ci.transfer_ms[0]),
+                ms(ci.transfer_ms[1])
+            ),
+            None => "-".into(),
+        },
         ms(c.transfer_ms.min),
         ms(c.transfer_ms.max),
         format!("{:.2}", c.gbps.p50),
@@ -55,21 +65,76 @@ pub fn live_header() -> String {
     row(&CASE_HEADER.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
-/// One console row, printed as soon as a size finishes (bimodal sizes say so at the end of the row).
+/// One console row, printed as soon as a size finishes (a sweep file's case name first; warnings at the end).
 pub fn live_row(c: &CaseResult) -> String {
-    match c.bimodal.describe() {
-        Some(modes) => format!("{}  ⚠ bimodal {modes}", row(&case_cells(c))),
-        None => row(&case_cells(c)),
+    let mut line = row(&case_cells(c));
+    if let Some(label) = &c.case_label {
+        line.push_str(&format!("  {label}"));
     }
+    let warned = warnings::describe(&c.warnings);
+    if !warned.is_empty() {
+        line.push_str(&format!("  {warned}"));
+    }
+    line
 }
 
-/// The lines printed under a run's table: its ceiling and every bimodal size.
+/// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count.
 pub fn notes(cases: &[CaseResult]) -> Vec<String> {
-    ceiling_note(cases).into_iter().chain(cases.iter().filter_map(bimodal_note)).collect()
+    let others = cases.iter().filter_map(|c| {
+        let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != "bimodal").cloned().collect();
+        (!rest.is_empty()).then(|| format!("{} at {}", warnings::describe(&rest), case_name(c)))
+    });
+    ceiling_note(cases)
+        .into_iter()
+        .chain(cases.iter().filter_map(bimodal_note))
+        .chain(others)
+        .chain(std::iter::once(warning_summary(cases)))
+        .chain(ci_note(cases))
+        .collect()
+}
+
+/// "3 of 9 cases carry warnings (high CV 2, cold first rep 1)", or that none do.
+pub fn warning_summary(cases: &[CaseResult]) -> String {
+    let warned = cases.iter().filter(|c| !c.warnings.is_empty()).count();
+    if warned == 0 {
+        return format!("{} case(s), none with warnings", cases.len());
+    }
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for w in cases.iter().flat_map(|c| &c.warnings) {
+        match kinds.iter_mut().find(|(k, _)| *k == w.kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((w.kind.clone(), 1)),
+        }
+    }
+    let name = |k: &str| match k {
+        "high_cv" => "high CV".to_string(),
+        other => other.replace('_', " "),
+    };
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {n}", name(k))).collect();
+    format!("⚠ {warned} of {} case(s) carry warnings ({})", cases.len(), kinds.join(", "))
+}
+
+/// Explains `~` in the CI column when some case has too few reps for a 95% interval.
+pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
+    cases.iter().filter_map(|c| c.p50_ci.as_ref()).any(|ci| ci.coverage < ci.level).then(|| {
+        "~ fewer than 6 reps: the CI is [min, max] and covers the median with less than 95% (93.8% at n = 5)".into()
+    })
+}
+
+/// The size, and the sweep case's name when it has one.
+fn case_name(c: &CaseResult) -> String {
+    match &c.case_label {
+        Some(l) => format!("{} ({l})", format_size(c.size_bytes)),
+        None => format_size(c.size_bytes),
+    }
 }
 
 /// "ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)", when the run has a plateau.
 pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
+    // A sweep over several configurations has one curve per configuration, not one ceiling.
+    if cases.iter().any(|c| c.case_label != cases[0].case_label) {
+        return None;
+    }
     ceiling(cases).map(|c| {
         format!(
             "ceiling {} GB/s (p50 flat within ±5% from {} to {})",
@@ -84,15 +149,24 @@ pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
 pub fn bimodal_note(c: &CaseResult) -> Option<String> {
     let modes = c.bimodal.describe()?;
     let counts: Vec<String> = c.bimodal.counts.iter().map(|n| n.to_string()).collect();
-    Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", format_size(c.size_bytes), counts.join(" + "), c.n))
+    Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", case_name(c), counts.join(" + "), c.n))
 }
 
-/// A boxed table of every case, for `report`.
+/// A boxed table of every case, for `report` (with a `case` column when a sweep file named its cases).
 pub fn render(cases: &[CaseResult]) -> String {
+    let named = cases.iter().any(|c| c.case_label.is_some());
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(CASE_HEADER.to_vec());
+    let mut header = CASE_HEADER.to_vec();
+    if named {
+        header.push("case");
+    }
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(header.clone());
     for c in cases {
-        t.add_row(case_cells(c));
+        let mut cells = case_cells(c);
+        if named {
+            cells.push(c.case_label.clone().unwrap_or_default());
+        }
+        t.add_row(cells);
     }
     for i in 0..CASE_HEADER.len() {
         if let Some(col) = t.column_mut(i) {

@@ -1,8 +1,10 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
 pub mod kv;
+pub mod order;
 pub mod paged;
 pub mod sizes;
+pub mod sweep_file;
 
 use anyhow::Result;
 use paged::{PagedConfig, PagedPlan};
@@ -63,6 +65,7 @@ impl Default for VerbsConfig {
             inflight: 128,
             signal_every: 16,
             mr_chunk: None,
+            dst_mr_chunk: None,
             reg_per_rep: false,
             cq_mode: "poll".into(),
             ack_timeout: default_ack_timeout(),
@@ -82,6 +85,9 @@ pub struct VerbsConfig {
     pub signal_every: u32,
     /// Register memory in pieces of at most this many bytes (None: the device's max_mr_size, at most 2 GiB).
     pub mr_chunk: Option<u64>,
+    /// The receiver's pieces, when they differ from `mr_chunk` (the destination-MR axis of sweeps/mr-cliff.toml).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_mr_chunk: Option<u64>,
     /// Register the sender's memory inside every rep (as an on-demand KV connector would) and time it.
     pub reg_per_rep: bool,
     /// `poll` (busy-poll the completion queue) or `event` (completion channel).

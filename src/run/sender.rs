@@ -11,6 +11,49 @@ use crate::transport::{self, Context, Source, TransferHooks};
 use anyhow::{bail, Result};
 use std::time::Instant;
 
+/// One case of a session in progress: its plan and the reps measured so far.
+pub struct CaseRun {
+    pub rec: CaseRecord,
+    plan: TransferPlan,
+    spans: Option<Vec<Span>>,
+    /// Reps run so far (warm-ups included): the `--verify` pattern key of the next rep.
+    seq: u32,
+    warmup: u32,
+    warmups_left: u32,
+    measured_left: u32,
+}
+
+impl CaseRun {
+    /// Every measured rep is done.
+    pub fn is_done(&self) -> bool {
+        self.measured_left == 0
+    }
+
+    /// Whether the next rep is a warm-up.
+    pub fn in_warmup(&self) -> bool {
+        self.warmups_left > 0
+    }
+
+    /// The case moved to a fresh session (a sweep reopened it): warm up again before the next measured rep.
+    pub fn warm_again(&mut self) {
+        if !self.is_done() {
+            self.warmups_left = self.warmup;
+        }
+    }
+
+    /// Fail once any rep of the case (warm-up or measured) saw mismatched bytes under `--verify`.
+    pub fn check_verified(&self) -> Result<()> {
+        let bad: u64 = self.rec.reps.iter().chain(&self.rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
+        if bad > 0 {
+            bail!(
+                "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
+                crate::plan::sizes::format_size(self.rec.case.size_bytes)
+            );
+        }
+        Ok(())
+    }
+}
+
 /// An established session: handshake done, buffers allocated, transport connected.
 pub struct SenderSession {
     ch: ControlChannel,
@@ -65,59 +108,85 @@ impl SenderSession {
         Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, started: Instant::now() })
     }
 
-    /// Run every case; stop at the first failure (after handing completed cases to the sink).
+    /// Run every case in order; stop at the first failure (after handing completed cases to the sink).
     pub fn run(mut self, sink: &mut dyn RunSink) -> Result<()> {
         let result = self.run_cases(sink);
-        match &result {
-            Ok(()) => {
-                self.ch.send(&Msg::Finish)?;
-                match self.ch.recv("Bye")? {
-                    Msg::Bye => {}
-                    other => bail!("the receiver answered {} to Finish", other.name()),
-                }
-            }
-            Err(e) => self.ch.send_error(e),
-        }
+        self.close(&result)?;
         result
     }
 
-    fn run_cases(&mut self, sink: &mut dyn RunSink) -> Result<()> {
-        for (index, case) in self.cfg.cases.clone().into_iter().enumerate() {
-            let plan = TransferPlan::for_case(&self.cfg, &case)?;
-            let mut rec = CaseRecord {
-                index,
-                case,
-                block_size: plan.block_size,
-                block_clamped: plan.paged.is_none()
-                    && plan.block_size < self.cfg.block_size
-                    && !self.cfg.block_size_default,
-                writes: plan.writes.len(),
-                layout: self.cfg.layout(),
-                pieces: plan.pieces(),
-                reps: Vec::new(),
-                warmups: Vec::new(),
-                block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
-            };
-            let total = self.cfg.warmup + self.cfg.reps;
-            let spans = plan.paged.as_ref().filter(|_| self.cfg.verify).map(|p| p.source_spans());
-            for seq in 0..total {
-                let warmup = seq < self.cfg.warmup;
-                let r = self.run_rep(index, seq, warmup, &plan, spans.as_deref(), &mut rec)?;
-                sink.rep_done(&rec, &r, warmup);
-                if warmup {
-                    rec.warmups.push(r);
-                } else {
-                    rec.reps.push(r);
+    /// End the session: Finish/Bye after success, or tell the receiver why the sender stops.
+    pub fn close(mut self, outcome: &Result<()>) -> Result<()> {
+        match outcome {
+            Ok(()) => {
+                self.ch.send(&Msg::Finish)?;
+                match self.ch.recv("Bye")? {
+                    Msg::Bye => Ok(()),
+                    other => bail!("the receiver answered {} to Finish", other.name()),
                 }
             }
-            sink.case_done(&rec)?;
-            let bad: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
-            if bad > 0 {
-                bail!(
-                    "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
-                    crate::plan::sizes::format_size(case.size_bytes)
-                );
+            Err(e) => {
+                self.ch.send_error(e);
+                Ok(())
             }
+        }
+    }
+
+    fn run_cases(&mut self, sink: &mut dyn RunSink) -> Result<()> {
+        for index in 0..self.cfg.cases.len() {
+            let mut run = self.start_case(index, 0)?;
+            while !run.is_done() {
+                self.next_rep(&mut run, sink)?;
+            }
+            sink.case_done(&run.rec)?;
+            run.check_verified()?;
+        }
+        Ok(())
+    }
+
+    /// Plan case `index` of the session's configuration. `measured_before` measured reps of it were kept from an
+    /// earlier run (`--resume`; the caller puts them in `rec`): its warm-ups run again, then only the missing reps.
+    pub fn start_case(&self, index: usize, measured_before: u32) -> Result<CaseRun> {
+        let case = self.cfg.cases[index];
+        let plan = TransferPlan::for_case(&self.cfg, &case)?;
+        let rec = CaseRecord {
+            index,
+            case,
+            block_size: plan.block_size,
+            block_clamped: plan.paged.is_none()
+                && plan.block_size < self.cfg.block_size
+                && !self.cfg.block_size_default,
+            writes: plan.writes.len(),
+            layout: self.cfg.layout(),
+            pieces: plan.pieces(),
+            reps: Vec::new(),
+            warmups: Vec::new(),
+            block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
+        };
+        let spans = plan.paged.as_ref().filter(|_| self.cfg.verify).map(|p| p.source_spans());
+        let (warmup, measured_left) = (self.cfg.warmup, self.cfg.reps.saturating_sub(measured_before));
+        Ok(CaseRun { rec, plan, spans, seq: 0, warmup, warmups_left: warmup, measured_left })
+    }
+
+    /// Run the case's next rep (its warm-ups come first), hand it to the sink and keep it in the case's record.
+    pub fn next_rep(&mut self, run: &mut CaseRun, sink: &mut dyn RunSink) -> Result<()> {
+        let (seq, warmup) = (run.seq, run.in_warmup());
+        let (index, plan, spans) = (run.rec.index, &run.plan, run.spans.as_deref());
+        let mut r = self.run_rep(index, seq, warmup, plan, spans, &mut run.rec)?;
+        run.seq += 1;
+        // Rep numbers count on from what the case already holds (a resumed case keeps its earlier reps).
+        if warmup {
+            r.i = run.rec.warmups.len() as u32;
+            run.warmups_left -= 1;
+        } else {
+            r.i = run.rec.reps.len() as u32;
+            run.measured_left -= 1;
+        }
+        sink.rep_done(&run.rec, &r, warmup);
+        if warmup {
+            run.rec.warmups.push(r);
+        } else {
+            run.rec.reps.push(r);
         }
         Ok(())
     }
@@ -180,7 +249,7 @@ impl SenderSession {
         let transfer_ms = ms_since(times.first_post, times.last_complete);
         let s0 = self.started;
         Ok(RepRecord {
-            i: if warmup { seq } else { seq - self.cfg.warmup },
+            i: 0, // numbered by `next_rep`
             transfer_ms,
             gbps: gbps(size, transfer_ms),
             setup_ms: ms_since(t0, t_ready),

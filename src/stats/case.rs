@@ -1,8 +1,9 @@
 //! One size's results as stored in the results JSON (the `cases[]` contract) and rendered in tables.
 
-use super::{Bimodality, RateSummary, Summary};
+use super::{confidence, warnings, Bimodality, MedianCi, RateSummary, Summary, Warning};
 use crate::run::{CaseRecord, RepRecord};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LatencyQuantiles {
@@ -45,6 +46,34 @@ pub struct CaseResult {
     /// Whether the per-rep bandwidths form two modes (see `stats::modes`); absent in older files.
     #[serde(default)]
     pub bimodal: Bimodality,
+    /// 95% interval of the median (see `stats::confidence`); absent in older files (`report` derives it).
+    #[serde(default)]
+    pub p50_ci: Option<MedianCi>,
+    /// Coefficient of variation of transfer_ms (stdev / mean).
+    #[serde(default)]
+    pub cv: Option<f64>,
+    /// What makes this case's numbers less trustworthy (see `stats::warnings`); empty when nothing does.
+    #[serde(default)]
+    pub warnings: Vec<Warning>,
+    /// Sweep files (issue E): the case's index in the sweep's case list, its short name, and every parameter that
+    /// defines it (what `--resume` matches on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_id: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<BTreeMap<String, String>>,
+    /// False while an interleaved sweep has measured only some of this case's reps.
+    #[serde(default = "complete", skip_serializing_if = "is_true")]
+    pub complete: bool,
+}
+
+fn complete() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn contiguous() -> String {
@@ -81,7 +110,34 @@ impl CaseResult {
             piece_bytes: rec.block_size,
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
-            bimodal: Bimodality::of(&rec.reps.iter().map(|r| r.gbps).collect::<Vec<_>>()),
+            bimodal: Bimodality::default(),
+            p50_ci: None,
+            cv: None,
+            warnings: Vec::new(),
+            case_id: None,
+            case_label: None,
+            params: None,
+            complete: true,
         }
+        .with_derived()
+    }
+
+    /// Fill bimodality, the median's interval, CV and warnings from the reps (also for files written before them).
+    pub fn with_derived(mut self) -> CaseResult {
+        let ms: Vec<f64> = self.reps.iter().map(|r| r.transfer_ms).collect();
+        let gbps: Vec<f64> = self.reps.iter().map(|r| r.gbps).collect();
+        if self.bimodal.method.is_empty() {
+            self.bimodal = Bimodality::of(&gbps);
+        }
+        if self.p50_ci.is_none() {
+            self.p50_ci = MedianCi::of(&ms, &gbps);
+        }
+        if self.cv.is_none() && !ms.is_empty() {
+            self.cv = Some(confidence::cv(&ms));
+        }
+        if self.warnings.is_empty() && !ms.is_empty() {
+            self.warnings = warnings::of(&ms, &self.bimodal);
+        }
+        self
     }
 }

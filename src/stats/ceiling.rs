@@ -84,6 +84,13 @@ mod tests {
             layout: "contiguous".into(),
             pieces: 1,
             piece_bytes: size_mib << 20,
+            p50_ci: None,
+            cv: None,
+            warnings: vec![],
+            case_id: None,
+            case_label: None,
+            params: None,
+            complete: true,
         }
     }
 

@@ -2,10 +2,15 @@
 
 pub mod case;
 pub mod ceiling;
+pub mod confidence;
+pub mod interpolate;
 pub mod modes;
 pub mod summary;
+pub mod warnings;
 
 pub use case::CaseResult;
 pub use ceiling::{ceiling, Ceiling};
+pub use confidence::MedianCi;
 pub use modes::Bimodality;
 pub use summary::{gbps, RateSummary, Summary};
+pub use warnings::Warning;

@@ -76,7 +76,7 @@ impl VerbsTarget {
         // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens of
         // µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the data.
         let mut set = open_set(&cfg.verbs, ctx, 1, RECVS_PER_QP + 1, true)?;
-        let chunk = mr::chunk_size(cfg.verbs.mr_chunk, set.port.max_mr_size);
+        let chunk = mr::chunk_size(cfg.verbs.dst_mr_chunk.or(cfg.verbs.mr_chunk), set.port.max_mr_size);
         // The receiver allows remote writes, never remote reads.
         let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
         set.init(true)?;

@@ -36,10 +36,15 @@ pub struct Registration {
     pub reg_ms: f64,
 }
 
-/// The piece size for this device: the user's `--mr-chunk`, else the device's max_mr_size capped at 2 GiB.
+/// The piece size for this device: the device's max_mr_size capped at 2 GiB by default; a size the user asks for
+/// (`--mr-chunk`, `--dst-mr-chunk`) is honoured up to max_mr_size, so the large-MR cliff can be measured. Work
+/// request lengths stay below 2^31 either way: `post::segments` cuts them at the port's max_msg_sz.
 pub fn chunk_size(requested: Option<u64>, max_mr_size: u64) -> u64 {
-    let cap = max_mr_size.clamp(4096, MAX_CHUNK) & !4095;
-    requested.unwrap_or(cap).min(cap.max(4096))
+    let device_max = max_mr_size.max(4096) & !4095;
+    match requested {
+        Some(r) => r.min(device_max).max(4096),
+        None => device_max.min(MAX_CHUNK),
+    }
 }
 
 /// Register the first `len` bytes of `buf` in pieces of `chunk` bytes.
@@ -125,7 +130,8 @@ mod tests {
         assert_eq!(chunk_size(None, u64::MAX), 2 << 30);
         assert_eq!(chunk_size(None, 1 << 30), 1 << 30);
         assert_eq!(chunk_size(Some(1 << 20), u64::MAX), 1 << 20);
-        assert_eq!(chunk_size(Some(8 << 30), u64::MAX), 2 << 30);
+        assert_eq!(chunk_size(Some(8 << 30), u64::MAX), 8 << 30, "an explicit chunk may pass 2 GiB");
+        assert_eq!(chunk_size(Some(8 << 30), 4 << 30), 4 << 30, "but not the device's max_mr_size");
         assert_eq!(chunk_size(Some(1 << 20), 1 << 16), 1 << 16);
     }
 }

@@ -1,0 +1,196 @@
+//! What sysfs and procfs say about the hardware a run used: NUMA nodes, the IOMMU, RDMA NICs and GPUs. Every
+//! reader returns what it finds and nothing when a file is missing (containers, other kernels): a fingerprint is
+//! never a reason to fail a run.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+fn read(p: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+fn entries(dir: impl AsRef<Path>) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn numa_of(device_dir: &Path) -> Option<i32> {
+    read(device_dir.join("numa_node")).and_then(|s| s.parse().ok())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NumaNode {
+    pub node: u32,
+    pub cpus: String,
+}
+
+pub fn numa_nodes() -> Vec<NumaNode> {
+    entries("/sys/devices/system/node")
+        .into_iter()
+        .filter_map(|n| {
+            let node = n.strip_prefix("node")?.parse().ok()?;
+            Some(NumaNode { node, cpus: read(format!("/sys/devices/system/node/{n}/cpulist")).unwrap_or_default() })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Iommu {
+    /// `off` (no IOMMU groups), `passthrough` (identity domains: DMA skips translation), `translated` (DMA
+    /// domains: every DMA address is translated, which can cost RDMA and peer-to-peer bandwidth), or `unknown`.
+    pub mode: String,
+    /// The default domain type of the IOMMU groups (identity, DMA, DMA-FQ), when the kernel exposes it.
+    pub domain_type: Option<String>,
+    /// /sys/class/iommu entries (the IOMMU units).
+    pub units: Vec<String>,
+    /// IOMMU-related words of the kernel command line (intel_iommu=, amd_iommu=, iommu=, iommu.passthrough=).
+    pub cmdline: Vec<String>,
+}
+
+pub fn iommu() -> Iommu {
+    let cmdline: Vec<String> = read("/proc/cmdline")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|w| w.contains("iommu"))
+        .map(String::from)
+        .collect();
+    let groups = entries("/sys/kernel/iommu_groups");
+    let domain_type = groups.first().and_then(|g| read(format!("/sys/kernel/iommu_groups/{g}/type")));
+    let mode = iommu_mode(groups.len(), domain_type.as_deref(), &cmdline);
+    Iommu { mode: mode.into(), domain_type, units: entries("/sys/class/iommu"), cmdline }
+}
+
+fn iommu_mode(groups: usize, domain_type: Option<&str>, cmdline: &[String]) -> &'static str {
+    let says = |w: &str| cmdline.iter().any(|c| c == w);
+    if groups == 0 || says("intel_iommu=off") || says("amd_iommu=off") || says("iommu=off") {
+        return "off";
+    }
+    match domain_type {
+        Some("identity") => "passthrough",
+        Some(t) if t.starts_with("DMA") => "translated",
+        _ if says("iommu=pt") || says("iommu.passthrough=1") => "passthrough",
+        _ => "unknown",
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NicPort {
+    pub port: u32,
+    pub state: Option<String>,
+    /// "100 Gb/sec (4X EDR)".
+    pub rate: Option<String>,
+    pub link_layer: Option<String>,
+    /// The Ethernet device behind a RoCE port, and its MTU.
+    pub netdev: Option<String>,
+    pub mtu: Option<u32>,
+    /// The GID types the port offers (IB/RoCE v1, RoCE v2).
+    pub gid_types: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Nic {
+    pub name: String,
+    pub board_id: Option<String>,
+    pub fw_ver: Option<String>,
+    pub hca_type: Option<String>,
+    pub pci: Option<String>,
+    pub numa_node: Option<i32>,
+    pub ports: Vec<NicPort>,
+}
+
+pub fn nics() -> Vec<Nic> {
+    let root = Path::new("/sys/class/infiniband");
+    entries(root)
+        .into_iter()
+        .map(|name| {
+            let d = root.join(&name);
+            let dev = d.join("device");
+            let pci = std::fs::canonicalize(&dev).ok().and_then(|p| p.file_name().map(|f| f.to_string_lossy().into()));
+            let ports = entries(d.join("ports"))
+                .into_iter()
+                .filter_map(|p| {
+                    let pd = d.join("ports").join(&p);
+                    let netdev = read(pd.join("gid_attrs/ndevs/0"));
+                    let mut gid_types: Vec<String> =
+                        (0..16).filter_map(|i| read(pd.join(format!("gid_attrs/types/{i}")))).collect();
+                    gid_types.sort();
+                    gid_types.dedup();
+                    Some(NicPort {
+                        port: p.parse().ok()?,
+                        state: read(pd.join("state")),
+                        rate: read(pd.join("rate")),
+                        link_layer: read(pd.join("link_layer")),
+                        mtu: netdev.as_ref().and_then(|n| read(format!("/sys/class/net/{n}/mtu"))?.parse().ok()),
+                        netdev,
+                        gid_types,
+                    })
+                })
+                .collect();
+            Nic {
+                board_id: read(d.join("board_id")),
+                fw_ver: read(d.join("fw_ver")),
+                hca_type: read(d.join("hca_type")),
+                numa_node: numa_of(&dev),
+                pci,
+                ports,
+                name,
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GpuDevice {
+    pub pci: String,
+    pub numa_node: Option<i32>,
+}
+
+/// NVIDIA display and 3D controllers on the PCI bus, with their NUMA nodes (no driver call needed).
+pub fn gpus() -> Vec<GpuDevice> {
+    let root = Path::new("/sys/bus/pci/devices");
+    entries(root)
+        .into_iter()
+        .filter(|d| {
+            let p = root.join(d);
+            read(p.join("vendor")).as_deref() == Some("0x10de")
+                && read(p.join("class")).is_some_and(|c| c.starts_with("0x0300") || c.starts_with("0x0302"))
+        })
+        .map(|d| GpuDevice { numa_node: numa_of(&root.join(&d)), pci: d })
+        .collect()
+}
+
+/// The NVIDIA kernel driver's version ("550.54.15"), from /proc/driver/nvidia/version.
+pub fn gpu_driver() -> Option<String> {
+    let text = read("/proc/driver/nvidia/version")?;
+    let line = text.lines().next()?;
+    line.split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .map(String::from)
+}
+
+/// The CUDA version the driver supports ("13.0"), when libcuda is there.
+pub fn cuda_driver_version() -> Option<String> {
+    if gpus().is_empty() && read("/proc/driver/nvidia/version").is_none() {
+        return None; // no NVIDIA hardware: skip loading libcuda at all
+    }
+    crate::mem::cuda::driver().ok().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iommu_modes() {
+        let cl = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(iommu_mode(0, None, &[]), "off");
+        assert_eq!(iommu_mode(40, Some("identity"), &[]), "passthrough");
+        assert_eq!(iommu_mode(40, Some("DMA-FQ"), &[]), "translated");
+        assert_eq!(iommu_mode(40, None, &cl(&["iommu=pt"])), "passthrough");
+        assert_eq!(iommu_mode(40, Some("DMA"), &cl(&["intel_iommu=off"])), "off");
+        assert_eq!(iommu_mode(40, None, &[]), "unknown");
+    }
+}

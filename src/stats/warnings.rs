@@ -1,0 +1,90 @@
+//! Warnings a case carries when its numbers deserve less trust: noisy reps, too few reps, a cold first rep, or two
+//! modes. Stored in the results (`warnings`), printed at the end of live rows and under tables.
+
+use super::confidence::cv;
+use super::summary::quantile_sorted;
+use super::Bimodality;
+use serde::{Deserialize, Serialize};
+
+/// A CV of transfer time above this is noisy.
+pub const MAX_CV: f64 = 0.10;
+/// Fewer measured reps than this make a weak median (and a 95% interval out of reach).
+pub const MIN_REPS: usize = 5;
+/// The first measured rep is "cold" when it is slower than every other rep and this much slower than their median.
+pub const COLD_FACTOR: f64 = 1.20;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Warning {
+    /// `high_cv`, `few_reps`, `cold_first_rep` or `bimodal`.
+    pub kind: String,
+    /// The same in words, with the numbers.
+    pub message: String,
+}
+
+fn warn(kind: &str, message: String) -> Warning {
+    Warning { kind: kind.into(), message }
+}
+
+/// The warnings of one case from its measured transfer times (in rep order) and its bimodality.
+pub fn of(transfer_ms: &[f64], bimodal: &Bimodality) -> Vec<Warning> {
+    let mut out = Vec::new();
+    let n = transfer_ms.len();
+    let c = cv(transfer_ms);
+    if c > MAX_CV {
+        out.push(warn("high_cv", format!("CV {:.0}% > {:.0}%", c * 100.0, MAX_CV * 100.0)));
+    }
+    if n < MIN_REPS {
+        out.push(warn("few_reps", format!("n = {n} < {MIN_REPS}")));
+    }
+    if let Some((first, rest)) = transfer_ms.split_first().filter(|(_, r)| r.len() >= 2) {
+        let mut sorted = rest.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = quantile_sorted(&sorted, 0.5);
+        if *first > sorted[sorted.len() - 1] && *first > median * COLD_FACTOR {
+            out.push(warn("cold_first_rep", format!("first rep {:.1}× the others' median", first / median)));
+        }
+    }
+    if let Some(modes) = bimodal.describe() {
+        out.push(warn("bimodal", format!("bimodal {modes}")));
+    }
+    out
+}
+
+/// "⚠ CV 14% > 10%, first rep 1.6× the others' median" (empty when there is nothing to say).
+pub fn describe(w: &[Warning]) -> String {
+    if w.is_empty() {
+        return String::new();
+    }
+    format!("⚠ {}", w.iter().map(|w| w.message.as_str()).collect::<Vec<_>>().join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(t: &[f64]) -> Vec<String> {
+        let gbps: Vec<f64> = t.iter().map(|ms| 1.0 / ms).collect();
+        of(t, &Bimodality::of(&gbps)).into_iter().map(|w| w.kind).collect::<Vec<_>>()
+    }
+
+    #[test]
+    fn quiet_on_steady_reps() {
+        assert!(kinds(&[10.0, 10.2, 9.9, 10.1, 10.0]).is_empty());
+        // A slow first rep within 20% of the rest is not cold.
+        assert!(kinds(&[11.5, 10.2, 9.9, 10.1, 10.0]).is_empty());
+        // A slow rep that is not the first is not cold either.
+        assert!(!kinds(&[10.0, 10.2, 13.0, 10.1, 10.0]).contains(&"cold_first_rep".to_string()));
+    }
+
+    #[test]
+    fn fire_when_they_should() {
+        assert_eq!(kinds(&[10.0, 10.1, 10.0]), vec!["few_reps"]);
+        assert_eq!(kinds(&[10.0, 14.0, 7.0, 12.0, 9.0]), vec!["high_cv"]);
+        let cold = kinds(&[16.0, 10.2, 9.9, 10.1, 10.0]);
+        assert!(cold.contains(&"cold_first_rep".to_string()), "{cold:?}");
+        let two = kinds(&[10.0, 25.0, 10.1, 24.8, 10.05, 25.1]);
+        assert!(two.contains(&"bimodal".to_string()) && two.contains(&"high_cv".to_string()), "{two:?}");
+        let w = of(&[16.0, 10.2, 9.9, 10.1, 10.0], &Bimodality::default());
+        assert!(describe(&w).starts_with("⚠ CV"), "{}", describe(&w));
+    }
+}
