@@ -79,9 +79,10 @@ pub struct RunArgs {
     /// Parallel connections (tcp) or CUDA streams (cuda)
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
-    /// cuda transport: copy engine (ce: cuMemcpyAsync per write), SM kernel (sm: one launch for all pieces of a
-    /// paged transfer), or auto (ce for contiguous transfers, sm for transfers of many small pieces; fastest measured)
-    #[arg(long, default_value = "auto", value_parser = ["auto", "ce", "sm"])]
+    /// cuda transport: copy engine (ce: cuMemcpyAsync per write; batch: one cuMemcpyBatchAsync for all writes,
+    /// driver ≥ 12.8), SM kernel (sm: one launch for all pieces of a paged transfer), or auto (ce for contiguous
+    /// transfers, sm for transfers of many small pieces; fastest measured)
+    #[arg(long, default_value = "auto", value_parser = ["auto", "ce", "batch", "sm"])]
     pub copy: String,
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]

@@ -226,7 +226,7 @@ fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
         return;
     }
     let d = tmp("paged");
-    for extra in [&["--copy", "ce", "--streams", "2"][..], &["--copy", "sm"][..]] {
+    for extra in [&["--copy", "ce", "--streams", "2"][..], &["--copy", "sm"][..], &["--copy", "batch"][..]] {
         let json = d.join("r.json");
         let mut args = vec![
             "sweep",
