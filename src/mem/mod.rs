@@ -125,6 +125,24 @@ impl Buffer {
         }
     }
 
+    /// Fill host memory `[offset, offset + len)` with the pattern of (seed, rep) — a slice of the transfer, so a
+    /// long fill can stop between slices. GPU buffers fill whole (milliseconds): use `fill_pattern`.
+    pub fn fill_pattern_range(&mut self, offset: u64, len: u64, seed: u64, rep: u64) -> Result<()> {
+        let Some(s) = self.host_slice_mut() else {
+            anyhow::bail!("fill_pattern_range is for host memory; GPU buffers fill whole");
+        };
+        crate::run::verify::fill_from(&mut s[offset as usize..(offset + len) as usize], offset, seed, rep);
+        Ok(())
+    }
+
+    /// Count mismatches in host memory `[offset, offset + len)`, a slice of the transfer (see `fill_pattern_range`).
+    pub fn count_mismatches_range(&self, offset: u64, len: u64, seed: u64, rep: u64) -> Result<u64> {
+        let Some(s) = self.host_slice() else {
+            anyhow::bail!("count_mismatches_range is for host memory; GPU buffers verify whole");
+        };
+        Ok(crate::run::verify::count_mismatches_from(&s[offset as usize..(offset + len) as usize], offset, seed, rep))
+    }
+
     /// Count the bytes of the first `len` that differ from the pattern of (seed, rep).
     pub fn count_mismatches(&self, len: u64, seed: u64, rep: u64) -> Result<u64> {
         match self {

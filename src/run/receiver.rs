@@ -154,7 +154,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                     let t = Instant::now();
                     let key = pattern_key(case, rep);
                     let bad = match &cfg.paged {
-                        None => buf.count_mismatches(size_bytes, cfg.seed, key)?,
+                        None => count_watching_the_sender(&buf, ch, size_bytes, cfg.seed, key)?,
                         Some(_) => {
                             let spans = paged_dest_spans(&mut dest_spans, cfg, case, size_bytes)?;
                             buf.count_span_mismatches(spans, cfg.seed, key)?
@@ -190,4 +190,26 @@ fn paged_dest_spans<'a>(
         *cache = Some((case, plan.paged.map(|p| p.dest_spans()).unwrap_or_default()));
     }
     Ok(&cache.as_ref().expect("filled above").1)
+}
+
+/// Host memory is checked this much at a time between looks at the control connection, so a sender that dies
+/// while a 12 GiB pattern is checked is noticed within seconds.
+const CHECK_SLICE: u64 = 256 << 20;
+
+/// Count mismatched bytes of the rep; host memory slice by slice, stopping as soon as the sender hangs up.
+fn count_watching_the_sender(buf: &Buffer, ch: &mut ControlChannel, size: u64, seed: u64, key: u64) -> Result<u64> {
+    if buf.host_ptr().is_none() {
+        return buf.count_mismatches(size, seed, key);
+    }
+    let (mut off, mut bad) = (0, 0);
+    while off < size {
+        let n = CHECK_SLICE.min(size - off);
+        bad += buf.count_mismatches_range(off, n, seed, key)?;
+        off += n;
+        if off < size && ch.peer_failed() {
+            let msg = ch.recv("the rep's end")?;
+            bail!("the sender sent {} while the receiver checked its data", msg.name());
+        }
+    }
+    Ok(bad)
 }

@@ -54,6 +54,10 @@ impl CaseRun {
     }
 }
 
+/// Host memory fills this much at a time between looks at the control connection (~0.1 s here), so a receiver
+/// that dies while a 12 GiB pattern is written is noticed within the 5 s promise.
+const FILL_SLICE: u64 = 256 << 20;
+
 /// An established session: handshake done, buffers allocated, transport connected.
 pub struct SenderSession {
     ch: ControlChannel,
@@ -191,6 +195,26 @@ impl SenderSession {
         Ok(())
     }
 
+    /// Fill the `--verify` pattern; host memory slice by slice, stopping as soon as the receiver hangs up.
+    fn fill_watching_the_receiver(&mut self, size: u64, key: u64) -> Result<()> {
+        if self.buf.host_ptr().is_none() {
+            return self.buf.fill_pattern(size, self.cfg.seed, key);
+        }
+        let mut off = 0;
+        while off < size {
+            let n = FILL_SLICE.min(size - off);
+            self.buf.fill_pattern_range(off, n, self.cfg.seed, key)?;
+            off += n;
+            if off < size && self.ch.peer_failed() {
+                return Err(match self.ch.recv("RepReady") {
+                    Err(e) => e,
+                    Ok(m) => anyhow::anyhow!("the receiver sent {} while the sender filled its pattern", m.name()),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn run_rep(
         &mut self,
         case: usize,
@@ -205,7 +229,7 @@ impl SenderSession {
             // Paged: each source piece holds the pattern of its logical offset in the transfer.
             match paged_spans {
                 Some(spans) => self.buf.fill_spans(spans, self.cfg.seed, pattern_key(case, seq))?,
-                None => self.buf.fill_pattern(size, self.cfg.seed, pattern_key(case, seq))?,
+                None => self.fill_watching_the_receiver(size, pattern_key(case, seq))?,
             }
         }
         let t0 = Instant::now();

@@ -29,12 +29,17 @@ fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(16)
 }
 
-/// Fill `buf` (which starts at byte offset `base` of the transfer) with the pattern of `(seed, rep)`.
+/// Fill `buf` (the transfer from byte 0) with the pattern of `(seed, rep)`.
 pub fn fill(buf: &mut [u8], seed: u64, rep: u64) {
+    fill_from(buf, 0, seed, rep)
+}
+
+/// Fill `buf`, which holds the transfer's bytes from offset `base` on, with the pattern of `(seed, rep)`.
+pub fn fill_from(buf: &mut [u8], base: u64, seed: u64, rep: u64) {
     let chunk = chunks_per_thread(buf.len());
     std::thread::scope(|s| {
         for (k, part) in buf.chunks_mut(chunk).enumerate() {
-            s.spawn(move || fill_at(part, (k * chunk) as u64, seed, rep));
+            s.spawn(move || fill_at(part, base + (k * chunk) as u64, seed, rep));
         }
     });
 }
@@ -69,12 +74,17 @@ fn fill_at(buf: &mut [u8], base: u64, seed: u64, rep: u64) {
 
 /// Count the bytes of `buf` that differ from the pattern of `(seed, rep)`.
 pub fn count_mismatches(buf: &[u8], seed: u64, rep: u64) -> u64 {
+    count_mismatches_from(buf, 0, seed, rep)
+}
+
+/// Count the bytes of `buf`, the transfer's bytes from offset `base` on, that differ from the pattern.
+pub fn count_mismatches_from(buf: &[u8], base: u64, seed: u64, rep: u64) -> u64 {
     let chunk = chunks_per_thread(buf.len());
     std::thread::scope(|s| {
         let handles: Vec<_> = buf
             .chunks(chunk)
             .enumerate()
-            .map(|(k, part)| s.spawn(move || mismatches_at(part, (k * chunk) as u64, seed, rep)))
+            .map(|(k, part)| s.spawn(move || mismatches_at(part, base + (k * chunk) as u64, seed, rep)))
             .collect();
         handles.into_iter().map(|h| h.join().expect("verify thread")).sum()
     })
