@@ -214,6 +214,18 @@ impl CudaSource {
 }
 
 impl CudaSource {
+    /// Record the end event on stream 0 and turn the GPU-timed interval into sender-clock times (`posted` = when
+    /// the start event was recorded).
+    fn finish_on_stream0(&self, posted: Instant) -> Result<TransferTimes> {
+        self.end.record(&self.streams[0]).or_cuda("cuEventRecord")?;
+        let total_ms = self.start.elapsed_ms(&self.end).or_cuda("cuEventElapsedTime")? as f64;
+        Ok(TransferTimes {
+            first_post: posted,
+            last_complete: posted + Duration::from_secs_f64(total_ms.max(0.0) / 1e3),
+            reg_ms: None,
+        })
+    }
+
     /// `--copy sm` with many writes (a paged layout): one kernel launch copies every piece, instead of one copy or
     /// launch per piece whose fixed cost (a few µs) dwarfs a 16 KiB piece. The piece table is uploaded before the
     /// start event, so only the copy is timed; per-piece latency is not observable inside one kernel.
@@ -225,13 +237,7 @@ impl CudaSource {
         let posted = Instant::now();
         self.start.record(s0).or_cuda("cuEventRecord")?;
         k.copy_pieces(s0, self.dst, src, &table, pieces.len() as u64)?;
-        self.end.record(s0).or_cuda("cuEventRecord")?;
-        let total_ms = self.start.elapsed_ms(&self.end).or_cuda("cuEventElapsedTime")? as f64;
-        Ok(TransferTimes {
-            first_post: posted,
-            last_complete: posted + Duration::from_secs_f64(total_ms.max(0.0) / 1e3),
-            reg_ms: None,
-        })
+        self.finish_on_stream0(posted)
     }
 }
 
@@ -273,13 +279,7 @@ impl CudaSource {
             check(r, "cuMemcpyBatchAsync")?;
             off += n;
         }
-        self.end.record(s0).or_cuda("cuEventRecord")?;
-        let total_ms = self.start.elapsed_ms(&self.end).or_cuda("cuEventElapsedTime")? as f64;
-        Ok(TransferTimes {
-            first_post: posted,
-            last_complete: posted + Duration::from_secs_f64(total_ms.max(0.0) / 1e3),
-            reg_ms: None,
-        })
+        self.finish_on_stream0(posted)
     }
 }
 
