@@ -2,20 +2,14 @@
 //! the committed H200 results are drawn, and every PNG is decoded and every SVG searched for its series' labels.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+use std::process::Output;
 
 const FIGURES: [&str; 3] = ["time-vs-size", "bandwidth-vs-size", "reps-bandwidth"];
 const H200_LABEL: &str = "H200 NVLink gpu:0→gpu:1 (cuda transport, copy engine)";
 
 fn kvxfer(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvxfer")).args(args).stdin(Stdio::null()).output().expect("run kvxfer");
-    eprintln!(
-        "$ kvxfer {}\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    common::output_logged(args)
 }
 
 /// A fresh scratch directory for one test.

@@ -19,14 +19,7 @@ fn gpus() -> Option<usize> {
 }
 
 fn kvxfer(args: &[&str]) -> Output {
-    let out = command().args(args).stdin(Stdio::null()).output().expect("run kvxfer");
-    eprintln!(
-        "$ kvxfer {}\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    common::output_logged(args)
 }
 
 fn results(path: &std::path::Path) -> serde_json::Value {
@@ -51,99 +44,60 @@ fn tmp(name: &str) -> TempDir {
     TempDir::new(&format!("gpu-{name}"))
 }
 
+/// `kvxfer sweep --transport cuda --verify ARGS` into a fresh directory; asserts success, returns the results.
+fn verified_cuda_sweep(name: &str, args: &[&str]) -> serde_json::Value {
+    let d = tmp(name);
+    let json = d.join("r.json");
+    let (json_arg, dir_arg) = (json.to_string_lossy().into_owned(), d.path().to_string_lossy().into_owned());
+    let mut all = vec!["sweep", "--transport", "cuda", "--verify", "--json", &json_arg, "--out-dir", &dir_arg];
+    all.extend_from_slice(args);
+    let out = kvxfer(&all);
+    assert!(out.status.success(), "{args:?}");
+    results(&json)
+}
+
+fn two_gpus() -> bool {
+    match gpus() {
+        Some(n) if n >= 2 => true,
+        Some(n) => {
+            eprintln!("skipped: needs 2 GPUs, found {n}");
+            false
+        }
+        None => false,
+    }
+}
+
 #[test]
 fn in_process_nvlink_copy_engine_verified_96mib_to_12gib() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs, found {n}");
+    if !two_gpus() {
         return;
     }
-    let d = tmp("inproc");
-    let json = d.join("r.json");
-    let out = kvxfer(&[
-        "sweep",
-        "--transport",
-        "cuda",
-        "--src",
-        "gpu:0",
-        "--dst",
-        "gpu:1",
-        "--sizes",
-        "96MiB,1536MiB,12GiB",
-        "--reps",
-        "3",
-        "--verify",
-        "--json",
-        json.to_str().unwrap(),
-        "--out-dir",
-        d.path().to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    let r = verified_cuda_sweep(
+        "inproc",
+        &["--src", "gpu:0", "--dst", "gpu:1", "--sizes", "96MiB,1536MiB,12GiB", "--reps", "3"],
+    );
     // NVLink: well above any PCIe or NIC path.
-    assert_verified(&results(&json), &[96 << 20, 1536 << 20, 12 << 30], 3, 100.0);
+    assert_verified(&r, &[96 << 20, 1536 << 20, 12 << 30], 3, 100.0);
 }
 
 #[test]
 fn in_process_sm_copy_and_chunked_streams_verified() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs, found {n}");
+    if !two_gpus() {
         return;
     }
-    let d = tmp("sm");
     for extra in [&["--copy", "sm"][..], &["--streams", "4", "--block-size", "7MiB"][..]] {
-        let json = d.join("r.json");
-        let mut args = vec![
-            "sweep",
-            "--transport",
-            "cuda",
-            "--src",
-            "gpu:0",
-            "--dst",
-            "gpu:1",
-            "--sizes",
-            "96MiB,1000003KiB",
-            "--reps",
-            "2",
-            "--verify",
-            "--json",
-            json.to_str().unwrap(),
-            "--out-dir",
-            d.path().to_str().unwrap(),
-        ];
+        let mut args = vec!["--src", "gpu:0", "--dst", "gpu:1", "--sizes", "96MiB,1000003KiB", "--reps", "2"];
         args.extend_from_slice(extra);
-        let out = kvxfer(&args);
-        assert!(out.status.success(), "{extra:?}");
-        assert_verified(&results(&json), &[96 << 20, 1000003 << 10], 2, 50.0);
+        assert_verified(&verified_cuda_sweep("sm", &args), &[96 << 20, 1000003 << 10], 2, 50.0);
     }
 }
 
 #[test]
 fn pinned_host_to_gpu_and_back_verified() {
     let Some(_) = gpus() else { return };
-    let d = tmp("pinned");
     for (src, dst) in [("pinned", "gpu:0"), ("gpu:0", "pinned")] {
-        let json = d.join("r.json");
-        let out = kvxfer(&[
-            "sweep",
-            "--transport",
-            "cuda",
-            "--src",
-            src,
-            "--dst",
-            dst,
-            "--sizes",
-            "1536MiB",
-            "--reps",
-            "3",
-            "--verify",
-            "--json",
-            json.to_str().unwrap(),
-            "--out-dir",
-            d.path().to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{src}→{dst}");
-        assert_verified(&results(&json), &[1536 << 20], 3, 10.0);
+        let r = verified_cuda_sweep("pinned", &["--src", src, "--dst", dst, "--sizes", "1536MiB", "--reps", "3"]);
+        assert_verified(&r, &[1536 << 20], 3, 10.0);
     }
 }
 
@@ -220,18 +174,11 @@ fn without_a_driver_gpu_requests_fail_cleanly() {
 
 #[test]
 fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs, found {n}");
+    if !two_gpus() {
         return;
     }
-    let d = tmp("paged");
     for extra in [&["--copy", "ce", "--streams", "2"][..], &["--copy", "sm"][..], &["--copy", "batch"][..]] {
-        let json = d.join("r.json");
         let mut args = vec![
-            "sweep",
-            "--transport",
-            "cuda",
             "--src",
             "gpu:0",
             "--dst",
@@ -244,16 +191,9 @@ fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
             "qwen3-30b-a3b",
             "--reps",
             "2",
-            "--verify",
-            "--json",
-            json.to_str().unwrap(),
-            "--out-dir",
-            d.path().to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = kvxfer(&args);
-        assert!(out.status.success(), "{extra:?}");
-        let r = results(&json);
+        let r = verified_cuda_sweep("paged", &args);
         assert_verified(&r, &[96 << 20, 768 << 20], 2, 1.0);
         for c in r["cases"].as_array().unwrap() {
             assert_eq!(c["layout"], "paged");

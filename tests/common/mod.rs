@@ -359,3 +359,16 @@ pub fn check_case(c: &serde_json::Value, size_bytes: u64, reps: u64, verify: boo
     assert!((num(&c["transfer_ms"], "min") - min).abs() < 1e-9);
     assert!((num(&c["transfer_ms"], "max") - max).abs() < 1e-9);
 }
+
+/// Run kvxfer to completion with the raw `Output`, echoing the command and its output to the test's log (shown
+/// when a test fails).
+pub fn output_logged(args: &[&str]) -> std::process::Output {
+    let out = kvxfer().args(args).output().expect("run kvxfer");
+    eprintln!(
+        "$ kvxfer {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
