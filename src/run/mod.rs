@@ -36,6 +36,12 @@ pub struct RepRecord {
     /// Memory registration inside this rep (verbs `--reg-per-rep`), part of `transfer_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reg_ms: Option<f64>,
+    /// Work requests posted when that differs from the writes (verbs SGE gathering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_requests: Option<u64>,
+    /// `--staging gather`: gather, copy and scatter times, which add up to `transfer_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<crate::transport::StagedMs>,
     #[serde(skip)]
     pub sender: StageTimes,
     #[serde(skip)]

@@ -281,6 +281,9 @@ impl SenderSession {
             total_ms: ms_since(t0, t_done),
             mismatched_bytes: report.mismatched_bytes,
             reg_ms: times.reg_ms,
+            work_requests: times.work_requests,
+            staged: times.staged,
+
             sender: StageTimes {
                 t_setup_start_ms: ms_since(s0, t0),
                 t_ready_ms: ms_since(s0, t_ready),

@@ -2,6 +2,7 @@
 
 use super::{confidence, warnings, Bimodality, MedianCi, RateSummary, Summary, Warning};
 use crate::run::{CaseRecord, RepRecord};
+use crate::transport::StagedMs;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -40,6 +41,12 @@ pub struct CaseResult {
     pub pieces: usize,
     #[serde(default)]
     pub piece_bytes: u64,
+    /// RDMA WRITEs posted per transfer when SGE lists gathered several writes into one (verbs); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_requests: Option<u64>,
+    /// `--staging gather`: the median of each step's time over the measured reps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_p50: Option<StagedMs>,
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
@@ -108,6 +115,9 @@ impl CaseResult {
             layout: rec.layout.to_string(),
             pieces: rec.pieces,
             piece_bytes: rec.block_size,
+            work_requests: rec.reps.iter().filter_map(|r| r.work_requests).max(),
+            staged_p50: staged_medians(&rec.reps),
+
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
             bimodal: Bimodality::default(),
@@ -140,4 +150,14 @@ impl CaseResult {
         }
         self
     }
+}
+
+/// The median of each staged step over the reps that report them.
+fn staged_medians(reps: &[RepRecord]) -> Option<StagedMs> {
+    let staged: Vec<StagedMs> = reps.iter().filter_map(|r| r.staged).collect();
+    if staged.is_empty() {
+        return None;
+    }
+    let p50 = |f: fn(&StagedMs) -> f64| Summary::of(&staged.iter().map(f).collect::<Vec<_>>()).p50;
+    Some(StagedMs { gather_ms: p50(|s| s.gather_ms), copy_ms: p50(|s| s.copy_ms), scatter_ms: p50(|s| s.scatter_ms) })
 }

@@ -219,11 +219,7 @@ impl CudaSource {
     fn finish_on_stream0(&self, posted: Instant) -> Result<TransferTimes> {
         self.end.record(&self.streams[0]).or_cuda("cuEventRecord")?;
         let total_ms = self.start.elapsed_ms(&self.end).or_cuda("cuEventElapsedTime")? as f64;
-        Ok(TransferTimes {
-            first_post: posted,
-            last_complete: posted + Duration::from_secs_f64(total_ms.max(0.0) / 1e3),
-            reg_ms: None,
-        })
+        Ok(TransferTimes::new(posted, posted + Duration::from_secs_f64(total_ms.max(0.0) / 1e3)))
     }
 
     /// `--copy sm` with many writes (a paged layout): one kernel launch copies every piece, instead of one copy or
@@ -344,6 +340,6 @@ impl Source for CudaSource {
                 (hooks.done)(i, at(began), at(ended));
             }
         }
-        Ok(TransferTimes { first_post: posted, last_complete: at(total_ms), reg_ms: None })
+        Ok(TransferTimes::new(posted, at(total_ms)))
     }
 }

@@ -37,6 +37,27 @@ pub struct TransferTimes {
     pub last_complete: Instant,
     /// Memory registration done inside this transfer (verbs `--reg-per-rep`), included in the transfer time.
     pub reg_ms: Option<f64>,
+    /// Work requests the transport issued when that differs from the writes (verbs: SGE lists gather pieces
+    /// whose destinations are adjacent into one RDMA WRITE).
+    pub work_requests: Option<u64>,
+    /// `--staging gather`: how the transfer time splits into its three steps.
+    pub staged: Option<StagedMs>,
+}
+
+impl TransferTimes {
+    pub fn new(first_post: Instant, last_complete: Instant) -> TransferTimes {
+        TransferTimes { first_post, last_complete, reg_ms: None, work_requests: None, staged: None }
+    }
+}
+
+/// The steps of a staged transfer (`--staging gather`), GPU-timed, in ms: pack the pieces into a contiguous
+/// staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination GPU, unpack them
+/// into their slots there.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StagedMs {
+    pub gather_ms: f64,
+    pub copy_ms: f64,
+    pub scatter_ms: f64,
 }
 
 /// The sender's half: writes into the receiver's region.

@@ -396,7 +396,7 @@ impl Source for TcpSource {
                 }
             }
             let first_post = first_post.expect("every stream with writes posts first");
-            Ok(TransferTimes { first_post, last_complete: last.unwrap_or(first_post), reg_ms: None })
+            Ok(TransferTimes::new(first_post, last.unwrap_or(first_post)))
         });
         result
     }

@@ -210,6 +210,6 @@ impl Source for VerbsSource {
         }
         let (first_post, last) = outcome?;
         let first_post = if reg_ms.is_some() { started } else { first_post };
-        Ok(TransferTimes { first_post, last_complete: last, reg_ms })
+        Ok(TransferTimes { reg_ms, ..TransferTimes::new(first_post, last) })
     }
 }
