@@ -84,6 +84,12 @@ pub struct RunArgs {
     /// transfers, sm for transfers of many small pieces; fastest measured)
     #[arg(long, default_value = "auto", value_parser = ["auto", "ce", "batch", "sm"])]
     pub copy: String,
+    /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the
+    /// pieces into a staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination
+    /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported)
+    #[arg(long, default_value = "none", value_parser = ["none", "gather"])]
+    pub staging: String,
+
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]
     pub verify: bool,

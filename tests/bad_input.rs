@@ -106,6 +106,10 @@ fn run_flags_out_of_range() {
     send_fails(&["--sizes", "1MiB", "--connect-timeout", "soon"], 2, &["--connect-timeout"]);
     send_fails(&["--sizes", "1MiB", "--reps", "many"], 2, &["many"]);
     fails(&["sweep", "--sizes", "1MiB", "--reps", "0"], 2, &["--reps"]);
+    // Gather staging packs with GPU kernels: refused for other transports and for host memory, before connecting.
+    send_fails(&["--sizes", "1MiB", "--staging", "gather"], 2, &["--staging gather", "--transport cuda"]);
+    fails(&["sweep", "--transport", "cuda", "--sizes", "1MiB", "--staging", "gather"], 2, &["--staging", "GPU"]);
+    send_fails(&["--sizes", "1MiB", "--staging", "scatter"], 2, &["scatter", "--staging"]);
     fails(&["serve", "--io-timeout", "garbage"], 2, &["--io-timeout"]);
     fails(&["serve", "--listen", "localhost-ish"], 2, &["--listen"]);
     fails(&["serve", "--max-size", "1GB", "--listen", "127.0.0.1:0"], 2, &["--max-size", "GiB"]);

@@ -101,10 +101,8 @@ fn pinned_host_to_gpu_and_back_verified() {
     }
 }
 
-#[test]
-fn two_processes_cuda_ipc_verified() {
-    let Some(n) = gpus() else { return };
-    let (src, dst) = if n >= 2 { ("gpu:0", "gpu:1") } else { ("gpu:0", "gpu:0") };
+/// `kvxfer serve --once --mem DST` on a free port, once it says it listens; returns it and its address.
+fn serve_once(dst: &str) -> (std::process::Child, String) {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -115,34 +113,73 @@ fn two_processes_cuda_ipc_verified() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start serve");
-    // Wait for the listening line.
     let mut stderr = std::io::BufReader::new(serve.stderr.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
     assert!(line.contains("listening"), "{line}");
-    let d = tmp("ipc");
+    (serve, listen)
+}
+
+/// `kvxfer send` to a `serve --once --mem DST` over cuda IPC with `--verify`; returns the results.
+fn verified_ipc_send(name: &str, src: &str, dst: &str, args: &[&str]) -> serde_json::Value {
+    let (mut serve, listen) = serve_once(dst);
+    let d = tmp(name);
     let json = d.join("r.json");
-    let out = kvxfer(&[
-        "send",
-        "--peer",
-        &listen,
-        "--transport",
-        "cuda",
-        "--mem",
-        src,
-        "--sizes",
-        "96MiB,12GiB",
-        "--reps",
-        "3",
-        "--verify",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    let mut all = vec!["send", "--peer", &listen, "--transport", "cuda", "--mem", src, "--verify"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let out = kvxfer(&all);
+    assert!(out.status.success(), "{args:?}");
     assert!(serve.wait().unwrap().success(), "serve --once exits 0 after a good run");
     let r = results(&json);
     assert_eq!(r["config"]["dst_mem"], dst);
+    r
+}
+
+#[test]
+fn two_processes_cuda_ipc_verified() {
+    let Some(n) = gpus() else { return };
+    let (src, dst) = if n >= 2 { ("gpu:0", "gpu:1") } else { ("gpu:0", "gpu:0") };
+    let r = verified_ipc_send("ipc", src, dst, &["--sizes", "96MiB,12GiB", "--reps", "3"]);
     assert_verified(&r, &[96 << 20, 12 << 30], 3, 50.0);
+}
+
+/// Gather staging: every piece lands in its own slot (verified), and the three steps account for the transfer.
+fn assert_staged(r: &serde_json::Value) {
+    assert_eq!(r["config"]["staging"], "gather");
+    for c in r["cases"].as_array().unwrap() {
+        let s = &c["staged_p50"];
+        let step = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("staged_p50.{k} missing: {c}"));
+        let (g, k, sc) = (step("gather_ms"), step("copy_ms"), step("scatter_ms"));
+        assert!(g > 0.0 && k > 0.0 && sc > 0.0, "{s}");
+        let total = c["transfer_ms"]["p50"].as_f64().unwrap();
+        // The steps run back to back; the end event adds only the cross-GPU wait after the scatter.
+        assert!(g + k + sc <= total * 1.02 + 0.01 && g + k + sc >= total * 0.8, "{s} vs {total} ms");
+        for rep in c["reps"].as_array().unwrap() {
+            assert!(rep["staged"].is_object(), "every rep carries its split");
+        }
+    }
+}
+
+#[test]
+fn gather_staging_in_one_process_and_between_two_verified() {
+    if !two_gpus() {
+        return;
+    }
+    let paged = ["--layout", "paged", "--tokens", "1k,8k", "--model", "qwen3-30b-a3b", "--reps", "2"];
+    for copy in ["ce", "sm"] {
+        let mut args = vec!["--src", "gpu:0", "--dst", "gpu:1", "--staging", "gather", "--copy", copy];
+        args.extend_from_slice(&paged);
+        let r = verified_cuda_sweep("staged", &args);
+        assert_verified(&r, &[96 << 20, 768 << 20], 2, 1.0);
+        assert_staged(&r);
+    }
+    // Between processes the receiver's pool is mapped in its own GPU's context, where the unpack kernel runs.
+    let mut args = vec!["--staging", "gather", "--coalesce"];
+    args.extend_from_slice(&paged);
+    let r = verified_ipc_send("staged-ipc", "gpu:0", "gpu:1", &args);
+    assert_verified(&r, &[96 << 20, 768 << 20], 2, 1.0);
+    assert_staged(&r);
 }
 
 #[test]

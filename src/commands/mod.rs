@@ -106,6 +106,12 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<Run
     if r.streams == 0 || r.streams > 64 {
         bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
     }
+    if r.staging == "gather" && (r.transport != "cuda" || !matches!(src, MemKind::Gpu(_))) {
+        bail_usage!(
+            "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {} from {src} memory",
+            r.transport
+        );
+    }
     let block_size = match &r.block_size {
         Some(b) => parse_size(b).map_err(|e| crate::error::usage(format!("--block-size: {e}")))?,
         None => crate::transport::default_block_size(&r.transport),
@@ -121,6 +127,7 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<Run
         hugepages: r.hugepages,
         block_size_default: r.block_size.is_none(),
         copy: r.copy.clone(),
+        staging: r.staging.clone(),
         src_mem: src.to_string(),
         verbs: verbs_config(&r.verbs)?,
         cases,

@@ -91,6 +91,8 @@ pub fn config_json(
         peer: peer.to_string(),
         role: role.to_string(),
         copy: cfg.copy.clone(),
+        staging: cfg.staging.clone(),
+
         src_mem: src.to_string(),
         dst_mem: session.dst_mem.clone(),
         verbs: (cfg.transport == "verbs").then(|| cfg.verbs.clone()),

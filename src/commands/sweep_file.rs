@@ -303,6 +303,8 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
         peer: "loopback".into(),
         role: "sweep".into(),
         copy: p.cfg.copy.clone(),
+        staging: p.cfg.staging.clone(),
+
         src_mem: p.src.to_string(),
         dst_mem: p.dst.to_string(),
         verbs: (p.cfg.transport == "verbs").then(|| p.cfg.verbs.clone()),

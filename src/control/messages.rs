@@ -39,7 +39,7 @@ pub enum Msg {
         hostname: String,
     },
     Config {
-        config: RunConfig,
+        config: Box<RunConfig>,
     },
     /// The receiver's transport-specific description of its exposed region and how to reach it.
     Accept {

@@ -24,6 +24,10 @@ pub struct ConfigJson {
     pub role: String,
     #[serde(default)]
     pub copy: String,
+    /// cuda `--staging`: `none` or `gather`.
+    #[serde(default)]
+    pub staging: String,
+
     #[serde(default)]
     pub src_mem: String,
     #[serde(default)]

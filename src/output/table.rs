@@ -71,6 +71,12 @@ pub fn live_row(c: &CaseResult) -> String {
     if let Some(label) = &c.case_label {
         line.push_str(&format!("  {label}"));
     }
+    if let Some(s) = &c.staged_p50 {
+        line.push_str(&format!("  gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms));
+    }
+    if let Some(wr) = c.work_requests.filter(|&wr| wr != c.writes as u64) {
+        line.push_str(&format!("  {wr} RDMA WRITEs for {} writes (SGE lists)", c.writes));
+    }
     let warned = warnings::describe(&c.warnings);
     if !warned.is_empty() {
         line.push_str(&format!("  {warned}"));

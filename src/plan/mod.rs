@@ -36,6 +36,9 @@ pub struct RunConfig {
     /// cuda transport: copy engine (`ce`), SM copy kernel (`sm`) or `auto`.
     #[serde(default = "default_copy")]
     pub copy: String,
+    /// cuda transport: `none`, or `gather` (pack → one contiguous copy → unpack).
+    #[serde(default = "default_staging")]
+    pub staging: String,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
     #[serde(default = "default_mem")]
     pub src_mem: String,
@@ -50,6 +53,10 @@ pub struct RunConfig {
 
 fn default_copy() -> String {
     "auto".into()
+}
+
+fn default_staging() -> String {
+    "none".into()
 }
 
 fn default_mem() -> String {
@@ -219,7 +226,9 @@ mod tests {
             hugepages: false,
             block_size_default: false,
             copy: "ce".into(),
+            staging: "none".into(),
             src_mem: "host".into(),
+
             verbs: VerbsConfig::default(),
             cases: vec![SizeCase { size_bytes: 32 * bpt, tokens: Some(32), bytes_per_token: Some(bpt) }],
             paged: None,

@@ -40,6 +40,7 @@ const OPTIONS: &[&str] = &[
     "block_size",
     "streams",
     "copy",
+    "staging",
     "pattern_seed",
     "qps",
     "batch",

@@ -84,7 +84,7 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
     let mut ch = ControlChannel::new(stream, "the sender", limits.timeouts.io)?;
     server_hello(&mut ch, token)?;
     let cfg = match ch.recv("Config")? {
-        Msg::Config { config } => config,
+        Msg::Config { config } => *config,
         other => bail!("the sender sent {} instead of Config", other.name()),
     };
     if let Err(e) = validate(&cfg, limits) {

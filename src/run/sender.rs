@@ -84,7 +84,7 @@ pub fn pattern_key(case: usize, rep: u32) -> u64 {
 impl SenderSession {
     /// Send the configuration, allocate the source buffer and connect the transport.
     pub fn establish(mut ch: ControlChannel, cfg: RunConfig, src: MemKind, ctx: &Context) -> Result<SenderSession> {
-        ch.send(&Msg::Config { config: cfg.clone() })?;
+        ch.send(&Msg::Config { config: Box::new(cfg.clone()) })?;
         let (offer, dst_mem) = match ch.recv("Accept")? {
             Msg::Accept { offer, mem } => (offer, mem),
             other => bail!("the receiver answered {} to Config", other.name()),

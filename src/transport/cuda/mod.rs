@@ -6,6 +6,8 @@
 //! start to the last copy's end. The receiver cannot see copies land, so the sender tells it with a control
 //! message once its events completed.
 
+mod staging;
+
 use super::{Context, Source, Target, TransferHooks, TransferTimes};
 use crate::mem::cuda::{self, check, context, enable_peer_access, IpcMapping, OrDriverError};
 use crate::mem::{kernels, Buffer, MemKind};
@@ -116,6 +118,8 @@ pub struct CudaSource {
     end: CudaEvent,
     joins: Vec<CudaEvent>,
     marks: Vec<(CudaEvent, CudaEvent)>,
+    /// `--staging gather`: the destination GPU's half and both staging buffers.
+    staging: Option<staging::Staging>,
     // Kept open for as long as we write into the receiver's buffer.
     _mapping: Option<IpcMapping>,
 }
@@ -142,12 +146,24 @@ impl CudaSource {
             )));
         };
         let ctx = context(ordinal)?;
-        let same_process = offer.pid == std::process::id();
-        let (dst, mapping) = if same_process {
-            if let Some(d) = offer.ordinal.filter(|&d| d != ordinal) {
-                enable_peer_access(&ctx, &context(d)?)?;
-                enable_peer_access(&context(d)?, &ctx)?;
+        let staged = cfg.staging == "gather";
+        let staging_dst = match (staged, src_gpu, offer.ordinal) {
+            (false, ..) => None,
+            (true, Some(_), Some(d)) => Some(d),
+            (true, ..) => {
+                return Err(crate::error::usage(format!(
+                    "--staging gather needs GPU memory on both ends (sender {}, receiver {}); use --mem gpu:N on both",
+                    src.kind(),
+                    offer.mem
+                )))
             }
+        };
+        let same_process = offer.pid == std::process::id();
+        if let Some(d) = offer.ordinal.filter(|&d| d != ordinal && (same_process || staged)) {
+            enable_peer_access(&ctx, &context(d)?)?;
+            enable_peer_access(&context(d)?, &ctx)?;
+        }
+        let (dst, mapping) = if same_process {
             (offer.addr, None)
         } else {
             let Some(h) = &offer.ipc_handle else {
@@ -157,9 +173,11 @@ impl CudaSource {
                 )));
             };
             let bytes: [u8; 64] = unhex(h)?.try_into().map_err(|_| anyhow::anyhow!("IPC handle is not 64 bytes"))?;
-            let m = IpcMapping::open(&ctx, &bytes)?;
+            // Staged, the unpack kernel runs on the receiver's GPU: map its pool in that GPU's context.
+            let m = IpcMapping::open(&context(staging_dst.unwrap_or(ordinal))?, &bytes)?;
             (m.ptr, Some(m))
         };
+        let staging = staging_dst.map(|d| staging::Staging::new(ordinal, d)).transpose()?;
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
         let engine = match cfg.copy.as_str() {
             "sm" => Engine::Sm,
@@ -197,6 +215,7 @@ impl CudaSource {
             dst_len: offer.len,
             joins,
             marks: Vec::new(),
+            staging,
             _mapping: mapping,
         })
     }
@@ -238,6 +257,19 @@ impl CudaSource {
 }
 
 impl CudaSource {
+    /// `--staging gather`: pack, one contiguous copy, unpack (see `staging`); the transfer time is the whole
+    /// chain and `staged` splits it.
+    fn transfer_staged(&mut self, src: u64, writes: &[Write]) -> Result<TransferTimes> {
+        let staging = self.staging.as_mut().expect("checked by the caller");
+        let s =
+            staging::SourceStream { stream: &self.streams[0], start: &self.start, sm_copy: self.engine == Engine::Sm };
+        let posted = Instant::now();
+        staging.enqueue(&s, src, self.dst, writes)?;
+        let mut times = self.finish_on_stream0(posted)?;
+        times.staged = Some(self.staging.as_ref().expect("checked by the caller").split(&self.start)?);
+        Ok(times)
+    }
+
     /// `--copy batch`: every write in cuMemcpyBatchAsync calls (the driver's own batching of copy-engine work), for
     /// comparison with one copy per write and with the SM piece kernel. The address arrays are built before the
     /// start event; only the calls and the copies are timed.
@@ -302,6 +334,9 @@ impl Source for CudaSource {
             if w.local_offset + w.len > mem.len() as u64 || w.remote_offset + w.len > self.dst_len {
                 bail!("write {i} falls outside a buffer (a planning bug)");
             }
+        }
+        if self.staging.is_some() {
+            return self.transfer_staged(src, writes);
         }
         if self.engine == Engine::Batch {
             return self.transfer_batch(src, writes);
