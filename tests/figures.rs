@@ -126,6 +126,31 @@ fn two_runs_side_by_side_with_the_ratio_to_the_first() {
 }
 
 #[test]
+fn a_sweep_of_several_configurations_is_split_side_by_side_and_in_figures() {
+    // A real 4-configuration sweep (contiguous, paged sm, paged batch, paged gather staging on 2×H200).
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/h200-paged-nvlink.json");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let p50 = |label: &str, tokens: u64| {
+        r["cases"].as_array().unwrap().iter().find(|c| c["case_label"] == label && c["tokens"] == tokens).unwrap()
+            ["gbps"]["p50"]
+            .as_f64()
+            .unwrap()
+    };
+    let d = scratch("split");
+    let (md, figs) = (d.join("split.md"), d.join("figs"));
+    let out = kvxfer(&["report", s(&file), "--md", s(&md), "--fig", s(&figs)]);
+    assert!(out.status.success());
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.contains("- A = paged-nvlink on vm layout=contiguous (cuda)"), "{md}");
+    assert!(md.contains("- D = paged-nvlink on vm copy=ce layout=paged staging=gather (cuda)"), "{md}");
+    let side = &md[md.find("### Side by side").expect("a side-by-side section")..];
+    let row = side.lines().find(|l| l.starts_with("| 12 GiB | 128k |")).expect("a 128k row");
+    let ratio = p50("copy=ce layout=paged staging=gather", 131072) / p50("layout=contiguous", 131072);
+    assert!(row.ends_with(&format!("| {ratio:.3}× |")), "D/A = {ratio:.3} in {row}");
+    assert!(figs.join("bandwidth-vs-size.png").exists());
+}
+
+#[test]
 fn results_written_before_bimodality_gain_it_and_the_ceiling_on_report() {
     // The committed H200 file predates both keys.
     let raw = std::fs::read_to_string(h200()).unwrap();

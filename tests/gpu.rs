@@ -117,6 +117,12 @@ fn serve_once(dst: &str) -> (std::process::Child, String) {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
     assert!(line.contains("listening"), "{line}");
+    // Keep draining its stderr (into the test log): a closed pipe would kill it at its next line.
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            eprintln!("serve: {l}");
+        }
+    });
     (serve, listen)
 }
 

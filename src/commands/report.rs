@@ -17,7 +17,23 @@ pub fn run(a: ReportArgs) -> Result<()> {
     if let Some(dir) = &a.fig.fig {
         export::plot::prepare_dir(dir)?;
     }
-    let several = all.len() > 1;
+    // A sweep over several configurations is one series per configuration in the side-by-side table and figures.
+    let split: Vec<(String, Results)> = series_names(&all, &a.files)
+        .into_iter()
+        .zip(&all)
+        .flat_map(|(name, r)| match r.series() {
+            parts if parts.len() > 1 => parts
+                .into_iter()
+                .map(|(n, mut p)| {
+                    p.label = n.clone();
+                    (n, p)
+                })
+                .collect(),
+            _ => vec![(name, r.clone())],
+        })
+        .collect();
+    let parts: Vec<Results> = split.iter().map(|(_, r)| r.clone()).collect();
+    let several = parts.len() > 1;
     // Runs on hosts whose NIC firmware, MTU or IOMMU mode differ compare the environments as much as the runs.
     for (r, f) in all.iter().zip(&a.files).skip(1) {
         for d in crate::env::differences(&all[0].env, &r.env) {
@@ -38,13 +54,13 @@ pub fn run(a: ReportArgs) -> Result<()> {
             println!();
         }
         if several {
-            println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&all));
+            println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&parts));
         }
         println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
     }
     let mut md = export::markdown::render(&all);
     if several {
-        md.push_str(&compare::markdown(&all));
+        md.push_str(&compare::markdown(&parts));
     }
     emit(a.md.as_deref(), &md)?;
     if a.csv.is_some() {
@@ -53,13 +69,13 @@ pub fn run(a: ReportArgs) -> Result<()> {
     match a.csv.as_deref() {
         Some(p) if several && p != Path::new("-") => {
             let side = p.with_extension("compare.csv");
-            export::write_atomic(&side, compare::csv(&all)?.as_bytes())?;
+            export::write_atomic(&side, compare::csv(&parts)?.as_bytes())?;
             eprintln!("side-by-side csv: {}", side.display());
         }
         _ => {}
     }
     if let Some(dir) = &a.fig.fig {
-        let named: Vec<(String, &Results)> = series_names(&all, &a.files).into_iter().zip(&all).collect();
+        let named: Vec<(String, &Results)> = split.iter().map(|(n, r)| (n.clone(), r)).collect();
         for f in export::plot::write_figures(&named, dir, &lines)? {
             eprintln!("figure: {}", f.display());
         }
