@@ -60,16 +60,20 @@ fn lying_receiver(bad: u64) -> (String, JoinHandle<()>) {
                     let t = Instant::now();
                     let mut got = 0;
                     while got < size {
+                        // A scatter frame: (first, count, payload bytes), count (offset, len) entries, payloads.
                         let mut hdr = [0u8; 24];
                         data.read_exact(&mut hdr).unwrap();
-                        let mut len = u64::from_le_bytes(hdr[16..].try_into().unwrap());
+                        let word = |i: usize| u64::from_le_bytes(hdr[i * 8..i * 8 + 8].try_into().unwrap());
+                        let (count, mut len) = (word(1), word(2));
+                        let mut entries = vec![0u8; count as usize * 16];
+                        data.read_exact(&mut entries).unwrap();
                         got += len;
                         while len > 0 {
                             let n = len.min(sink.len() as u64) as usize;
                             data.read_exact(&mut sink[..n]).unwrap();
                             len -= n as u64;
                         }
-                        data.write_all(&hdr[..8]).unwrap();
+                        data.write_all(&hdr[..16]).unwrap();
                     }
                     let ms = t.elapsed().as_secs_f64() * 1e3;
                     let bad_here = if case == 1 { bad } else { 0 };

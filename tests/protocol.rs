@@ -144,7 +144,7 @@ fn garbage_huge_and_truncated_frames_do_not_crash_serve() {
         ("huge length prefix", vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
         ("length just above the limit", ((1u32 << 20) + 1).to_be_bytes().to_vec()),
         ("truncated frame", {
-            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":1,"version":"x","token":""}"#);
+            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":2,"version":"x","token":""}"#);
             f.truncate(20);
             f
         }),
@@ -200,7 +200,7 @@ impl RawSender {
     fn hello(addr: &str) -> RawSender {
         let mut ctl = connect(addr);
         let hello = format!(
-            r#"{{"type":"hello","magic":"kvxfer","protocol":1,"version":"{}","token":""}}"#,
+            r#"{{"type":"hello","magic":"kvxfer","protocol":2,"version":"{}","token":""}}"#,
             env!("CARGO_PKG_VERSION")
         );
         ctl.write_all(&frame(hello.as_bytes())).unwrap();
@@ -254,11 +254,14 @@ impl RawSender {
     }
 }
 
+/// One scatter frame of one write: header (index, 1, claimed length), entry (offset, claimed length), payload.
 fn data_write(data: &mut TcpStream, index: u64, offset: u64, payload_len: u64, claimed_len: u64) {
-    let mut hdr = Vec::new();
-    for w in [index, offset, claimed_len] {
-        hdr.extend_from_slice(&w.to_le_bytes());
-    }
+    raw_frame(data, &[index, 1, claimed_len, offset, claimed_len], payload_len);
+}
+
+/// Whatever header and entry words a test wants, then `payload_len` bytes of 0xab.
+fn raw_frame(data: &mut TcpStream, words: &[u64], payload_len: u64) {
+    let hdr: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let _ = data.write_all(&hdr);
     let _ = data.write_all(&vec![0xabu8; payload_len as usize]);
 }
@@ -270,12 +273,14 @@ fn hand_written_sender_completes_a_rep() {
     let mut s = RawSender::hello(&serve.addr);
     let mut data = s.establish(8192);
     assert_eq!(s.rep_start(8192)["type"], "rep_ready");
-    data_write(&mut data, 0, 0, 4096, 4096);
-    data_write(&mut data, 1, 4096, 4096, 4096);
-    let mut ack = [0u8; 8];
-    for want in 0..2u64 {
+    // One frame of one write, then one frame of two (scattered out of order): acks name (first index, count).
+    data_write(&mut data, 0, 4096, 4096, 4096);
+    raw_frame(&mut data, &[1, 2, 4096, 2048, 2048, 0, 2048], 4096);
+    let mut ack = [0u8; 16];
+    for want in [(0u64, 1u64), (1, 2)] {
         data.read_exact(&mut ack).unwrap();
-        assert_eq!(u64::from_le_bytes(ack), want);
+        let word = |i: usize| u64::from_le_bytes(ack[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!((word(0), word(1)), want);
     }
     let done = s.recv();
     assert_eq!(done["type"], "rep_done", "{done}");
@@ -314,6 +319,29 @@ fn data_writes_outside_the_region_are_refused() {
         assert!(msg.contains("region") && msg.contains("refused"), "{msg}");
     }
     wait_sessions(&serve, 5);
+    assert!(serve.proc.is_running());
+    assert_serves(&serve, None);
+}
+
+#[test]
+fn malformed_scatter_frames_are_refused() {
+    let mut serve = Serve::start(&[]);
+    for (what, words, needle) in [
+        ("no writes", vec![0u64, 0, 0], "frame of 0 writes"),
+        ("too many writes", vec![0, 1 << 40, 4096], "frame of"),
+        ("payload longer than its writes", vec![0, 1, 4096, 0, 2048], "add up to 2048"),
+        ("overlapping the end", vec![0, 2, 4096, 0, 2048, 4000, 2048], "outside"),
+    ] {
+        let mut s = RawSender::hello(&serve.addr);
+        let mut data = s.establish(4096);
+        assert_eq!(s.rep_start(4096)["type"], "rep_ready");
+        raw_frame(&mut data, &words, 16);
+        let e = s.recv();
+        assert_eq!(e["type"], "error", "{what}: {e}");
+        let msg = e["message"].as_str().unwrap();
+        assert!(msg.contains(needle) && msg.contains("refused"), "{what}: {msg}");
+    }
+    wait_sessions(&serve, 4);
     assert!(serve.proc.is_running());
     assert_serves(&serve, None);
 }

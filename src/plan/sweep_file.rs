@@ -407,6 +407,6 @@ mod tests {
             }
         }
         names.sort();
-        assert_eq!(names, ["mb2", "mr-cliff", "nvlink-vs-nic", "smoke"]);
+        assert_eq!(names, ["mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "smoke"]);
     }
 }

@@ -1,6 +1,9 @@
-//! TCP baseline: the region is the receiver's buffer; a write is a frame `(index, remote offset, length)` followed by
-//! the payload, read by the receiver straight into its buffer at that offset; completion is the receiver's 8-byte
-//! ack of the index. `--streams N` spreads writes round-robin over N connections.
+//! TCP baseline: the region is the receiver's buffer. Writes travel in scatter frames: a header
+//! `(first write index, count, payload bytes)`, `count` entries `(remote offset, length)`, then the payloads back to
+//! back, each read by the receiver straight into its buffer at its offset. A frame carries one large write, or up to
+//! [`FRAME_PIECES`] small ones (a paged layout's 16 KiB pieces) so per-frame costs (syscalls, acks) are not paid per
+//! piece. Completion is the receiver's 16-byte ack `(first index, count)` of a whole frame. `--streams N` spreads
+//! frames round-robin over N connections.
 //!
 //! Data connections are separate from the control connection, authenticated by a random session key that the
 //! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
@@ -10,7 +13,7 @@ use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
-use std::io::{ErrorKind, Read, Write as _};
+use std::io::{ErrorKind, IoSlice, Read, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -18,6 +21,12 @@ use std::time::{Duration, Instant};
 
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
 const HEADER_LEN: usize = 24;
+const ENTRY_LEN: usize = 16;
+const ACK_LEN: usize = 16;
+/// Most writes in one frame (bounded by the iovec limit of one writev, 1024, with room for the header).
+pub const FRAME_PIECES: usize = 512;
+/// Small writes are gathered into one frame until it holds this many payload bytes.
+const FRAME_BYTES: u64 = 1 << 20;
 const KEY_LEN: usize = 16;
 
 #[derive(Serialize, Deserialize)]
@@ -210,6 +219,7 @@ impl Drop for TcpTarget {
 /// One data connection: read frames into the region, ack each, count bytes towards the armed rep.
 fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
     let region_len = buf.len() as u64;
+    let mut table = Vec::with_capacity(FRAME_PIECES * ENTRY_LEN);
     loop {
         let mut hdr = [0u8; HEADER_LEN];
         match s.read_exact(&mut hdr) {
@@ -226,24 +236,48 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
                 return;
             }
         }
-        let word = |i: usize| u64::from_le_bytes(hdr[i * 8..i * 8 + 8].try_into().unwrap());
-        let (index, offset, len) = (word(0), word(1), word(2));
-        if len == 0 || offset.checked_add(len).is_none_or(|end| end > region_len) {
-            shared.fail(format!(
-                "the sender tried to write {len} bytes at offset {offset}, outside the {region_len}-byte region; refused"
-            ));
+        let (first, count, total) = (word(&hdr, 0), word(&hdr, 1), word(&hdr, 2));
+        if count == 0 || count > FRAME_PIECES as u64 {
+            shared.fail(format!("the sender announced a frame of {count} writes (1..={FRAME_PIECES}); refused"));
             return;
         }
-        if let Err(e) = recv_into(&s, buf, offset, len) {
+        table.resize(count as usize * ENTRY_LEN, 0);
+        if let Err(e) = s.read_exact(&mut table) {
             shared.fail(data_error("the sender", e).to_string());
             return;
         }
-        if let Err(e) = s.write_all(&index.to_le_bytes()) {
+        let entries: Vec<(u64, u64)> =
+            (0..count as usize).map(|k| (word(&table, 2 * k), word(&table, 2 * k + 1))).collect();
+        // Check the whole frame before touching the region.
+        let mut sum = 0u64;
+        for &(offset, len) in &entries {
+            if len == 0 || offset.checked_add(len).is_none_or(|end| end > region_len) {
+                shared.fail(format!(
+                    "the sender tried to write {len} bytes at offset {offset}, outside the {region_len}-byte region; refused"
+                ));
+                return;
+            }
+            sum = sum.saturating_add(len);
+        }
+        if sum != total {
+            shared.fail(format!(
+                "the sender's frame claims {total} payload bytes but its writes add up to {sum}; refused"
+            ));
+            return;
+        }
+        if let Err(e) = recv_scatter(&s, buf, &entries) {
+            shared.fail(data_error("the sender", e).to_string());
+            return;
+        }
+        let mut ack = [0u8; ACK_LEN];
+        ack[..8].copy_from_slice(&first.to_le_bytes());
+        ack[8..].copy_from_slice(&count.to_le_bytes());
+        if let Err(e) = s.write_all(&ack) {
             shared.fail(data_error("the sender", e).to_string());
             return;
         }
         let mut st = shared.state.lock().unwrap();
-        st.received += len;
+        st.received += total;
         if st.expected > 0 && st.received >= st.expected && st.landed_at.is_none() {
             st.landed_at = Some(Instant::now());
             shared.cv.notify_all();
@@ -251,17 +285,80 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
     }
 }
 
-/// Receive exactly `len` bytes from the socket into `buf[offset..offset+len]`.
-fn recv_into(s: &TcpStream, buf: &Buffer, offset: u64, len: u64) -> std::io::Result<()> {
-    debug_assert!(offset + len <= buf.len() as u64);
+/// The `i`-th little-endian u64 of `bytes`.
+fn word(bytes: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// Cut writes into frames of consecutive writes: `(first index, count)`. A write of [`FRAME_BYTES`] or more
+/// travels alone; smaller ones share a frame up to [`FRAME_PIECES`] writes or [`FRAME_BYTES`] of payload.
+pub fn frames(writes: &[Write]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut bytes = 0u64;
+    for (i, w) in writes.iter().enumerate() {
+        match out.last_mut() {
+            Some((_, n)) if *n < FRAME_PIECES && bytes + w.len <= FRAME_BYTES => {
+                *n += 1;
+                bytes += w.len;
+            }
+            _ => {
+                out.push((i, 1));
+                bytes = w.len;
+            }
+        }
+    }
+    out
+}
+
+/// Send one frame: header, entries and every payload with as few writev calls as the kernel allows.
+fn send_frame(w: &mut TcpStream, data: &[u8], writes: &[Write], first: usize) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(HEADER_LEN + writes.len() * ENTRY_LEN);
+    let total: u64 = writes.iter().map(|w| w.len).sum();
+    for x in [first as u64, writes.len() as u64, total] {
+        head.extend_from_slice(&x.to_le_bytes());
+    }
+    for wr in writes {
+        head.extend_from_slice(&wr.remote_offset.to_le_bytes());
+        head.extend_from_slice(&wr.len.to_le_bytes());
+    }
+    let mut slices: Vec<IoSlice> = Vec::with_capacity(writes.len() + 1);
+    slices.push(IoSlice::new(&head));
+    slices.extend(
+        writes.iter().map(|wr| IoSlice::new(&data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize])),
+    );
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        match w.write_vectored(rest) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Receive a frame's payloads from the socket straight into `buf` at each entry's `(offset, len)`, with one
+/// readv per batch of entries rather than one recv per entry.
+fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) -> std::io::Result<()> {
     let base = buf.host_ptr().expect("checked when the target opened");
-    let mut done = 0u64;
-    while done < len {
-        let want = (len - done).min(1 << 30) as usize;
-        // SAFETY: `offset + len <= buf.len()` was checked by the caller, so the destination lies inside the live
-        // mapping that `buf` owns; the kernel writes through the raw pointer and no Rust reference to these bytes
-        // exists while a rep is in flight (verify reads only after the rep has landed).
-        let n = unsafe { nix::libc::recv(s.as_raw_fd(), base.add((offset + done) as usize).cast(), want, 0) };
+    debug_assert!(entries.iter().all(|&(o, l)| o + l <= buf.len() as u64));
+    let mut iov: Vec<nix::libc::iovec> = entries
+        .iter()
+        // SAFETY (of the pointer arithmetic): every entry was checked against the region by the caller.
+        .map(|&(o, l)| nix::libc::iovec { iov_base: unsafe { base.add(o as usize) }.cast(), iov_len: l as usize })
+        .collect();
+    let mut at = 0;
+    while at < iov.len() {
+        if iov[at].iov_len == 0 {
+            at += 1;
+            continue;
+        }
+        let n_iov = (iov.len() - at).min(1024) as i32;
+        // SAFETY: each iovec points inside the live mapping that `buf` owns (checked against the region by the
+        // caller) and the entries of one frame are disjoint; the kernel writes through the raw pointers and no Rust
+        // reference to these bytes exists while a rep is in flight (verify reads only after the rep has landed).
+        let n = unsafe { nix::libc::readv(s.as_raw_fd(), iov[at..].as_ptr(), n_iov) };
         match n {
             0 => return Err(ErrorKind::UnexpectedEof.into()),
             n if n < 0 => {
@@ -270,7 +367,21 @@ fn recv_into(s: &TcpStream, buf: &Buffer, offset: u64, len: u64) -> std::io::Res
                     return Err(e);
                 }
             }
-            n => done += n as u64,
+            n => {
+                // Skip the entries filled; advance into a partly filled one.
+                let mut left = n as usize;
+                while left > 0 {
+                    let v = &mut iov[at];
+                    let k = left.min(v.iov_len);
+                    // SAFETY: `k <= iov_len`, so the advanced pointer stays inside the same entry.
+                    v.iov_base = unsafe { v.iov_base.cast::<u8>().add(k) }.cast();
+                    v.iov_len -= k;
+                    left -= k;
+                    if v.iov_len == 0 {
+                        at += 1;
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -307,8 +418,10 @@ impl TcpSource {
 }
 
 enum Event {
-    Posted(usize, Instant),
-    Acked(u64, Instant),
+    /// A frame `(first write, count)` started leaving.
+    Posted(usize, usize, Instant),
+    /// The receiver acknowledged the frame `(first write, count)`.
+    Acked(u64, u64, Instant),
     Failed(anyhow::Error),
 }
 
@@ -321,9 +434,10 @@ impl Source for TcpSource {
         let streams = self.conns.len();
         let (tx, rx) = mpsc::channel::<Event>();
         let data = mem.host_slice().expect("checked when the source connected");
+        let frames = frames(writes);
         let result = std::thread::scope(|scope| -> Result<TransferTimes> {
             for (k, conn) in self.conns.iter().enumerate() {
-                let mine: Vec<usize> = (k..writes.len()).step_by(streams).collect();
+                let mine: Vec<(usize, usize)> = frames.iter().copied().skip(k).step_by(streams).collect();
                 if mine.is_empty() {
                     continue;
                 }
@@ -332,15 +446,9 @@ impl Source for TcpSource {
                 let mut r = conn.try_clone()?;
                 let expected_acks = mine.len();
                 scope.spawn(move || {
-                    for i in mine {
-                        let _ = tx_w.send(Event::Posted(i, Instant::now()));
-                        let wr = writes[i];
-                        let mut hdr = [0u8; HEADER_LEN];
-                        hdr[..8].copy_from_slice(&(i as u64).to_le_bytes());
-                        hdr[8..16].copy_from_slice(&wr.remote_offset.to_le_bytes());
-                        hdr[16..].copy_from_slice(&wr.len.to_le_bytes());
-                        let payload = &data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize];
-                        if let Err(e) = w.write_all(&hdr).and_then(|_| w.write_all(payload)) {
+                    for (first, count) in mine {
+                        let _ = tx_w.send(Event::Posted(first, count, Instant::now()));
+                        if let Err(e) = send_frame(&mut w, data, &writes[first..first + count], first) {
                             let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
                             return;
                         }
@@ -348,10 +456,10 @@ impl Source for TcpSource {
                 });
                 scope.spawn(move || {
                     for _ in 0..expected_acks {
-                        let mut ack = [0u8; 8];
+                        let mut ack = [0u8; ACK_LEN];
                         match r.read_exact(&mut ack) {
                             Ok(()) => {
-                                let _ = tx_a.send(Event::Acked(u64::from_le_bytes(ack), Instant::now()));
+                                let _ = tx_a.send(Event::Acked(word(&ack, 0), word(&ack, 1), Instant::now()));
                             }
                             Err(e) => {
                                 let _ = tx_a.send(Event::Failed(data_error("the receiver", e)));
@@ -372,20 +480,22 @@ impl Source for TcpSource {
                     Event::Failed(anyhow!("no acknowledgement from the receiver within --io-timeout"))
                 });
                 match ev {
-                    Event::Posted(i, t) => {
-                        posted[i] = Some(t);
+                    Event::Posted(first, count, t) => {
+                        posted[first..first + count].fill(Some(t));
                         first_post = Some(first_post.map_or(t, |f| f.min(t)));
                     }
-                    Event::Acked(i, t) => {
-                        let i = i as usize;
-                        if i >= writes.len() || seen[i] {
+                    Event::Acked(first, count, t) => {
+                        let (i, n) = (first as usize, count as usize);
+                        if i.checked_add(n).is_none_or(|end| end > writes.len()) || seen[i..i + n].iter().any(|&s| s) {
                             self.abort();
-                            bail!("the receiver acknowledged block {i}, which was not outstanding");
+                            bail!("the receiver acknowledged writes {i}..{i}+{n}, which were not outstanding");
                         }
-                        seen[i] = true;
-                        // A write is posted (Posted sent) before its bytes leave, so its ack comes after.
-                        (hooks.done)(i, posted[i].unwrap_or(t), t);
-                        acked += 1;
+                        for j in i..i + n {
+                            seen[j] = true;
+                            // A frame is posted (Posted sent) before its bytes leave, so its ack comes after.
+                            (hooks.done)(j, posted[j].unwrap_or(t), t);
+                        }
+                        acked += n;
                         last = Some(t);
                     }
                     Event::Failed(e) => {
@@ -407,5 +517,27 @@ impl TcpSource {
         for c in &self.conns {
             let _ = c.shutdown(Shutdown::Both);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(len: u64) -> Write {
+        Write { local_offset: 0, remote_offset: 0, len }
+    }
+
+    #[test]
+    fn frames_gather_small_writes_and_leave_large_ones_alone() {
+        // 16 KiB pieces: 64 fill 1 MiB.
+        let pieces = vec![w(16 << 10); 200];
+        assert_eq!(frames(&pieces), vec![(0, 64), (64, 64), (128, 64), (192, 8)]);
+        // Tiny pieces stop at the iovec-bounded count.
+        let tiny = vec![w(3); FRAME_PIECES + 1];
+        assert_eq!(frames(&tiny), vec![(0, FRAME_PIECES), (FRAME_PIECES, 1)]);
+        // Contiguous 64 MiB blocks: one per frame; a small tail after a large write starts its own frame.
+        assert_eq!(frames(&[w(64 << 20), w(64 << 20), w(5)]), vec![(0, 1), (1, 1), (2, 1)]);
+        assert!(frames(&[]).is_empty());
     }
 }
