@@ -84,6 +84,8 @@ mod tests {
             layout: "contiguous".into(),
             pieces: 1,
             piece_bytes: size_mib << 20,
+            work_requests: None,
+            staged_p50: None,
             p50_ci: None,
             cv: None,
             warnings: vec![],
