@@ -161,6 +161,11 @@ pub struct PagedArgs {
     /// Paged: merge pieces adjacent on both sides into one write
     #[arg(long)]
     pub coalesce: bool,
+    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
+    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
+    /// [default: random]
+    #[arg(long, value_name = "HOW", value_parser = ["random", "sequential"])]
+    pub dst_placement: Option<String>,
     /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
     #[arg(long, hide = true)]
     pub test_fault_swap_dests: bool,

@@ -193,3 +193,16 @@ fn usage_errors_from_clap_exit_2_and_help_has_examples() {
         assert!(h.stdout.contains("Example"), "{sub} --help has an example:\n{}", h.stdout);
     }
 }
+
+#[test]
+fn dst_placement_is_checked_before_connecting() {
+    let paged = ["--layout", "paged", "--tokens", "64", "--model", "qwen3-8b"];
+    let mut args = paged.to_vec();
+    args.extend_from_slice(&["--dst-placement", "diagonal"]);
+    send_fails(&args, 2, &["diagonal", "--dst-placement"]);
+    send_fails(
+        &["--tokens", "64", "--model", "qwen3-8b", "--dst-placement", "sequential"],
+        2,
+        &["--dst-placement", "add --layout paged"],
+    );
+}

@@ -205,6 +205,7 @@ mod tests {
             regions_per_layer: 2,
             region_bytes_per_token: g.region_bytes_per_token(),
             coalesce: true,
+            dst_placement: paged::DstPlacement::Random,
             fault_swap_dests: true,
         };
         let bpt = g.bytes_per_token();

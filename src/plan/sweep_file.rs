@@ -52,6 +52,7 @@ const OPTIONS: &[&str] = &[
     "layout",
     "block_tokens",
     "pool_tokens",
+    "dst_placement",
     "device",
     "peer_device",
     "ib_port",
