@@ -141,6 +141,10 @@ pub struct VerbsArgs {
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
     #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub ack_timeout: u8,
+    /// Paged layout: gather up to N pieces whose destinations are back to back into one RDMA WRITE (an SGE list;
+    /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub max_sge: u32,
 }
 
 /// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps

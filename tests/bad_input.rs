@@ -105,6 +105,8 @@ fn run_flags_out_of_range() {
     send_fails(&["--sizes", "1MiB", "--io-timeout", "0s"], 2, &["--io-timeout"]);
     send_fails(&["--sizes", "1MiB", "--connect-timeout", "soon"], 2, &["--connect-timeout"]);
     send_fails(&["--sizes", "1MiB", "--reps", "many"], 2, &["many"]);
+    send_fails(&["--sizes", "1MiB", "--max-sge", "0"], 2, &["--max-sge", "1 to 64"]);
+    send_fails(&["--sizes", "1MiB", "--max-sge", "65"], 2, &["--max-sge", "1 to 64"]);
     fails(&["sweep", "--sizes", "1MiB", "--reps", "0"], 2, &["--reps"]);
     fails(&["serve", "--io-timeout", "garbage"], 2, &["--io-timeout"]);
     fails(&["serve", "--listen", "localhost-ish"], 2, &["--listen"]);

@@ -49,6 +49,7 @@ const OPTIONS: &[&str] = &[
     "dst_mr_chunk",
     "cq_mode",
     "ack_timeout",
+    "max_sge",
     "layout",
     "block_tokens",
     "pool_tokens",
