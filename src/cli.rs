@@ -147,6 +147,10 @@ pub struct VerbsArgs {
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
     #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub ack_timeout: u8,
+    /// Paged layout: gather up to N pieces whose destinations are back to back into one RDMA WRITE (an SGE list;
+    /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub max_sge: u32,
 }
 
 /// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
@@ -167,6 +171,11 @@ pub struct PagedArgs {
     /// Paged: merge pieces adjacent on both sides into one write
     #[arg(long)]
     pub coalesce: bool,
+    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
+    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
+    /// [default: random]
+    #[arg(long, value_name = "HOW", value_parser = ["random", "sequential"])]
+    pub dst_placement: Option<String>,
     /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
     #[arg(long, hide = true)]
     pub test_fault_swap_dests: bool,

@@ -105,6 +105,8 @@ fn run_flags_out_of_range() {
     send_fails(&["--sizes", "1MiB", "--io-timeout", "0s"], 2, &["--io-timeout"]);
     send_fails(&["--sizes", "1MiB", "--connect-timeout", "soon"], 2, &["--connect-timeout"]);
     send_fails(&["--sizes", "1MiB", "--reps", "many"], 2, &["many"]);
+    send_fails(&["--sizes", "1MiB", "--max-sge", "0"], 2, &["--max-sge", "1 to 64"]);
+    send_fails(&["--sizes", "1MiB", "--max-sge", "65"], 2, &["--max-sge", "1 to 64"]);
     fails(&["sweep", "--sizes", "1MiB", "--reps", "0"], 2, &["--reps"]);
     // Gather staging packs with GPU kernels: refused for other transports and for host memory, before connecting.
     send_fails(&["--sizes", "1MiB", "--staging", "gather"], 2, &["--staging gather", "--transport cuda"]);
@@ -196,4 +198,17 @@ fn usage_errors_from_clap_exit_2_and_help_has_examples() {
         h.expect_code(0);
         assert!(h.stdout.contains("Example"), "{sub} --help has an example:\n{}", h.stdout);
     }
+}
+
+#[test]
+fn dst_placement_is_checked_before_connecting() {
+    let paged = ["--layout", "paged", "--tokens", "64", "--model", "qwen3-8b"];
+    let mut args = paged.to_vec();
+    args.extend_from_slice(&["--dst-placement", "diagonal"]);
+    send_fails(&args, 2, &["diagonal", "--dst-placement"]);
+    send_fails(
+        &["--tokens", "64", "--model", "qwen3-8b", "--dst-placement", "sequential"],
+        2,
+        &["--dst-placement", "add --layout paged"],
+    );
 }

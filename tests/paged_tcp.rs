@@ -20,6 +20,7 @@ fn cases(json: &std::path::Path) -> Vec<Value> {
     read_json(json)["cases"].as_array().expect("cases[]").clone()
 }
 
+/// Also with --dst-placement sequential: the receiver's blocks in slots 0, 1, 2, ... (TCP just follows the plan).
 #[test]
 fn paged_qwen_transfers_verify_over_several_streams() {
     let dir = TempDir::new("paged");
@@ -33,6 +34,8 @@ fn paged_qwen_transfers_verify_over_several_streams() {
         "qwen3-30b-a3b",
         "--streams",
         "3",
+        "--dst-placement",
+        "sequential",
         "--reps",
         "2",
         "--verify",
@@ -47,6 +50,8 @@ fn paged_qwen_transfers_verify_over_several_streams() {
     assert!(out.stderr.contains("16 KiB pieces (16 tokens × 4 KV heads × head dim 128 × 2 B)"), "{}", out.stderr);
     assert!(out.stderr.contains("100 tokens: 48 × 2 × 7 blocks = 672 pieces"), "{}", out.stderr);
     assert!(out.stderr.contains("256 tokens: 48 × 2 × 16 blocks = 1536 pieces"), "{}", out.stderr);
+    // The receiver plans the same in-order destinations (verified below with 0 mismatched bytes).
+    assert!(out.stderr.contains("destination slots in order (--dst-placement sequential)"), "{}", out.stderr);
     let cs = cases(&dir.join("r.json"));
     for (c, (tokens, pieces)) in cs.iter().zip([(100u64, 672u64), (256, 1536)]) {
         check_case(c, tokens * 98_304, 2, true);
@@ -196,6 +201,7 @@ fn paged_mistakes_are_usage_errors() {
         (&["--layout", "paged", "--tokens", "1k", "--kv-bytes-per-token", "100"], "--model"),
         (&["--tokens", "1k", "--model", "qwen3-8b", "--coalesce"], "add --layout paged"),
         (&["--tokens", "1k", "--model", "qwen3-8b", "--block-tokens", "8"], "add --layout paged"),
+        (&["--tokens", "1k", "--model", "qwen3-8b", "--dst-placement", "sequential"], "add --layout paged"),
         (&["--layout", "paged", "--tokens", "1k", "--model", "qwen3-8b", "--pool-tokens", "512"], "at least 1024"),
         (&["--layout", "paged", "--tokens", "1k", "--model", "qwen3-8b", "--block-tokens", "0"], "--block-tokens"),
         (&["--layout", "paged", "--tokens", "1k", "--model", "qwen3-8b", "--block-size", "1MiB"], "--block-tokens"),

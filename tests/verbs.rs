@@ -309,3 +309,56 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
     assert!(v["cases"][0]["mismatched_bytes"].as_u64().unwrap() > 0, "{v}");
     let _ = serve.wait_timeout(Duration::from_secs(10));
 }
+
+/// Issue F with `--dst-placement sequential`: each region's destination pieces are back to back, so SGE lists
+/// gather several scattered source pieces into one RDMA WRITE (fewer work requests than writes), and every byte
+/// still lands verified; `--max-sge 1` posts one WRITE per piece again.
+#[test]
+fn paged_sequential_destinations_gather_pieces_into_fewer_work_requests() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-sge");
+    for (i, sge) in ["16", "1"].into_iter().enumerate() {
+        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+        let json = t.arg(&format!("r{i}.json"));
+        let args = [
+            "--layout",
+            "paged",
+            "--dst-placement",
+            "sequential",
+            "--tokens",
+            "64,256",
+            "--model",
+            "qwen3-30b-a3b",
+            "--qps",
+            "2",
+            "--max-sge",
+            sge,
+            "--reps",
+            "2",
+            "--verify",
+            "--json",
+            &json,
+        ];
+        let out = run(&send_args(&r, &addr, &args));
+        out.expect_code(0);
+        assert!(out.stderr.contains("destination slots in order"), "{}", out.stderr);
+        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
+        let v = read_json(std::path::Path::new(&json));
+        assert_eq!(v["config"]["transport_detail"]["sender"]["max_sge"].as_u64(), Some(sge.parse().unwrap()));
+        for (c, (tokens, pieces)) in v["cases"].as_array().unwrap().iter().zip([(64u64, 384u64), (256, 1536)]) {
+            check_case(c, tokens * 98_304, 2, true);
+            assert_eq!(c["mismatched_bytes"].as_u64(), Some(0), "{c}");
+            assert_eq!((c["pieces"].as_u64(), c["writes"].as_u64()), (Some(pieces), Some(pieces)), "{c}");
+            let wrs = c["work_requests"].as_u64();
+            if sge == "1" {
+                assert!(wrs.is_none() || wrs == Some(pieces), "--max-sge 1: one WRITE per piece: {c}");
+            } else {
+                // 96 regions of 4 or 16 back-to-back 16 KiB pieces: one WRITE per region of up to 16 pieces.
+                assert_eq!(wrs, Some(96 * (tokens / 16).div_ceil(16)), "{c}");
+                for rep in c["reps"].as_array().unwrap() {
+                    assert_eq!(rep["work_requests"].as_u64(), wrs, "{rep}");
+                }
+            }
+        }
+    }
+}

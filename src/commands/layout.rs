@@ -1,10 +1,10 @@
-//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`: turn the KV layout flags and the model geometry
+//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: turn the KV layout flags and the model geometry
 //! into the paged configuration both ends plan from, and say what it means before the run.
 
 use crate::bail_usage;
 use crate::cli::RunArgs;
 use crate::plan::kv::KvGeometry;
-use crate::plan::paged::{PagedConfig, DEFAULT_BLOCK_TOKENS};
+use crate::plan::paged::{DstPlacement, PagedConfig, DEFAULT_BLOCK_TOKENS};
 use crate::plan::sizes::{format_size, format_tokens, parse_tokens};
 use crate::plan::SizeCase;
 use anyhow::Result;
@@ -17,6 +17,7 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
             (a.block_tokens.is_some(), "--block-tokens"),
             (a.pool_tokens.is_some(), "--pool-tokens"),
             (a.coalesce, "--coalesce"),
+            (a.dst_placement.is_some(), "--dst-placement"),
             (a.test_fault_swap_dests, "--test-fault-swap-dests"),
         ] {
             if given {
@@ -42,6 +43,15 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
         Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--pool-tokens: {e}")))?,
         None => max_tokens.saturating_mul(2),
     };
+    let dst_placement = match a.dst_placement.as_deref() {
+        None => DstPlacement::Random,
+        Some(name) => DstPlacement::parse(name).ok_or_else(|| {
+            crate::error::usage(format!(
+                "--dst-placement {name:?}: unknown placement; choose one of {}",
+                DstPlacement::NAMES.join(", ")
+            ))
+        })?,
+    };
     let cfg = PagedConfig {
         block_tokens,
         pool_tokens,
@@ -49,6 +59,7 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
         regions_per_layer: g.regions_per_layer(),
         region_bytes_per_token: g.region_bytes_per_token(),
         coalesce: a.coalesce,
+        dst_placement,
         fault_swap_dests: a.test_fault_swap_dests,
     };
     cfg.validate(cases)?;
@@ -83,8 +94,14 @@ fn describe(cfg: &PagedConfig, g: &KvGeometry) -> String {
         format!("{} KV heads × head dim {} × {} B", g.kv_heads, g.head_dim, g.dtype_bytes)
     };
     let regions = if g.is_mla() { "1 region (latent)" } else { "2 regions (K, V)" };
+    let placement = match cfg.dst_placement {
+        DstPlacement::Random => "slots permuted independently on each side from --seed",
+        DstPlacement::Sequential => {
+            "source slots permuted from --seed, destination slots in order (--dst-placement sequential)"
+        }
+    };
     format!(
-        "paged layout: {} pieces ({} tokens × {region}), {} layers × {regions}; pool of {} blocks ({} tokens, {} per side), slots permuted independently on each side from --seed",
+        "paged layout: {} pieces ({} tokens × {region}), {} layers × {regions}; pool of {} blocks ({} tokens, {} per side), {placement}",
         format_size(cfg.piece_bytes()),
         cfg.block_tokens,
         cfg.layers,

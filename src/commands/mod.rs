@@ -153,6 +153,9 @@ pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
     if v.signal_every == 0 || v.signal_every > v.inflight {
         bail_usage!("--signal-every {}: give 1 to --inflight ({})", v.signal_every, v.inflight);
     }
+    if v.max_sge == 0 || v.max_sge > 64 {
+        bail_usage!("--max-sge {}: give 1 to 64 scatter entries per work request (1 turns gathering off)", v.max_sge);
+    }
     let chunk = |flag: &str, given: &Option<String>| -> Result<Option<u64>> {
         let Some(s) = given else { return Ok(None) };
         let n = parse_size(s).map_err(|e| crate::error::usage(format!("{flag}: {e}")))?;
@@ -173,6 +176,7 @@ pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
         reg_per_rep: v.reg_per_rep,
         cq_mode: v.cq_mode.clone(),
         ack_timeout: v.ack_timeout,
+        max_sge: v.max_sge,
     })
 }
 

@@ -76,6 +76,7 @@ impl Default for VerbsConfig {
             reg_per_rep: false,
             cq_mode: "poll".into(),
             ack_timeout: default_ack_timeout(),
+            max_sge: default_max_sge(),
         }
     }
 }
@@ -102,10 +103,18 @@ pub struct VerbsConfig {
     /// Local ACK timeout exponent (4.096 µs × 2^N) of the queue pairs.
     #[serde(default = "default_ack_timeout")]
     pub ack_timeout: u8,
+    /// Most scatter entries per RDMA WRITE when gathering paged pieces whose destinations are back to back (1: one
+    /// WRITE per piece); clamped to the device's max_sge.
+    #[serde(default = "default_max_sge")]
+    pub max_sge: u32,
 }
 
 fn default_ack_timeout() -> u8 {
     14
+}
+
+fn default_max_sge() -> u32 {
+    16
 }
 
 impl RunConfig {
@@ -212,6 +221,7 @@ mod tests {
             regions_per_layer: 2,
             region_bytes_per_token: g.region_bytes_per_token(),
             coalesce: true,
+            dst_placement: paged::DstPlacement::Random,
             fault_swap_dests: true,
         };
         let bpt = g.bytes_per_token();

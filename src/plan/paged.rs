@@ -10,7 +10,9 @@
 //! head_dim]` per layer; MLA has one latent region per layer), so one block of one region is contiguous. A request's
 //! logical block `b` lives in slot `perm[b]` on each side, the same slot in every layer and region (a block table),
 //! where `perm` is a seeded random permutation drawn independently for the source and the destination: both ends
-//! are scattered, as in a fragmented cache.
+//! are scattered, as in a fragmented cache. With `--dst-placement sequential` the destination's block b is slot b
+//! instead (a freshly allocated or defragmented decode pool), so each region's destination pieces are contiguous
+//! while the source stays scattered: the case an SGE list gathers into one RDMA WRITE.
 //!
 //! A transfer of `T` tokens is, for each layer, each region, each of `ceil(T / block_tokens)` blocks, one piece of
 //! `block_tokens × region_bytes_per_token` bytes (the last block of a region shorter) from its source slot to its
@@ -34,6 +36,40 @@ pub const MAX_PIECES: u64 = 16 << 20;
 const SRC_SALT: u64 = 0x7372_635f_736c_6f74; // "src_slot"
 const DST_SALT: u64 = 0x6473_745f_736c_6f74; // "dst_slot"
 
+/// Where the receiver's blocks go (`--dst-placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DstPlacement {
+    /// A seeded random permutation, independent of the source's (a fragmented cache).
+    #[default]
+    Random,
+    /// Block b in slot b (a fresh or defragmented pool).
+    Sequential,
+}
+
+impl DstPlacement {
+    pub const NAMES: [&'static str; 2] = ["random", "sequential"];
+
+    pub fn parse(name: &str) -> Option<DstPlacement> {
+        match name {
+            "random" => Some(DstPlacement::Random),
+            "sequential" => Some(DstPlacement::Sequential),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DstPlacement::Random => "random",
+            DstPlacement::Sequential => "sequential",
+        }
+    }
+
+    fn is_random(&self) -> bool {
+        *self == DstPlacement::Random
+    }
+}
+
 /// The paged layout of a run, agreed with the receiver (in [`super::RunConfig`]) so both build the same plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PagedConfig {
@@ -46,6 +82,10 @@ pub struct PagedConfig {
     /// Merge pieces adjacent on both sides into one write.
     #[serde(default)]
     pub coalesce: bool,
+    /// Where the receiver's blocks go. Absent (random) in what older peers send, and left out when random so a
+    /// config with the default still parses there.
+    #[serde(default, skip_serializing_if = "DstPlacement::is_random")]
+    pub dst_placement: DstPlacement,
     /// Test-only fault injection (hidden `--test-fault-swap-dests`): the sender swaps the destinations of two
     /// pieces, so `--verify` must fail. Never sent to the receiver, which always plans the true destinations.
     #[serde(skip)]
@@ -138,7 +178,8 @@ impl PagedConfig {
         Ok(())
     }
 
-    /// The pieces of a transfer of `tokens` tokens, placed by permutations drawn from `seed`.
+    /// The pieces of a transfer of `tokens` tokens, placed by permutations drawn from `seed` (the destination's in
+    /// order with `DstPlacement::Sequential`).
     /// Call [`PagedConfig::validate`] first.
     pub fn plan(&self, seed: u64, tokens: u64) -> PagedPlan {
         let (bt, rb) = (self.block_tokens, self.region_bytes_per_token);
@@ -146,7 +187,10 @@ impl PagedConfig {
         let pool_blocks = self.pool_blocks();
         let blocks = tokens.div_ceil(bt);
         let src_slots = permutation(pool_blocks, seed ^ SRC_SALT);
-        let dst_slots = permutation(pool_blocks, seed ^ DST_SALT);
+        let dst_slots = match self.dst_placement {
+            DstPlacement::Random => permutation(pool_blocks, seed ^ DST_SALT),
+            DstPlacement::Sequential => (0..pool_blocks).collect(),
+        };
         let mut pieces = Vec::with_capacity(self.pieces(tokens) as usize);
         for region in 0..self.layers * self.regions_per_layer {
             // `region` counts (layer, K/V) pairs in layout order: layer-major, as the pool is laid out.
@@ -238,6 +282,7 @@ mod tests {
             regions_per_layer: g.regions_per_layer(),
             region_bytes_per_token: g.region_bytes_per_token(),
             coalesce: false,
+            dst_placement: DstPlacement::Random,
             fault_swap_dests: false,
         }
     }
@@ -256,6 +301,7 @@ mod tests {
             regions_per_layer: 2,
             region_bytes_per_token: 3,
             coalesce: false,
+            dst_placement: DstPlacement::Random,
             fault_swap_dests: false,
         }
     }
@@ -416,6 +462,57 @@ mod tests {
         let (writes, bad) = simulate(&c, 8, true, false);
         assert_eq!(bad, 0);
         assert!(writes <= 48);
+    }
+
+    #[test]
+    fn sequential_destinations_fill_slots_in_order_and_still_verify() {
+        let qwen = config(&kv::preset("qwen3-30b-a3b").unwrap(), 16, 512);
+        for base in [qwen, odd()] {
+            let cfg = PagedConfig { dst_placement: DstPlacement::Sequential, ..base.clone() };
+            for tokens in [cfg.pool_tokens, cfg.pool_tokens / 2 + 1, 3] {
+                // Coverage once, disjoint pieces inside the pools, a block table on each side.
+                check_plan(&cfg, tokens, 21);
+                let plan = cfg.plan(21, tokens);
+                let blocks = plan.blocks_per_region as usize;
+                let pool_blocks = cfg.pool_blocks();
+                for (i, p) in plan.pieces.iter().enumerate() {
+                    let (region, b) = ((i / blocks) as u64, (i % blocks) as u64);
+                    assert_eq!(p.dst, (region * pool_blocks + b) * plan.piece_bytes, "block b in slot b");
+                }
+                // Within a region the destination pieces are back to back; the source stays scattered.
+                for region in plan.pieces.chunks(blocks) {
+                    for w in region.windows(2) {
+                        assert_eq!(w[0].dst + w[0].len, w[1].dst);
+                    }
+                }
+                let random = PagedConfig { dst_placement: DstPlacement::Random, ..cfg.clone() }.plan(21, tokens);
+                let srcs = |p: &PagedPlan| p.pieces.iter().map(|x| x.src).collect::<Vec<_>>();
+                assert_eq!(srcs(&plan), srcs(&random), "the source placement does not depend on the destination's");
+            }
+            let cfg = PagedConfig { dst_placement: DstPlacement::Sequential, ..base };
+            let tokens = cfg.pool_tokens / 2 + 1;
+            let (pieces, bad) = simulate(&cfg, tokens, false, false);
+            assert_eq!((pieces as u64, bad), (cfg.pieces(tokens), 0), "verify spans follow the planned slots");
+            assert_eq!(simulate(&cfg, tokens, true, false).1, 0);
+            assert!(simulate(&cfg, tokens, false, true).1 > 0, "a swapped piece is still caught");
+        }
+    }
+
+    #[test]
+    fn dst_placement_travels_only_when_not_the_default() {
+        let mut cfg = odd();
+        let text = serde_json::to_string(&cfg).unwrap();
+        assert!(!text.contains("dst_placement"), "a random placement looks as older configs did: {text}");
+        let old: PagedConfig = serde_json::from_str(&text).unwrap();
+        assert_eq!(old.dst_placement, DstPlacement::Random);
+        cfg.dst_placement = DstPlacement::Sequential;
+        let text = serde_json::to_string(&cfg).unwrap();
+        assert!(text.contains(r#""dst_placement":"sequential""#), "{text}");
+        assert_eq!(serde_json::from_str::<PagedConfig>(&text).unwrap(), cfg);
+        for n in DstPlacement::NAMES {
+            assert_eq!(DstPlacement::parse(n).unwrap().name(), n);
+        }
+        assert_eq!(DstPlacement::parse("diagonal"), None);
     }
 
     #[test]

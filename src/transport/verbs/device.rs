@@ -56,6 +56,8 @@ pub struct PortInfo {
     pub max_msg_sz: u32,
     pub max_mr_size: u64,
     pub max_qp_wr: i32,
+    /// Most scatter/gather entries a work request may carry (ibv_device_attr.max_sge).
+    pub max_sge: i32,
 }
 
 impl PortInfo {
@@ -183,6 +185,7 @@ pub fn open(choice: &DeviceChoice) -> Result<(Arc<DeviceContext>, PortInfo)> {
             max_msg_sz: pa.attr.max_msg_sz,
             max_mr_size: attr.max_mr_size(),
             max_qp_wr: attr.max_qp_wr(),
+            max_sge: attr.max_sge(),
         },
     ))
 }

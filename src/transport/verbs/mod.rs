@@ -1,8 +1,9 @@
 //! RDMA verbs: one-sided RDMA WRITEs over RoCE or InfiniBand (and GPUDirect RDMA for GPU buffers).
 //!
 //! The region is the receiver's buffer registered in pieces (address, length, rkey each); a write is one RDMA WRITE
-//! work request; completion is a (selectively signaled) work completion; the receiver learns the rep landed from a
-//! WRITE_WITH_IMM on every queue pair. Built on `sideway` (which dlopens libibverbs, so kvxfer starts on hosts
+//! work request (paged layout: writes whose destinations are back to back share one, gathered by an SGE list);
+//! completion is a (selectively signaled) work completion; the receiver learns the rep landed from a WRITE_WITH_IMM
+//! on every queue pair. Built on `sideway` (which dlopens libibverbs, so kvxfer starts on hosts
 //! without it) for setup, and on raw preallocated work request arrays for the hot path.
 
 mod cq;
@@ -20,7 +21,7 @@ use cq::Poller;
 use device::PortInfo;
 use land::{Lander, RECVS_PER_QP};
 use mr::{Piece, Registration};
-use post::{Poster, Seg};
+use post::{Poster, Req, Seg};
 use qp::{Endpoint, QpSet};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -43,7 +44,16 @@ struct Answer {
     endpoints: Vec<Endpoint>,
 }
 
-fn open_set(cfg: &VerbsConfig, ctx: &Context, send_wr: u32, recv_wr: u32, events: bool) -> Result<QpSet> {
+/// Open the device and `cfg.qps` queue pairs whose sends carry up to `send_sge` scatter entries, clamped to what
+/// the device allows (said once on stderr when `--max-sge` asked for more). Returns the set and the entries used.
+fn open_set(
+    cfg: &VerbsConfig,
+    ctx: &Context,
+    send_wr: u32,
+    send_sge: u32,
+    recv_wr: u32,
+    events: bool,
+) -> Result<(QpSet, u32)> {
     let (dev, port) = device::open(&ctx.device)?;
     if send_wr as i32 > port.max_qp_wr {
         return Err(crate::error::usage(format!(
@@ -51,7 +61,15 @@ fn open_set(cfg: &VerbsConfig, ctx: &Context, send_wr: u32, recv_wr: u32, events
             port.device, port.max_qp_wr
         )));
     }
-    QpSet::new(&dev, &port, cfg.qps, send_wr, recv_wr, events)
+    let device_sge = port.max_sge.max(1) as u32;
+    if send_sge > device_sge {
+        eprintln!(
+            "--max-sge {send_sge}: {} allows at most {device_sge} scatter entries per work request; using {device_sge}",
+            port.device
+        );
+    }
+    let sge = send_sge.clamp(1, device_sge);
+    Ok((QpSet::new(&dev, &port, cfg.qps, send_wr, sge, recv_wr, events)?, sge))
 }
 
 fn port_json(p: &PortInfo) -> serde_json::Value {
@@ -75,7 +93,7 @@ impl VerbsTarget {
     pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<VerbsTarget> {
         // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens of
         // µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the data.
-        let mut set = open_set(&cfg.verbs, ctx, 1, RECVS_PER_QP + 1, true)?;
+        let (mut set, _) = open_set(&cfg.verbs, ctx, 1, 1, RECVS_PER_QP + 1, true)?;
         let chunk = mr::chunk_size(cfg.verbs.dst_mr_chunk.or(cfg.verbs.mr_chunk), set.port.max_mr_size);
         // The receiver allows remote writes, never remote reads.
         let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
@@ -125,6 +143,11 @@ pub struct VerbsSource {
     cfg: VerbsConfig,
     chunk: u64,
     segs: Vec<Seg>,
+    /// The work requests of the current transfer, gathered from `segs`.
+    reqs: Vec<Req>,
+    /// Scatter entries per work request: `--max-sge` clamped to the device for the paged layout, 1 for contiguous
+    /// transfers (their writes are back to back on both sides, so gathering would only re-cut `--block-size`).
+    max_sge: u32,
     rep: u32,
     stall_timeout: Duration,
     first_reg: (f64, String),
@@ -135,7 +158,8 @@ impl VerbsSource {
     pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<VerbsSource> {
         let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
         let v = cfg.verbs.clone();
-        let mut set = open_set(&v, ctx, v.inflight, 1, v.cq_mode == "event")?;
+        let want_sge = if cfg.paged.is_some() { v.max_sge } else { 1 };
+        let (mut set, max_sge) = open_set(&v, ctx, v.inflight, want_sge, 1, v.cq_mode == "event")?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
@@ -147,7 +171,7 @@ impl VerbsSource {
             "port": offer.port, "reg_ms": offer.reg_ms, "reg_method": offer.reg_method, "mr_pieces": offer.pieces.len(),
         });
         Ok(VerbsSource {
-            poster: Poster::new(&v),
+            poster: Poster::new(&v, max_sge),
             poller,
             reg: if v.reg_per_rep { None } else { Some(reg) },
             set,
@@ -155,6 +179,8 @@ impl VerbsSource {
             cfg: v,
             chunk,
             segs: Vec::new(),
+            reqs: Vec::new(),
+            max_sge,
             rep: 0,
             stall_timeout: ctx.timeouts.io,
             first_reg,
@@ -173,6 +199,7 @@ impl Source for VerbsSource {
             "sender": {
                 "port": port_json(&self.set.port),
                 "qps": self.cfg.qps,
+                "max_sge": self.max_sge,
                 "mr_chunk": self.chunk,
                 "reg_ms": self.first_reg.0,
                 "reg_method": self.first_reg.1,
@@ -193,12 +220,15 @@ impl Source for VerbsSource {
                 (r, Some(ms))
             }
         };
-        post::segments(writes, &reg.pieces, &self.remote, self.set.port.max_msg_sz.max(4096) as u64, &mut self.segs)?;
+        let max_len = self.set.port.max_msg_sz.max(4096) as u64;
+        post::segments(writes, &reg.pieces, &self.remote, max_len, &mut self.segs)?;
+        post::gather(&self.segs, self.max_sge, max_len, &mut self.reqs);
         self.rep = self.rep.wrapping_add(1);
         let outcome = self.poster.run(
             &self.set,
             &mut self.poller,
             &self.segs,
+            &self.reqs,
             writes.len(),
             &self.cfg,
             self.rep,
@@ -210,6 +240,9 @@ impl Source for VerbsSource {
         }
         let (first_post, last) = outcome?;
         let first_post = if reg_ms.is_some() { started } else { first_post };
-        Ok(TransferTimes { reg_ms, ..TransferTimes::new(first_post, last) })
+        // Reported when it differs from the writes: SGE gathering (fewer) or pieces split at MR or message-size
+        // boundaries (more).
+        let work_requests = (self.reqs.len() != writes.len()).then_some(self.reqs.len() as u64);
+        Ok(TransferTimes { reg_ms, work_requests, ..TransferTimes::new(first_post, last) })
     }
 }

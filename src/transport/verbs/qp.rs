@@ -51,12 +51,14 @@ fn random_psn() -> u32 {
 }
 
 impl QpSet {
-    /// `n` RC queue pairs with room for `send_wr` outstanding sends and `recv_wr` posted receives each.
+    /// `n` RC queue pairs with room for `send_wr` outstanding sends of up to `send_sge` scatter entries each and
+    /// `recv_wr` posted receives each.
     pub fn new(
         ctx: &Arc<DeviceContext>,
         port: &PortInfo,
         n: u32,
         send_wr: u32,
+        send_sge: u32,
         recv_wr: u32,
         events: bool,
     ) -> Result<QpSet> {
@@ -75,10 +77,12 @@ impl QpSet {
                 .setup_recv_cq(GenericCompletionQueue::from(Arc::clone(&cq)))
                 .setup_max_send_wr(send_wr)
                 .setup_max_recv_wr(recv_wr)
-                .setup_max_send_sge(1)
+                .setup_max_send_sge(send_sge)
                 .setup_max_recv_sge(1);
-            let qp: GenericQueuePair =
-                qb.build().with_context(|| format!("ibv_create_qp #{i} (max_send_wr {send_wr})"))?.into();
+            let qp: GenericQueuePair = qb
+                .build()
+                .with_context(|| format!("ibv_create_qp #{i} (max_send_wr {send_wr}, max_send_sge {send_sge})"))?
+                .into();
             qps.push(qp);
         }
         let psns = (0..n).map(|_| random_psn()).collect();
