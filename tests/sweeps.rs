@@ -22,6 +22,11 @@ fn smoke_sweep_runs_every_case_interleaved_with_cis_and_warnings() {
     assert!(started.elapsed().as_secs() < 30, "the smoke sweep takes seconds");
     assert!(out.stdout.contains("95% CI ms") && out.stdout.contains("streams=2"), "{}", out.stdout);
     assert!(out.stdout.contains("case(s)"), "the summary line counts cases with warnings:\n{}", out.stdout);
+    // Two configurations: compared side by side at the end, and each Markdown row names its configuration.
+    assert!(out.stdout.contains("Side by side") && out.stdout.contains("B/A GB/s"), "{}", out.stdout);
+    let md = std::fs::read_to_string(t.join("s.md")).unwrap();
+    assert!(md.contains("| verified | case |") && md.contains("| streams=2 |"), "{md}");
+    assert!(md.contains("### Side by side") && md.contains("- B = "), "{md}");
     let r = read_json(&t.join("s.json"));
     let cases = r["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 6);

@@ -3,7 +3,7 @@
 
 use crate::cli::{FigArgs, OutputArgs};
 use crate::export::{self, events::EventsFile, json::Results};
-use crate::output::{progress::Progress, table};
+use crate::output::{compare, progress::Progress, table};
 use crate::plan::{sizes::format_size, RunConfig};
 use crate::run::{CaseRecord, RepRecord, RunSink};
 use crate::stats::CaseResult;
@@ -79,6 +79,10 @@ impl Recorder {
             self.results.error = Some(format!("{e:#}"));
         }
         self.save()?;
+        let series: Vec<Results> = self.results.series().into_iter().map(|(_, s)| s).collect();
+        if series.len() > 1 {
+            println!("\nSide by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&series));
+        }
         if let Some(line) = table::ceiling_note(&self.results.cases) {
             println!("{line}");
         }

@@ -22,13 +22,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         .into_iter()
         .zip(&all)
         .flat_map(|(name, r)| match r.series() {
-            parts if parts.len() > 1 => parts
-                .into_iter()
-                .map(|(n, mut p)| {
-                    p.label = n.clone();
-                    (n, p)
-                })
-                .collect(),
+            parts if parts.len() > 1 => parts,
             _ => vec![(name, r.clone())],
         })
         .collect();
@@ -58,8 +52,9 @@ pub fn run(a: ReportArgs) -> Result<()> {
         }
         println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
     }
+    // Each file's own configurations are compared inside its section; several files get one table across all.
     let mut md = export::markdown::render(&all);
-    if several {
+    if all.len() > 1 {
         md.push_str(&compare::markdown(&parts));
     }
     emit(a.md.as_deref(), &md)?;

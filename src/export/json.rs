@@ -182,7 +182,8 @@ impl Results {
                 r.cases.retain(|c| c.case_label.as_deref().unwrap_or_default() == n);
                 r.sweep = None;
                 r.update_ceiling();
-                (format!("{} {n}", self.label), r)
+                r.label = format!("{} {n}", self.label);
+                (r.label.clone(), r)
             })
             .collect()
     }

@@ -1,6 +1,7 @@
 //! `--md`: a Markdown table per run, the form users paste into reports and issues.
 
 use super::json::Results;
+use crate::output::compare;
 use crate::output::table::{case_cells, notes, CASE_HEADER};
 
 pub fn render(all: &[Results]) -> String {
@@ -10,10 +11,20 @@ pub fn render(all: &[Results]) -> String {
             "### {} — {} ({})\n\nBandwidth in GB/s = 10^9 bytes/s; times in ms; block = bytes per write; n = measured reps.\n\n",
             r.label, r.config.transport, r.started_at
         ));
-        out.push_str(&format!("| {} |\n", CASE_HEADER.join(" | ")));
-        out.push_str(&format!("|{}\n", CASE_HEADER.iter().map(|_| "---:|").collect::<String>()));
+        // A sweep file names its cases: say which configuration each row measured.
+        let named = r.cases.iter().any(|c| c.case_label.is_some());
+        let mut header = CASE_HEADER.to_vec();
+        if named {
+            header.push("case");
+        }
+        out.push_str(&format!("| {} |\n", header.join(" | ")));
+        out.push_str(&format!("|{}\n", header.iter().map(|_| "---:|").collect::<String>()));
         for c in &r.cases {
-            out.push_str(&format!("| {} |\n", case_cells(c).join(" | ")));
+            let mut cells = case_cells(c);
+            if named {
+                cells.push(c.case_label.clone().unwrap_or_default());
+            }
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
         }
         let notes = notes(&r.cases);
         if !notes.is_empty() {
@@ -29,6 +40,10 @@ pub fn render(all: &[Results]) -> String {
             out.push_str(&format!("\nThe run stopped early: {e}\n"));
         }
         out.push('\n');
+        let series: Vec<Results> = r.series().into_iter().map(|(_, s)| s).collect();
+        if series.len() > 1 {
+            out.push_str(&compare::markdown(&series));
+        }
     }
     out
 }
