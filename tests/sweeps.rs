@@ -17,7 +17,7 @@ fn write(p: &Path, text: &str) {
 fn smoke_sweep_runs_every_case_interleaved_with_cis_and_warnings() {
     let t = TempDir::new("smoke");
     let started = std::time::Instant::now();
-    let out = run(&["sweep", SMOKE, "--json", &t.arg("s.json"), "--md", &t.arg("s.md")]);
+    let out = run(&["sweep", SMOKE, "--json", &t.arg("s.json"), "--md", &t.arg("s.md"), "--label", "smoke here"]);
     out.expect_code(0);
     assert!(started.elapsed().as_secs() < 30, "the smoke sweep takes seconds");
     assert!(out.stdout.contains("95% CI ms") && out.stdout.contains("streams=2"), "{}", out.stdout);
@@ -28,6 +28,7 @@ fn smoke_sweep_runs_every_case_interleaved_with_cis_and_warnings() {
     assert!(md.contains("| verified | case |") && md.contains("| streams=2 |"), "{md}");
     assert!(md.contains("### Side by side") && md.contains("- B = "), "{md}");
     let r = read_json(&t.join("s.json"));
+    assert_eq!(r["label"], "smoke here", "--label beats the file's default");
     let cases = r["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 6);
     for (i, c) in cases.iter().enumerate() {

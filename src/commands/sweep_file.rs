@@ -68,7 +68,9 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
             prev
         }
         None => {
-            let label = sweep.label.clone().unwrap_or_else(|| format!("{} on {}", sweep.name, crate::env::hostname()));
+            // --label on the command line beats the file's label.
+            let label = (a.run.label.clone().or_else(|| sweep.label.clone()))
+                .unwrap_or_else(|| format!("{} on {}", sweep.name, crate::env::hostname()));
             let mut r = Results::new(label, &env, config_json(&plans));
             r.sweep = Some(SweepJson {
                 file: sweep.path.display().to_string(),

@@ -409,6 +409,6 @@ mod tests {
             }
         }
         names.sort();
-        assert_eq!(names, ["mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "smoke"]);
+        assert_eq!(names, ["mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "paged-rdma", "smoke"]);
     }
 }
