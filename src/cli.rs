@@ -86,7 +86,8 @@ pub struct RunArgs {
     pub copy: String,
     /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the
     /// pieces into a staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination
-    /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported)
+    /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported; the middle copy
+    /// is the SM copy kernel with --copy sm, else the copy engine)
     #[arg(long, default_value = "none", value_parser = ["none", "gather"])]
     pub staging: String,
 
