@@ -1,5 +1,5 @@
-//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: turn the KV layout flags and the model geometry
-//! into the paged configuration both ends plan from, and say what it means before the run.
+//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: turn the KV layout flags and the
+//! model geometry into the paged configuration both ends plan from, and say what it means before the run.
 
 use crate::bail_usage;
 use crate::cli::RunArgs;

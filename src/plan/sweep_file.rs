@@ -13,9 +13,9 @@
 //! ```
 //!
 //! Cases are the cross product of the axes, the size axis (`sizes` or `tokens`) innermost and the others in
-//! alphabetical order, each axis's values in the order listed. `--set key=value` overrides a key everywhere (`a,b` makes a list). Each case ends up as a
-//! map of parameter → value strings: the exact set of `kvxfer sweep` flags that measure it, and what `--resume`
-//! matches cases by.
+//! alphabetical order, each axis's values in the order listed. `--set key=value` overrides a key everywhere (`a,b`
+//! makes a list). Each case ends up as a map of parameter → value strings: the exact set of `kvxfer sweep` flags
+//! that measure it, and what `--resume` matches cases by.
 
 use super::order::Order;
 use crate::bail_usage;

@@ -1,7 +1,8 @@
 //! The sender's hot loop: RDMA WRITEs spread round-robin over the queue pairs, `--batch` work requests linked
-//! into one ibv_post_send, each gathering up to `--max-sge` segments whose remote ranges are back to back, at most `--inflight` outstanding per queue pair, a completion requested every
-//! `--signal-every` and on the last. The last write of each queue pair carries the immediate that tells the
-//! receiver its data landed (RC orders writes within a queue pair, so one immediate per queue pair is needed).
+//! into one ibv_post_send, each gathering up to `--max-sge` segments whose remote ranges are back to back, at most
+//! `--inflight` outstanding per queue pair, a completion requested every `--signal-every` and on the last. The last
+//! write of each queue pair carries the immediate that tells the receiver its data landed (RC orders writes within a
+//! queue pair, so one immediate per queue pair is needed).
 //! Work request and scatter arrays are allocated once per connection, never per post.
 
 use super::cq::Poller;
