@@ -148,6 +148,10 @@ fn a_sweep_of_several_configurations_is_split_side_by_side_and_in_figures() {
     let ratio = p50("copy=ce layout=paged staging=gather", 131072) / p50("layout=contiguous", 131072);
     assert!(row.ends_with(&format!("| {ratio:.3}× |")), "D/A = {ratio:.3} in {row}");
     assert!(figs.join("bandwidth-vs-size.png").exists());
+    // The staged case's split stands under the tables, from the file's own medians.
+    let staged = r["cases"].as_array().unwrap().iter().find(|c| c["staged_p50"].is_object()).unwrap();
+    let g = staged["staged_p50"]["gather_ms"].as_f64().unwrap();
+    assert!(md.contains("staged at ") && md.contains(&format!("gather {g:.3} + copy")), "{md}");
 }
 
 #[test]

@@ -71,11 +71,8 @@ pub fn live_row(c: &CaseResult) -> String {
     if let Some(label) = &c.case_label {
         line.push_str(&format!("  {label}"));
     }
-    if let Some(s) = &c.staged_p50 {
-        line.push_str(&format!("  gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms));
-    }
-    if let Some(wr) = c.work_requests.filter(|&wr| wr != c.writes as u64) {
-        line.push_str(&format!("  {wr} RDMA WRITEs for {} writes (SGE lists)", c.writes));
+    for extra in [staged_text(c), work_requests_text(c)].into_iter().flatten() {
+        line.push_str(&format!("  {extra}"));
     }
     let warned = warnings::describe(&c.warnings);
     if !warned.is_empty() {
@@ -84,7 +81,20 @@ pub fn live_row(c: &CaseResult) -> String {
     line
 }
 
-/// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count.
+/// "gather 6.511 + copy 32.676 + scatter 6.528 ms" for a `--staging gather` case.
+fn staged_text(c: &CaseResult) -> Option<String> {
+    let s = c.staged_p50.as_ref()?;
+    Some(format!("gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms))
+}
+
+/// "96 RDMA WRITEs for 1536 writes (SGE lists)" when verbs posted a different number of work requests.
+fn work_requests_text(c: &CaseResult) -> Option<String> {
+    let wr = c.work_requests.filter(|&wr| wr != c.writes as u64)?;
+    Some(format!("{wr} RDMA WRITEs for {} writes (SGE lists)", c.writes))
+}
+
+/// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count;
+/// then how staged cases split their time (p50) and how many work requests SGE gathering left.
 pub fn notes(cases: &[CaseResult]) -> Vec<String> {
     let others = cases.iter().filter_map(|c| {
         let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != "bimodal").cloned().collect();
@@ -96,6 +106,8 @@ pub fn notes(cases: &[CaseResult]) -> Vec<String> {
         .chain(others)
         .chain(std::iter::once(warning_summary(cases)))
         .chain(ci_note(cases))
+        .chain(cases.iter().filter_map(|c| staged_text(c).map(|t| format!("staged at {}: {t} (p50)", case_name(c)))))
+        .chain(cases.iter().filter_map(|c| work_requests_text(c).map(|t| format!("{}: {t}", case_name(c)))))
         .collect()
 }
 
