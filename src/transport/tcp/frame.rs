@@ -1,0 +1,128 @@
+//! The data connection's wire format: scatter frames out (header, entries, payloads in one writev), payloads in
+//! (one readv straight into the region), and how a transfer's writes are cut into frames.
+
+use super::{ENTRY_LEN, FRAME_BYTES, FRAME_PIECES, HEADER_LEN};
+use crate::mem::Buffer;
+use crate::plan::Write;
+use std::io::{ErrorKind, IoSlice, Write as _};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+
+/// Cut writes into frames of consecutive writes: `(first index, count)`. A write of [`FRAME_BYTES`] or more
+/// travels alone; smaller ones share a frame up to [`FRAME_PIECES`] writes or [`FRAME_BYTES`] of payload.
+pub fn frames(writes: &[Write]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut bytes = 0u64;
+    for (i, w) in writes.iter().enumerate() {
+        match out.last_mut() {
+            Some((_, n)) if *n < FRAME_PIECES && bytes + w.len <= FRAME_BYTES => {
+                *n += 1;
+                bytes += w.len;
+            }
+            _ => {
+                out.push((i, 1));
+                bytes = w.len;
+            }
+        }
+    }
+    out
+}
+
+/// Send one frame: header, entries and every payload with as few writev calls as the kernel allows.
+pub(super) fn send_frame(w: &mut TcpStream, data: &[u8], writes: &[Write], first: usize) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(HEADER_LEN + writes.len() * ENTRY_LEN);
+    let total: u64 = writes.iter().map(|w| w.len).sum();
+    for x in [first as u64, writes.len() as u64, total] {
+        head.extend_from_slice(&x.to_le_bytes());
+    }
+    for wr in writes {
+        head.extend_from_slice(&wr.remote_offset.to_le_bytes());
+        head.extend_from_slice(&wr.len.to_le_bytes());
+    }
+    let mut slices: Vec<IoSlice> = Vec::with_capacity(writes.len() + 1);
+    slices.push(IoSlice::new(&head));
+    slices.extend(
+        writes.iter().map(|wr| IoSlice::new(&data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize])),
+    );
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        match w.write_vectored(rest) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Receive a frame's payloads from the socket straight into `buf` at each entry's `(offset, len)`, with one
+/// readv per batch of entries rather than one recv per entry.
+pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) -> std::io::Result<()> {
+    let base = buf.host_ptr().expect("checked when the target opened");
+    debug_assert!(entries.iter().all(|&(o, l)| o + l <= buf.len() as u64));
+    let mut iov: Vec<nix::libc::iovec> = entries
+        .iter()
+        // SAFETY (of the pointer arithmetic): every entry was checked against the region by the caller.
+        .map(|&(o, l)| nix::libc::iovec { iov_base: unsafe { base.add(o as usize) }.cast(), iov_len: l as usize })
+        .collect();
+    let mut at = 0;
+    while at < iov.len() {
+        if iov[at].iov_len == 0 {
+            at += 1;
+            continue;
+        }
+        let n_iov = (iov.len() - at).min(1024) as i32;
+        // SAFETY: each iovec points inside the live mapping that `buf` owns (checked against the region by the
+        // caller) and the entries of one frame are disjoint; the kernel writes through the raw pointers and no Rust
+        // reference to these bytes exists while a rep is in flight (verify reads only after the rep has landed).
+        let n = unsafe { nix::libc::readv(s.as_raw_fd(), iov[at..].as_ptr(), n_iov) };
+        match n {
+            0 => return Err(ErrorKind::UnexpectedEof.into()),
+            n if n < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => {
+                // Skip the entries filled; advance into a partly filled one.
+                let mut left = n as usize;
+                while left > 0 {
+                    let v = &mut iov[at];
+                    let k = left.min(v.iov_len);
+                    // SAFETY: `k <= iov_len`, so the advanced pointer stays inside the same entry.
+                    v.iov_base = unsafe { v.iov_base.cast::<u8>().add(k) }.cast();
+                    v.iov_len -= k;
+                    left -= k;
+                    if v.iov_len == 0 {
+                        at += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(len: u64) -> Write {
+        Write { local_offset: 0, remote_offset: 0, len }
+    }
+
+    #[test]
+    fn frames_gather_small_writes_and_leave_large_ones_alone() {
+        // 16 KiB pieces: 64 fill 1 MiB.
+        let pieces = vec![w(16 << 10); 200];
+        assert_eq!(frames(&pieces), vec![(0, 64), (64, 64), (128, 64), (192, 8)]);
+        // Tiny pieces stop at the iovec-bounded count.
+        let tiny = vec![w(3); FRAME_PIECES + 1];
+        assert_eq!(frames(&tiny), vec![(0, FRAME_PIECES), (FRAME_PIECES, 1)]);
+        // Contiguous 64 MiB blocks: one per frame; a small tail after a large write starts its own frame.
+        assert_eq!(frames(&[w(64 << 20), w(64 << 20), w(5)]), vec![(0, 1), (1, 1), (2, 1)]);
+        assert!(frames(&[]).is_empty());
+    }
+}

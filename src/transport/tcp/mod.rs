@@ -1,0 +1,79 @@
+//! TCP baseline: the region is the receiver's buffer. Writes travel in scatter frames: a header
+//! `(first write index, count, payload bytes)`, `count` entries `(remote offset, length)`, then the payloads back to
+//! back, each read by the receiver straight into its buffer at its offset. A frame carries one large write, or up to
+//! [`FRAME_PIECES`] small ones (a paged layout's 16 KiB pieces) so per-frame costs (syscalls, acks) are not paid per
+//! piece. Completion is the receiver's 16-byte ack `(first index, count)` of a whole frame. `--streams N` spreads
+//! frames round-robin over N connections.
+//!
+//! Data connections are separate from the control connection, authenticated by a random session key that the
+//! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
+
+mod frame;
+mod receiver;
+mod sender;
+
+pub use receiver::TcpTarget;
+pub use sender::TcpSource;
+
+use crate::mem::Buffer;
+use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{ErrorKind, Read};
+
+pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
+const HEADER_LEN: usize = 24;
+const ENTRY_LEN: usize = 16;
+const ACK_LEN: usize = 16;
+/// Most writes in one frame (bounded by the iovec limit of one writev, 1024, with room for the header).
+pub const FRAME_PIECES: usize = 512;
+/// Small writes are gathered into one frame until it holds this many payload bytes.
+const FRAME_BYTES: u64 = 1 << 20;
+const KEY_LEN: usize = 16;
+
+#[derive(Serialize, Deserialize)]
+struct Offer {
+    data_port: u16,
+    session_key: String,
+    region_len: u64,
+}
+
+/// TCP moves bytes through the kernel's sockets, which need host memory.
+fn need_host_memory(buf: &Buffer, side: &str) -> Result<()> {
+    if buf.host_ptr().is_none() {
+        return Err(crate::error::usage(format!(
+            "--transport tcp cannot read or write GPU memory ({side} has {}); use --mem host|pinned, or --transport cuda",
+            buf.kind()
+        )));
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_key() -> Result<[u8; KEY_LEN]> {
+    let mut key = [0u8; KEY_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    Ok(key)
+}
+
+fn data_error(role: &str, e: std::io::Error) -> anyhow::Error {
+    match e.kind() {
+        ErrorKind::UnexpectedEof
+        | ErrorKind::ConnectionReset
+        | ErrorKind::BrokenPipe
+        | ErrorKind::ConnectionAborted => {
+            anyhow!("{role} closed the data connection mid-transfer ({e}); did it exit or crash?")
+        }
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            anyhow!("the data connection to {role} stalled past --io-timeout")
+        }
+        _ => anyhow!("data connection to {role}: {e}"),
+    }
+}
+
+/// The `i`-th little-endian u64 of `bytes`.
+fn word(bytes: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}

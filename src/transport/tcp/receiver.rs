@@ -1,0 +1,226 @@
+//! The receiver's half: a data port, one reader thread per connection writing frames into the region and acking
+//! them, and the armed rep's progress shared with the run.
+
+use super::frame::recv_scatter;
+use super::{
+    data_error, hex, need_host_memory, random_key, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_PIECES, HEADER_LEN, KEY_LEN,
+};
+use crate::mem::Buffer;
+use crate::plan::RunConfig;
+use crate::transport::{Context, Target};
+use anyhow::{bail, Context as _, Result};
+use std::io::{ErrorKind, Read, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Progress of the armed rep, shared by the per-connection reader threads.
+#[derive(Default)]
+struct LandState {
+    expected: u64,
+    received: u64,
+    landed_at: Option<Instant>,
+    error: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<LandState>,
+    cv: Condvar,
+}
+
+impl Shared {
+    fn fail(&self, msg: String) {
+        let mut s = self.state.lock().unwrap();
+        s.error.get_or_insert(msg);
+        self.cv.notify_all();
+    }
+}
+
+pub struct TcpTarget {
+    listener: TcpListener,
+    key: [u8; KEY_LEN],
+    buf: Arc<Buffer>,
+    streams: u32,
+    io_timeout: Duration,
+    shared: Arc<Shared>,
+    conns: Vec<TcpStream>,
+}
+
+impl TcpTarget {
+    pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<TcpTarget> {
+        need_host_memory(&buf, "the receiver")?;
+        let listener = TcpListener::bind(SocketAddr::new(ctx.local_ip, 0))
+            .with_context(|| format!("cannot open a TCP data port on {}", ctx.local_ip))?;
+        Ok(TcpTarget {
+            listener,
+            key: random_key()?,
+            buf,
+            streams: cfg.streams,
+            io_timeout: ctx.timeouts.io,
+            shared: Arc::new(Shared { state: Mutex::new(LandState::default()), cv: Condvar::new() }),
+            conns: Vec::new(),
+        })
+    }
+}
+
+impl Target for TcpTarget {
+    fn offer(&self) -> serde_json::Value {
+        let port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        serde_json::to_value(Offer { data_port: port, session_key: hex(&self.key), region_len: self.buf.len() as u64 })
+            .expect("offer serializes")
+    }
+
+    fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
+        // The sender connected its streams before answering; they wait in the backlog.
+        let deadline = Instant::now() + self.io_timeout;
+        self.listener.set_nonblocking(true)?;
+        while self.conns.len() < self.streams as usize {
+            match self.listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_read_timeout(Some(self.io_timeout))?;
+                    let mut key = [0u8; KEY_LEN];
+                    if s.read_exact(&mut key).is_err()
+                        || !crate::control::peer::tokens_match(&hex(&key), &hex(&self.key))
+                    {
+                        continue; // not our sender: drop it and keep waiting
+                    }
+                    s.set_nodelay(true)?;
+                    // Between reps a data connection is legitimately idle for a long time.
+                    s.set_read_timeout(None)?;
+                    s.set_write_timeout(Some(self.io_timeout))?;
+                    self.conns.push(s.try_clone()?);
+                    let (buf, shared) = (self.buf.clone(), self.shared.clone());
+                    std::thread::Builder::new()
+                        .name("kvxfer-tcp-rx".into())
+                        .spawn(move || receive_loop(s, &buf, &shared))?;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        bail!(
+                            "the sender opened {} of {} TCP data connections in time",
+                            self.conns.len(),
+                            self.streams
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e).context("accepting a TCP data connection"),
+            }
+        }
+        Ok(())
+    }
+
+    fn arm(&mut self, size_bytes: u64) -> Result<()> {
+        let mut s = self.shared.state.lock().unwrap();
+        if let Some(e) = &s.error {
+            bail!("{e}");
+        }
+        *s = LandState { expected: size_bytes, ..LandState::default() };
+        Ok(())
+    }
+
+    fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.shared.state.lock().unwrap();
+        loop {
+            if let Some(e) = &s.error {
+                bail!("{e}");
+            }
+            if let Some(at) = s.landed_at {
+                return Ok(Some(at));
+            }
+            if control_ready() {
+                return Ok(None);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                bail!(
+                    "only {} of {} bytes arrived within --io-timeout ({:.0} s)",
+                    s.received,
+                    s.expected,
+                    timeout.as_secs_f64()
+                );
+            }
+            // Wake up now and then to look at the control connection.
+            s = self.shared.cv.wait_timeout(s, (deadline - now).min(Duration::from_millis(50))).unwrap().0;
+        }
+    }
+}
+
+impl Drop for TcpTarget {
+    fn drop(&mut self) {
+        for c in &self.conns {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// One data connection: read frames into the region, ack each, count bytes towards the armed rep.
+fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
+    let region_len = buf.len() as u64;
+    let mut table = Vec::with_capacity(FRAME_PIECES * ENTRY_LEN);
+    loop {
+        let mut hdr = [0u8; HEADER_LEN];
+        match s.read_exact(&mut hdr) {
+            Ok(()) => {}
+            Err(e) => {
+                let st = shared.state.lock().unwrap();
+                let mid_rep = st.expected > 0 && st.landed_at.is_none();
+                drop(st);
+                if mid_rep || e.kind() != ErrorKind::UnexpectedEof {
+                    shared.fail(data_error("the sender", e).to_string());
+                } else {
+                    shared.fail("the sender closed a data connection".into());
+                }
+                return;
+            }
+        }
+        let (first, count, total) = (word(&hdr, 0), word(&hdr, 1), word(&hdr, 2));
+        if count == 0 || count > FRAME_PIECES as u64 {
+            shared.fail(format!("the sender announced a frame of {count} writes (1..={FRAME_PIECES}); refused"));
+            return;
+        }
+        table.resize(count as usize * ENTRY_LEN, 0);
+        if let Err(e) = s.read_exact(&mut table) {
+            shared.fail(data_error("the sender", e).to_string());
+            return;
+        }
+        let entries: Vec<(u64, u64)> =
+            (0..count as usize).map(|k| (word(&table, 2 * k), word(&table, 2 * k + 1))).collect();
+        // Check the whole frame before touching the region.
+        let mut sum = 0u64;
+        for &(offset, len) in &entries {
+            if len == 0 || offset.checked_add(len).is_none_or(|end| end > region_len) {
+                shared.fail(format!(
+                    "the sender tried to write {len} bytes at offset {offset}, outside the {region_len}-byte region; refused"
+                ));
+                return;
+            }
+            sum = sum.saturating_add(len);
+        }
+        if sum != total {
+            shared.fail(format!(
+                "the sender's frame claims {total} payload bytes but its writes add up to {sum}; refused"
+            ));
+            return;
+        }
+        if let Err(e) = recv_scatter(&s, buf, &entries) {
+            shared.fail(data_error("the sender", e).to_string());
+            return;
+        }
+        let mut ack = [0u8; ACK_LEN];
+        ack[..8].copy_from_slice(&first.to_le_bytes());
+        ack[8..].copy_from_slice(&count.to_le_bytes());
+        if let Err(e) = s.write_all(&ack) {
+            shared.fail(data_error("the sender", e).to_string());
+            return;
+        }
+        let mut st = shared.state.lock().unwrap();
+        st.received += total;
+        if st.expected > 0 && st.received >= st.expected && st.landed_at.is_none() {
+            st.landed_at = Some(Instant::now());
+            shared.cv.notify_all();
+        }
+    }
+}
