@@ -63,8 +63,8 @@ pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) 
     debug_assert!(entries.iter().all(|&(o, l)| o + l <= buf.len() as u64));
     let mut iov: Vec<nix::libc::iovec> = entries
         .iter()
-        // SAFETY (of the pointer arithmetic): every entry was checked against the region by the caller.
-        .map(|&(o, l)| nix::libc::iovec { iov_base: unsafe { base.add(o as usize) }.cast(), iov_len: l as usize })
+        // Every entry was checked against the region by the caller, so these pointers stay inside the mapping.
+        .map(|&(o, l)| nix::libc::iovec { iov_base: base.wrapping_add(o as usize).cast(), iov_len: l as usize })
         .collect();
     let mut at = 0;
     while at < iov.len() {
@@ -74,8 +74,9 @@ pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) 
         }
         let n_iov = (iov.len() - at).min(1024) as i32;
         // SAFETY: each iovec points inside the live mapping that `buf` owns (checked against the region by the
-        // caller) and the entries of one frame are disjoint; the kernel writes through the raw pointers and no Rust
-        // reference to these bytes exists while a rep is in flight (verify reads only after the rep has landed).
+        // caller); the kernel writes through the raw pointers and no Rust reference to these bytes exists while a
+        // rep is in flight (verify reads only after the rep has landed), so even overlapping entries a hostile
+        // sender might send only overwrite region bytes.
         let n = unsafe { nix::libc::readv(s.as_raw_fd(), iov[at..].as_ptr(), n_iov) };
         match n {
             0 => return Err(ErrorKind::UnexpectedEof.into()),
@@ -91,8 +92,8 @@ pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) 
                 while left > 0 {
                     let v = &mut iov[at];
                     let k = left.min(v.iov_len);
-                    // SAFETY: `k <= iov_len`, so the advanced pointer stays inside the same entry.
-                    v.iov_base = unsafe { v.iov_base.cast::<u8>().add(k) }.cast();
+                    // `k <= iov_len`: the advanced pointer stays inside the same entry.
+                    v.iov_base = v.iov_base.cast::<u8>().wrapping_add(k).cast();
                     v.iov_len -= k;
                     left -= k;
                     if v.iov_len == 0 {
