@@ -80,8 +80,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
     /// cuda transport: copy engine (ce: cuMemcpyAsync per write; batch: one cuMemcpyBatchAsync for all writes,
-    /// driver ≥ 12.8), SM kernel (sm: one launch for all pieces of a paged transfer), or auto (ce for contiguous
-    /// transfers, sm for transfers of many small pieces; fastest measured)
+    /// driver ≥ 12.8, else ce with a note), SM kernel (sm: one launch for all pieces of a paged transfer), or auto
+    /// (ce for contiguous transfers, sm for transfers of many small pieces; fastest measured)
     #[arg(long, default_value = "auto", value_parser = ["auto", "ce", "batch", "sm"])]
     pub copy: String,
     /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the

@@ -153,6 +153,7 @@ fn two_processes_cuda_ipc_verified() {
 /// Gather staging: every piece lands in its own slot (verified), and the three steps account for the transfer.
 fn assert_staged(r: &serde_json::Value) {
     assert_eq!(r["config"]["staging"], "gather");
+    assert_eq!(r["config"]["transport_detail"]["sender"]["staging"], "gather", "what the transport did");
     for c in r["cases"].as_array().unwrap() {
         let s = &c["staged_p50"];
         let step = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("staged_p50.{k} missing: {c}"));
@@ -238,6 +239,9 @@ fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
         args.extend_from_slice(extra);
         let r = verified_cuda_sweep("paged", &args);
         assert_verified(&r, &[96 << 20, 768 << 20], 2, 1.0);
+        // The copy asked for is the copy used (a driver without cuMemcpyBatchAsync would say `ce` for batch).
+        let used = &r["config"]["transport_detail"]["sender"]["copy"];
+        assert_eq!(used, &serde_json::Value::from(extra[1]), "{}", r["config"]);
         for c in r["cases"].as_array().unwrap() {
             assert_eq!(c["layout"], "paged");
             assert_eq!(c["piece_bytes"].as_u64(), Some(16 << 10));

@@ -185,13 +185,16 @@ impl CudaSource {
             "batch" => {
                 let v = cuda::driver()?;
                 if v < 12080 {
-                    return Err(crate::error::usage(format!(
-                        "--copy batch needs cuMemcpyBatchAsync (CUDA driver 12.8 or newer); this driver is {}.{}",
+                    // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
+                    eprintln!(
+                        "note: --copy batch: cuMemcpyBatchAsync needs CUDA driver 12.8 or newer, this one is {}.{}; copying each write with cuMemcpyAsync instead",
                         v / 1000,
                         v % 1000 / 10
-                    )));
+                    );
+                    Engine::Ce
+                } else {
+                    Engine::Batch
                 }
-                Engine::Batch
             }
             _ => Engine::Auto,
         };
@@ -314,6 +317,19 @@ impl CudaSource {
 impl Source for CudaSource {
     fn answer(&self) -> serde_json::Value {
         serde_json::json!({ "gpu": self.ordinal, "streams": self.streams.len() })
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        let copy = match self.engine {
+            Engine::Ce => "ce",
+            Engine::Sm => "sm",
+            Engine::Auto => "auto",
+            Engine::Batch => "batch",
+        };
+        serde_json::json!({
+            "sender": { "gpu": self.ordinal, "streams": self.streams.len(), "copy": copy,
+                        "staging": if self.staging.is_some() { "gather" } else { "none" } },
+        })
     }
 
     fn sends_landed_message(&self) -> bool {
