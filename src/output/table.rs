@@ -87,10 +87,12 @@ fn staged_text(c: &CaseResult) -> Option<String> {
     Some(format!("gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms))
 }
 
-/// "96 RDMA WRITEs for 1536 writes (SGE lists)" when verbs posted a different number of work requests.
+/// "96 RDMA WRITEs for 1536 writes (SGE lists)" when verbs posted a different number of work requests: fewer when
+/// SGE lists gathered writes, more when writes were cut at registration or message-size boundaries.
 fn work_requests_text(c: &CaseResult) -> Option<String> {
     let wr = c.work_requests.filter(|&wr| wr != c.writes as u64)?;
-    Some(format!("{wr} RDMA WRITEs for {} writes (SGE lists)", c.writes))
+    let why = if wr < c.writes as u64 { "SGE lists" } else { "cut at MR or message-size boundaries" };
+    Some(format!("{wr} RDMA WRITEs for {} writes ({why})", c.writes))
 }
 
 /// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count;
