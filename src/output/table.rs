@@ -195,3 +195,23 @@ pub fn render(cases: &[CaseResult]) -> String {
     }
     t.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::json::Results;
+
+    #[test]
+    fn work_request_notes_say_why_the_count_differs() {
+        // A real soft-RoCE run with SGE gathering (results/rxe-paged.json).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/rxe-paged.json");
+        let r = Results::read(&path).unwrap();
+        let mut c = r.cases.iter().find(|c| c.work_requests.is_some_and(|w| w < c.writes as u64)).unwrap().clone();
+        let text = work_requests_text(&c).unwrap();
+        assert!(text.ends_with(&format!("for {} writes (SGE lists)", c.writes)), "{text}");
+        c.work_requests = Some(c.writes as u64 + 3);
+        assert!(work_requests_text(&c).unwrap().contains("cut at MR or message-size boundaries"));
+        c.work_requests = Some(c.writes as u64);
+        assert_eq!(work_requests_text(&c), None, "equal counts say nothing");
+    }
+}
