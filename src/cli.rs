@@ -38,7 +38,7 @@ pub enum Command {
     #[command(after_help = "Example:\n  kvxfer predict --results results/h200-nvlink.json --tokens 1k,32k,128k \
                             --model qwen3-30b-a3b --decode-ms 7 --decode-tokens 64\n\n".to_owned() + UNITS_NOTE)]
     Predict(PredictArgs),
-    /// Show what this host offers: CPUs, memory, huge pages.
+    /// Show what this host offers: CPUs, memory, huge pages, RDMA devices (ports, GIDs) and GPUs.
     #[command(after_help = "Example:\n  kvxfer devices --json")]
     Devices(DevicesArgs),
 }
