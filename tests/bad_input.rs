@@ -64,6 +64,9 @@ fn size_larger_than_free_memory_is_refused_before_allocating() {
     assert!(!out.stderr.contains("cannot reach"), "checked before connecting: {}", out.stderr);
     // sweep needs two buffers.
     fails(&["sweep", "--sizes", "64TiB"], 2, &["128 TiB", "available"]);
+    // A paged pool (twice the largest transfer by default) names the knob that shrinks it.
+    let paged = ["sweep", "--layout", "paged", "--model", "qwen3-30b-a3b", "--tokens", "1m"];
+    fails(&paged, 2, &["available", "pool of 2097152 tokens", "--pool-tokens"]);
 }
 
 #[test]

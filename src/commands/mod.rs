@@ -211,8 +211,16 @@ pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
     let need = cfg.buffer_bytes().saturating_mul(copies);
     if let Some(avail) = crate::mem::host::available_memory() {
         if need > avail {
+            let fix = match &cfg.paged {
+                Some(p) => format!(
+                    "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
+                    p.pool_tokens,
+                    format_size(p.pool_bytes())
+                ),
+                None => "use smaller sizes".to_string(),
+            };
             bail_usage!(
-                "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; use smaller sizes",
+                "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; {fix}",
                 format_size(cfg.buffer_bytes()),
                 format_size(need),
                 format_size(avail)
