@@ -227,5 +227,10 @@ fn the_receiver_refuses_a_pool_above_its_max_size() {
     // 8 tokens of qwen3-30b-a3b are 768 KiB, but the default pool (16 tokens) is 1.5 MiB.
     let out = run(&["send", "--peer", &serve.addr, "--layout", "paged", "--tokens", "8", "--model", "qwen3-30b-a3b"]);
     out.expect_code(2);
-    assert!(out.one_error().contains("paged pool 1.5 MiB is above this receiver's --max-size"), "{}", out.stderr);
+    assert!(
+        out.one_error().contains("paged pool 1.5 MiB is above this receiver's --max-size")
+            && out.stderr.contains("--pool-tokens"),
+        "{}",
+        out.stderr
+    );
 }

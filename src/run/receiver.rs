@@ -57,10 +57,15 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
     if let Some(max) = limits.max_size {
         if size > max {
             return Err(usage(format!(
-                "{} {} is above this receiver's --max-size {}",
+                "{} {} is above this receiver's --max-size {}{}",
                 if cfg.paged.is_some() { "paged pool" } else { "size" },
                 format_size(size),
-                format_size(max)
+                format_size(max),
+                if cfg.paged.is_some() {
+                    " (the sender's --pool-tokens sets it: twice the largest transfer by default)"
+                } else {
+                    ""
+                }
             )));
         }
     }
