@@ -210,9 +210,9 @@ impl PagedConfig {
 }
 
 impl PagedPlan {
-    /// The writes that move the pieces: one per piece, or with `coalesce` pieces adjacent on both sides merged (in
-    /// source address order, which finds every such pair). `fault_swap_dests` (test-only) swaps the destinations of
-    /// two pieces.
+    /// The writes that move the pieces: one per piece in transfer order, or with `coalesce` pieces adjacent on both
+    /// sides merged (found in source address order, which meets every such pair) and returned in destination order.
+    /// `fault_swap_dests` (test-only) swaps the destinations of two pieces.
     pub fn writes(&self, coalesce: bool, fault_swap_dests: bool) -> Vec<Write> {
         let mut writes: Vec<Write> =
             self.pieces.iter().map(|p| Write { local_offset: p.src, remote_offset: p.dst, len: p.len }).collect();
@@ -238,6 +238,9 @@ impl PagedPlan {
                     _ => merged.push(w),
                 }
             }
+            // Back in destination order, so writes whose destinations follow each other stay neighbours in the list
+            // (what verbs gathers into one work request with an SGE list).
+            merged.sort_by_key(|w| w.remote_offset);
             writes = merged;
         }
         writes
@@ -485,6 +488,13 @@ mod tests {
                         assert_eq!(w[0].dst + w[0].len, w[1].dst);
                     }
                 }
+                // Coalesced writes come back in destination order, so back-to-back destinations stay neighbours
+                // (every write but the first of each region continues the one before it).
+                let merged = plan.writes(true, false);
+                let follows = merged.windows(2).filter(|w| w[0].remote_offset + w[0].len == w[1].remote_offset);
+                let regions = cfg.layers * cfg.regions_per_layer;
+                let gaps = if tokens == cfg.pool_blocks() * cfg.block_tokens { 0 } else { regions - 1 };
+                assert_eq!(follows.count() as u64, merged.len() as u64 - 1 - gaps, "tokens {tokens}");
                 let random = PagedConfig { dst_placement: DstPlacement::Random, ..cfg.clone() }.plan(21, tokens);
                 let srcs = |p: &PagedPlan| p.pieces.iter().map(|x| x.src).collect::<Vec<_>>();
                 assert_eq!(srcs(&plan), srcs(&random), "the source placement does not depend on the destination's");
