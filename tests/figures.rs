@@ -148,6 +148,9 @@ fn a_sweep_of_several_configurations_is_split_side_by_side_and_in_figures() {
     let ratio = p50("copy=ce layout=paged staging=gather", 131072) / p50("layout=contiguous", 131072);
     assert!(row.ends_with(&format!("| {ratio:.3}× |")), "D/A = {ratio:.3} in {row}");
     assert!(figs.join("bandwidth-vs-size.png").exists());
+    // One file: the legend names each configuration by its case name, without the run's label in front of all.
+    let svg = std::fs::read_to_string(figs.join("bandwidth-vs-size.svg")).unwrap();
+    assert!(svg.contains("copy=sm layout=paged") && !svg.contains("paged-nvlink on vm copy=sm"), "legend");
     // The staged case's split stands under the tables, from the file's own medians.
     let staged = r["cases"].as_array().unwrap().iter().find(|c| c["staged_p50"].is_object()).unwrap();
     let g = staged["staged_p50"]["gather_ms"].as_f64().unwrap();

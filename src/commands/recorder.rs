@@ -113,7 +113,7 @@ impl Recorder {
             return Ok(());
         }
         let lines = export::plot::parse_lines(&self.fig.lines)?;
-        let series = self.results.series();
+        let series = self.results.figure_series();
         let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
         for f in export::plot::write_figures(&named, dir, &lines)? {
             eprintln!("figure: {}", f.display());

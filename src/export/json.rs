@@ -188,6 +188,17 @@ impl Results {
             .collect()
     }
 
+    /// The series of one run's figures: its configurations named by their case names alone (the run's label is
+    /// the same for all of them and would crowd the legend), or the run itself under its label.
+    pub fn figure_series(&self) -> Vec<(String, Results)> {
+        let prefix = format!("{} ", self.label);
+        let parts = self.series();
+        if parts.len() == 1 {
+            return parts;
+        }
+        parts.into_iter().map(|(n, r)| (n.strip_prefix(&prefix).unwrap_or(&n).to_string(), r)).collect()
+    }
+
     /// Files written before bimodality and the ceiling existed lack them; derive both from what they do hold.
     fn fill_derived(&mut self) {
         self.cases = std::mem::take(&mut self.cases).into_iter().map(CaseResult::with_derived).collect();
