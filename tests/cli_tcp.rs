@@ -340,3 +340,23 @@ fn sweep_writes_results_and_report_re_renders_them() {
     run(&["report", &j, "--md", &md_out]).expect_code(0);
     assert_eq!(std::fs::read_to_string(&md_out).unwrap(), mdt);
 }
+
+#[test]
+fn zero_copy_and_plain_sends_both_verify() {
+    // 5 MiB in 1,500,000 B blocks: three spliced writes (≥ 1 MiB) and a 742,880 B tail sent with writev, over two
+    // connections; then the same with splicing turned off.
+    for (env, mode) in [(None, "splice"), (Some("0"), "write")] {
+        let dir = TempDir::new("splice");
+        let json = dir.arg("r.json");
+        let mut cmd = common::kvxfer();
+        if let Some(v) = env {
+            cmd.env("KVXFER_TCP_SPLICE", v);
+        }
+        let args = ["sweep", "--sizes", "5MiB", "--block-size", "1500000B", "--streams", "2", "--reps", "3"];
+        let out = cmd.args(args).args(["--verify", "--json", &json, "--out-dir", &dir.arg("")]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let r = read_json(&dir.join("r.json"));
+        assert_eq!(r["config"]["transport_detail"]["sender"]["send"], mode, "{}", r["config"]);
+        check_case(&r["cases"][0], 5 * MIB, 3, true);
+    }
+}

@@ -1,6 +1,8 @@
-//! The data connection's wire format: scatter frames out (header, entries, payloads in one writev), payloads in
+//! The data connection's wire format: scatter frames out (header and entries, then the payloads spliced without a
+//! copy or in one writev), payloads in
 //! (one readv straight into the region), and how a transfer's writes are cut into frames.
 
+use super::splice::{write_rest, SplicePipe};
 use super::{ENTRY_LEN, FRAME_BYTES, FRAME_PIECES, HEADER_LEN};
 use crate::mem::Buffer;
 use crate::plan::Write;
@@ -28,8 +30,19 @@ pub fn frames(writes: &[Write]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Send one frame: header, entries and every payload with as few writev calls as the kernel allows.
-pub(super) fn send_frame(w: &mut TcpStream, data: &[u8], writes: &[Write], first: usize) -> std::io::Result<()> {
+/// Writes of at least this many bytes (on average in a frame) go through the zero-copy pipe.
+const SPLICE_MIN_WRITE: u64 = 1 << 20;
+
+/// Send one frame: header and entries, then every payload through `pipe` without a copy (see `splice`) when the
+/// writes are large, else everything with as few writev calls as the kernel allows. A pipe the kernel refuses is
+/// dropped.
+pub(super) fn send_frame(
+    w: &mut TcpStream,
+    pipe: &mut Option<SplicePipe>,
+    data: &[u8],
+    writes: &[Write],
+    first: usize,
+) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(HEADER_LEN + writes.len() * ENTRY_LEN);
     let total: u64 = writes.iter().map(|w| w.len).sum();
     for x in [first as u64, writes.len() as u64, total] {
@@ -39,11 +52,23 @@ pub(super) fn send_frame(w: &mut TcpStream, data: &[u8], writes: &[Write], first
         head.extend_from_slice(&wr.remote_offset.to_le_bytes());
         head.extend_from_slice(&wr.len.to_le_bytes());
     }
+    let payload = |wr: &Write| &data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize];
+    // Splicing pays per page mapped and per call: it wins for large writes (measured +30% at 64 MiB on loopback)
+    // but not for frames of small scattered pieces (16 KiB paged pieces: no gain or a loss), which keep writev.
+    let large = total / writes.len() as u64 >= SPLICE_MIN_WRITE;
+    if let Some(p) = pipe.as_ref().filter(|_| large) {
+        w.write_all(&head)?;
+        let payloads: Vec<&[u8]> = writes.iter().map(payload).collect();
+        let mut sent = 0;
+        if !p.send(w, &payloads, &mut sent)? {
+            *pipe = None;
+            write_rest(w, &payloads, sent)?;
+        }
+        return Ok(());
+    }
     let mut slices: Vec<IoSlice> = Vec::with_capacity(writes.len() + 1);
     slices.push(IoSlice::new(&head));
-    slices.extend(
-        writes.iter().map(|wr| IoSlice::new(&data[wr.local_offset as usize..(wr.local_offset + wr.len) as usize])),
-    );
+    slices.extend(writes.iter().map(|wr| IoSlice::new(payload(wr))));
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
         match w.write_vectored(rest) {
@@ -86,24 +111,25 @@ pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) 
                     return Err(e);
                 }
             }
-            n => {
-                // Skip the entries filled; advance into a partly filled one.
-                let mut left = n as usize;
-                while left > 0 {
-                    let v = &mut iov[at];
-                    let k = left.min(v.iov_len);
-                    // `k <= iov_len`: the advanced pointer stays inside the same entry.
-                    v.iov_base = v.iov_base.cast::<u8>().wrapping_add(k).cast();
-                    v.iov_len -= k;
-                    left -= k;
-                    if v.iov_len == 0 {
-                        at += 1;
-                    }
-                }
-            }
+            n => advance(&mut iov, &mut at, n as usize),
         }
     }
     Ok(())
+}
+
+/// Consume `n` bytes from the iovecs starting at `iov[*at]`: skip the entries done, advance into a partly done one.
+pub(super) fn advance(iov: &mut [nix::libc::iovec], at: &mut usize, mut n: usize) {
+    while n > 0 {
+        let v = &mut iov[*at];
+        let k = n.min(v.iov_len);
+        // `k <= iov_len`: the advanced pointer stays inside the same entry.
+        v.iov_base = v.iov_base.cast::<u8>().wrapping_add(k).cast();
+        v.iov_len -= k;
+        n -= k;
+        if v.iov_len == 0 {
+            *at += 1;
+        }
+    }
 }
 
 #[cfg(test)]

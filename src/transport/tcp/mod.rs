@@ -11,6 +11,7 @@
 mod frame;
 mod receiver;
 mod sender;
+mod splice;
 
 pub use receiver::TcpTarget;
 pub use sender::TcpSource;

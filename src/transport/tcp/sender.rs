@@ -1,6 +1,7 @@
 //! The sender's half: one writer and one ack-reader thread per connection, frames spread round-robin.
 
 use super::frame::{frames, send_frame};
+use super::splice::SplicePipe;
 use super::{data_error, need_host_memory, word, Offer, ACK_LEN};
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 
 pub struct TcpSource {
     conns: Vec<TcpStream>,
+    /// One zero-copy pipe per connection (None: plain writes; `KVXFER_TCP_SPLICE=0` asks for those).
+    pipes: Vec<Option<SplicePipe>>,
     io_timeout: Duration,
 }
 
@@ -35,7 +38,9 @@ impl TcpSource {
             s.write_all(&key)?;
             conns.push(s);
         }
-        Ok(TcpSource { conns, io_timeout: ctx.timeouts.io })
+        let splice = std::env::var("KVXFER_TCP_SPLICE").map_or(true, |v| v != "0");
+        let pipes = conns.iter().map(|_| if splice { SplicePipe::new() } else { None }).collect();
+        Ok(TcpSource { conns, pipes, io_timeout: ctx.timeouts.io })
     }
 }
 
@@ -52,13 +57,20 @@ impl Source for TcpSource {
         serde_json::json!({ "streams": self.conns.len() })
     }
 
+    fn describe(&self) -> serde_json::Value {
+        let send = if self.pipes.iter().all(Option::is_some) { "splice" } else { "write" };
+        serde_json::json!({ "sender": { "streams": self.conns.len(), "send": send } })
+    }
+
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
         let streams = self.conns.len();
         let (tx, rx) = mpsc::channel::<Event>();
         let data = mem.host_slice().expect("checked when the source connected");
         let frames = frames(writes);
+        // Each writer thread owns its connection's pipe for the transfer.
+        let mut pipes = std::mem::take(&mut self.pipes);
         let result = std::thread::scope(|scope| -> Result<TransferTimes> {
-            for (k, conn) in self.conns.iter().enumerate() {
+            for (k, (conn, pipe)) in self.conns.iter().zip(pipes.iter_mut()).enumerate() {
                 let mine: Vec<(usize, usize)> = frames.iter().copied().skip(k).step_by(streams).collect();
                 if mine.is_empty() {
                     continue;
@@ -70,7 +82,7 @@ impl Source for TcpSource {
                 scope.spawn(move || {
                     for (first, count) in mine {
                         let _ = tx_w.send(Event::Posted(first, count, Instant::now()));
-                        if let Err(e) = send_frame(&mut w, data, &writes[first..first + count], first) {
+                        if let Err(e) = send_frame(&mut w, pipe, data, &writes[first..first + count], first) {
                             let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
                             return;
                         }
@@ -130,6 +142,7 @@ impl Source for TcpSource {
             let first_post = first_post.expect("every stream with writes posts first");
             Ok(TransferTimes::new(first_post, last.unwrap_or(first_post)))
         });
+        self.pipes = pipes;
         result
     }
 }
