@@ -61,6 +61,10 @@ pub(super) fn send_frame(
         let payloads: Vec<&[u8]> = writes.iter().map(payload).collect();
         let mut sent = 0;
         if !p.send(w, &payloads, &mut sent)? {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!("note: the kernel refused to splice this buffer's pages; sending with plain writes");
+            }
             *pipe = None;
             write_rest(w, &payloads, sent)?;
         }

@@ -57,7 +57,9 @@ impl SplicePipe {
                 let e = std::io::Error::last_os_error();
                 match e.kind() {
                     ErrorKind::Interrupted => continue,
-                    _ if refused(&e) => return Ok(false),
+                    // EFAULT here: pages the kernel cannot take a reference to (a driver's special mapping); the
+                    // slices themselves are in bounds.
+                    _ if refused(&e) || e.raw_os_error() == Some(libc::EFAULT) => return Ok(false),
                     _ => return Err(e),
                 }
             }
