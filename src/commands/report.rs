@@ -71,7 +71,8 @@ pub fn run(a: ReportArgs) -> Result<()> {
     }
     if let Some(dir) = &a.fig.fig {
         // One file: its configurations by case name; several: each series keeps its run's name in front.
-        let series = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { split.clone() };
+        let short = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { Vec::new() };
+        let series = if short.is_empty() { &split } else { &short };
         let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
         for f in export::plot::write_figures(&named, dir, &lines)? {
             eprintln!("figure: {}", f.display());
