@@ -344,11 +344,12 @@ fn sweep_writes_results_and_report_re_renders_them() {
 #[test]
 fn zero_copy_and_plain_sends_both_verify() {
     // 5 MiB in 1,500,000 B blocks: three spliced writes (≥ 1 MiB) and a 742,880 B tail sent with writev, over two
-    // connections; then the same with splicing turned off.
-    for (env, mode) in [(None, "splice"), (Some("0"), "write")] {
+    // connections; with splicing forced on, forced off, and left to the calibration.
+    for (env, mode) in [(Some("1"), Some("splice")), (Some("0"), Some("write")), (None, None)] {
         let dir = TempDir::new("splice");
         let json = dir.arg("r.json");
         let mut cmd = common::kvxfer();
+        cmd.env_remove("KVXFER_TCP_SPLICE");
         if let Some(v) = env {
             cmd.env("KVXFER_TCP_SPLICE", v);
         }
@@ -359,7 +360,55 @@ fn zero_copy_and_plain_sends_both_verify() {
         // The recorded mode is the one used throughout: no fallback to plain writes happened mid-run.
         assert!(!stderr.contains("refused to splice"), "{stderr}");
         let r = read_json(&dir.join("r.json"));
-        assert_eq!(r["config"]["transport_detail"]["sender"]["send"], mode, "{}", r["config"]);
+        let sender = &r["config"]["transport_detail"]["sender"];
+        match mode {
+            Some(mode) => {
+                assert_eq!(sender["send"], mode, "{}", r["config"]);
+                assert_eq!(sender["send_choice"], "KVXFER_TCP_SPLICE", "{sender}");
+                assert!(!stderr.contains("tcp send path"), "no calibration when forced: {stderr}");
+            }
+            None => {
+                // Calibrated: both rates measured, and the faster path kept (splice only when it wins by 2%).
+                assert_eq!(sender["send_choice"], "calibration", "{sender}");
+                let (s, w) = (num(&sender["send_gbps"], "splice"), num(&sender["send_gbps"], "write"));
+                assert!(s > 0.0 && w > 0.0, "{sender}");
+                let expect = if s >= 1.02 * w { "splice" } else { "write" };
+                assert_eq!(sender["send"], expect, "{sender}");
+                assert!(stderr.contains(&format!("tcp send path: {expect}")), "{stderr}");
+            }
+        }
         check_case(&r["cases"][0], 5 * MIB, 3, true);
+    }
+}
+
+/// No rep may stall: a loopback rep of 1–16 MiB takes a few ms, so one of 100 ms or more is the tool holding bytes
+/// back (as splice with SPLICE_F_MORE on a frame's last bytes did: TCP corked the tail for ~200 ms, in 5–9 of 40
+/// reps at 4 MiB, but in none of 20 in some runs, hence 60 reps). Two real processes, each send path.
+#[test]
+fn no_rep_stalls_on_either_send_path() {
+    for env in ["1", "0"] {
+        let dir = TempDir::new("stall");
+        let json = dir.arg("r.json");
+        let serve = Serve::start(&["--once"]);
+        let out = common::kvxfer()
+            .env("KVXFER_TCP_SPLICE", env)
+            .args(["send", "--peer", &serve.addr, "--sizes", "1MiB,4MiB,16MiB", "--reps", "60", "--json", &json])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serve.proc.finish().expect_code(0);
+        let r = read_json(&dir.join("r.json"));
+        let cases = r["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 3);
+        for c in cases {
+            let reps = c["reps"].as_array().unwrap();
+            assert_eq!(reps.len(), 60);
+            let worst = reps.iter().map(|x| num(x, "transfer_ms")).fold(0.0, f64::max);
+            assert!(
+                worst < 100.0,
+                "KVXFER_TCP_SPLICE={env}: a {} B rep took {worst:.1} ms (a stall, not loopback speed)",
+                c["size_bytes"]
+            );
+        }
     }
 }

@@ -96,7 +96,7 @@ impl SenderSession {
                 return Err(e);
             }
         };
-        let source = match transport::connect_source(&cfg, &buf, offer, ctx) {
+        let mut source = match transport::connect_source(&cfg, &buf, offer, ctx) {
             Ok(s) => s,
             Err(e) => {
                 ch.send_error(&e);
@@ -107,6 +107,10 @@ impl SenderSession {
         match ch.recv("Connected")? {
             Msg::Connected => {}
             other => bail!("the receiver answered {} to Connect", other.name()),
+        }
+        if let Err(e) = source.prepare(&buf) {
+            ch.send_error(&e);
+            return Err(e);
         }
         let transport_detail = source.describe();
         Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, started: Instant::now() })

@@ -73,6 +73,11 @@ pub trait Source: Send {
     fn sends_landed_message(&self) -> bool {
         false
     }
+    /// Called once after the receiver accepted the connection, before the first rep: a transport may measure here
+    /// how best to send on this machine (TCP picks its send path). Not timed as part of any rep.
+    fn prepare(&mut self, _mem: &Buffer) -> Result<()> {
+        Ok(())
+    }
     /// Push every write from `mem` (the buffer the source was connected with) and return once all completed.
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes>;
 }

@@ -31,7 +31,7 @@ pub fn frames(writes: &[Write]) -> Vec<(usize, usize)> {
 }
 
 /// Writes of at least this many bytes (on average in a frame) go through the zero-copy pipe.
-const SPLICE_MIN_WRITE: u64 = 1 << 20;
+pub(super) const SPLICE_MIN_WRITE: u64 = 1 << 20;
 
 /// Send one frame: header and entries, then every payload through `pipe` without a copy (see `splice`) when the
 /// writes are large, else everything with as few writev calls as the kernel allows. A pipe the kernel refuses is

@@ -209,18 +209,22 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
             shared.fail(data_error("the sender", e).to_string());
             return;
         }
+        // Count the bytes before acking them: once the sender holds every ack it may start the next rep (after
+        // its calibration frames, say), whose arming must not be overtaken by this count.
+        {
+            let mut st = shared.state.lock().unwrap();
+            st.received += total;
+            if st.expected > 0 && st.received >= st.expected && st.landed_at.is_none() {
+                st.landed_at = Some(Instant::now());
+                shared.cv.notify_all();
+            }
+        }
         let mut ack = [0u8; ACK_LEN];
         ack[..8].copy_from_slice(&first.to_le_bytes());
         ack[8..].copy_from_slice(&count.to_le_bytes());
         if let Err(e) = s.write_all(&ack) {
             shared.fail(data_error("the sender", e).to_string());
             return;
-        }
-        let mut st = shared.state.lock().unwrap();
-        st.received += total;
-        if st.expected > 0 && st.received >= st.expected && st.landed_at.is_none() {
-            st.landed_at = Some(Instant::now());
-            shared.cv.notify_all();
         }
     }
 }

@@ -43,6 +43,8 @@ impl SplicePipe {
     pub fn send(&self, sock: &mut TcpStream, payloads: &[&[u8]], sent: &mut usize) -> std::io::Result<bool> {
         let mut iov: Vec<libc::iovec> =
             payloads.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
+        // Bytes of this call's payloads not yet handed to the socket.
+        let mut unsent: usize = payloads.iter().map(|p| p.len()).sum::<usize>() - *sent;
         let mut at = 0;
         while at < iov.len() {
             if iov[at].iov_len == 0 {
@@ -66,6 +68,10 @@ impl SplicePipe {
             }
             let mut left = m as usize;
             while left > 0 {
+                // SPLICE_F_MORE tells TCP more bytes follow, so it may hold a partial segment back for them. Never
+                // on the frame's last bytes: the receiver waits for those, and TCP would hold them like a cork
+                // until its ~200 ms timer (a stall a benchmark must not report as the network's).
+                let more = if unsent > left { libc::SPLICE_F_MORE } else { 0 };
                 // SAFETY: both descriptors are open (the pipe's read end, the connected socket); null offsets mean
                 // "current position", as pipes and sockets require.
                 let k = unsafe {
@@ -75,7 +81,7 @@ impl SplicePipe {
                         sock.as_raw_fd(),
                         std::ptr::null_mut(),
                         left,
-                        libc::SPLICE_F_MOVE | libc::SPLICE_F_MORE,
+                        libc::SPLICE_F_MOVE | more,
                     )
                 };
                 match k {
@@ -94,6 +100,7 @@ impl SplicePipe {
                     }
                     k => {
                         left -= k as usize;
+                        unsent -= k as usize;
                         *sent += k as usize;
                     }
                 }
