@@ -3,7 +3,8 @@
 #
 #   1. iperf3 server on 127.0.0.1 + a single-stream client for IPERF_SECS seconds  -> GB/s (10^9 bytes/s)
 #   2. /usr/bin/time -v target/release/kvxfer sweep --sizes $SIZE --reps $REPS     -> p50 GB/s, peak RSS
-#   3. the same sweep with KVXFER_TCP_SPLICE=0 (the kernel copies every byte into socket buffers), for reference
+#   3. the same sweep with each send path forced: KVXFER_TCP_SPLICE=1 (zero-copy) and =0 (the kernel copies every
+#      byte into socket buffers); step 2 uses the path kvxfer calibrates at connection time
 #
 # Prints both bandwidths, their ratio (target >= 0.9) and the sweep's peak RSS against 2 x size + 64 MiB (sender
 # buffer + receiver buffer + slack). Installs iperf3 / time from apt when missing and builds the release binary.
@@ -85,37 +86,41 @@ IPERF_BPS=$(json_get "$WORK/iperf3.json" end.sum_received.bits_per_second)
 IPERF_GBPS=$(python3 -c "print(f'{$IPERF_BPS / 8 / 1e9:.3f}')")
 
 # ---------------------------------------------------------------------------------------------- kvxfer
-say "bench-tcp: kvxfer sweep --sizes $SIZE --reps $REPS"
-/usr/bin/time -v -o "$WORK/time.txt" \
-    "$KVXFER" sweep --sizes "$SIZE" --reps "$REPS" \
-    --json "$WORK/kvxfer.json" --md "$WORK/kvxfer.md" --out-dir "$WORK" \
-    >"$WORK/kvxfer.out" 2>"$WORK/kvxfer.err" || {
-    cat "$WORK/kvxfer.out" "$WORK/kvxfer.err" >&2
-    say "bench-tcp: kvxfer sweep failed"
-    exit 1
+# kv_sweep NAME [VAR=VALUE...]: one sweep under /usr/bin/time -v, outputs in $WORK/NAME.*
+kv_sweep() {
+    local name=$1; shift
+    env "$@" /usr/bin/time -v -o "$WORK/$name.time" \
+        "$KVXFER" sweep --sizes "$SIZE" --reps "$REPS" \
+        --json "$WORK/$name.json" --md "$WORK/$name.md" --out-dir "$WORK" \
+        >"$WORK/$name.out" 2>"$WORK/$name.err" || {
+        cat "$WORK/$name.out" "$WORK/$name.err" >&2
+        say "bench-tcp: kvxfer sweep ($name) failed"
+        exit 1
+    }
 }
+say "bench-tcp: kvxfer sweep --sizes $SIZE --reps $REPS (default: the send path it calibrates)"
+kv_sweep kvxfer -u KVXFER_TCP_SPLICE
 cat "$WORK/kvxfer.out"
+grep 'tcp send path' "$WORK/kvxfer.err" >&2 || true
 KV_GBPS=$(json_get "$WORK/kvxfer.json" cases.0.gbps.p50)
-# For reference: the same sweep with the kernel copying every byte into socket buffers (no vmsplice/splice).
+# Both paths forced, for reference: zero-copy splice, and the kernel copying every byte into socket buffers.
+say "bench-tcp: kvxfer sweep again with KVXFER_TCP_SPLICE=1 (zero-copy splice)"
+kv_sweep kvxfer-splice KVXFER_TCP_SPLICE=1
+KV_SPLICE_GBPS=$(json_get "$WORK/kvxfer-splice.json" cases.0.gbps.p50)
 say "bench-tcp: kvxfer sweep again with KVXFER_TCP_SPLICE=0 (plain writes)"
-KVXFER_TCP_SPLICE=0 "$KVXFER" sweep --sizes "$SIZE" --reps "$REPS" --json "$WORK/kvxfer-copy.json" \
-    --md "$WORK/kvxfer-copy.md" --out-dir "$WORK" >"$WORK/kvxfer-copy.out" 2>&1 || {
-    cat "$WORK/kvxfer-copy.out" >&2
-    say "bench-tcp: kvxfer sweep (plain writes) failed"
-    exit 1
-}
+kv_sweep kvxfer-copy KVXFER_TCP_SPLICE=0
 KV_COPY_GBPS=$(json_get "$WORK/kvxfer-copy.json" cases.0.gbps.p50)
 SEND_MODE=$(json_get "$WORK/kvxfer.json" config.transport_detail.sender.send)
 SIZE_BYTES=$(json_get "$WORK/kvxfer.json" cases.0.size_bytes)
-RSS_KB=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$WORK/time.txt")
-WALL=$(sed -n 's/.*Elapsed (wall clock).*): //p' "$WORK/time.txt")
+RSS_KB=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$WORK/kvxfer.time")
+WALL=$(sed -n 's/.*Elapsed (wall clock).*): //p' "$WORK/kvxfer.time")
 
 python3 - "$IPERF_GBPS" "$KV_GBPS" "$RSS_KB" "$SIZE_BYTES" "$WALL" "$STRICT" "$SIZE" "$REPS" "$IPERF_SECS" \
-    "$KV_COPY_GBPS" "$SEND_MODE" <<'EOF'
+    "$KV_COPY_GBPS" "$SEND_MODE" "$KV_SPLICE_GBPS" <<'EOF'
 import sys
 iperf, kv, rss_kb, size, wall, strict = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6] == "1"
 size_txt, reps, secs = sys.argv[7], sys.argv[8], sys.argv[9]
-kv_copy, send_mode = float(sys.argv[10]), sys.argv[11]
+kv_copy, send_mode, kv_splice = float(sys.argv[10]), sys.argv[11], float(sys.argv[12])
 MiB = 1 << 20
 ratio = kv / iperf
 rss = rss_kb * 1024
@@ -124,9 +129,10 @@ ok_ratio, ok_rss = ratio >= 0.9, rss <= target
 yes = lambda b: "MET" if b else "NOT MET"
 print()
 print(f"iperf3 single stream ({secs} s, loopback):   {iperf:8.3f} GB/s")
-print(f"kvxfer sweep {size_txt} p50 (n={reps}):          {kv:8.3f} GB/s   (sends by {send_mode})")
+print(f"kvxfer sweep {size_txt} p50 (n={reps}), default: {kv:8.3f} GB/s   (calibrated at connection: sends by {send_mode})")
 print(f"ratio kvxfer / iperf3:                   {ratio:8.3f}   (target >= 0.9: {yes(ok_ratio)})")
-print(f"kvxfer with plain writes (KVXFER_TCP_SPLICE=0): {kv_copy:.3f} GB/s, ratio {kv_copy / iperf:.3f}")
+print(f"kvxfer forced zero-copy (KVXFER_TCP_SPLICE=1):  {kv_splice:.3f} GB/s, ratio {kv_splice / iperf:.3f}")
+print(f"kvxfer forced plain writes (KVXFER_TCP_SPLICE=0): {kv_copy:.3f} GB/s, ratio {kv_copy / iperf:.3f}")
 print(f"kvxfer peak RSS:                         {rss / MiB:8.1f} MiB (target <= 2 x {size / MiB:.0f} MiB + 64 MiB = {target / MiB:.0f} MiB: {yes(ok_rss)})")
 print(f"kvxfer sweep wall time:                  {wall:>8}")
 print("GB/s = 10^9 bytes/s")

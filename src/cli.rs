@@ -70,8 +70,8 @@ pub struct RunArgs {
     /// Warm-up reps per size (run first, kept apart from the statistics)
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
-    /// How bytes move
-    #[arg(long, default_value = "tcp", value_name = "NAME")]
+    /// How bytes move: tcp, verbs, cuda, or auto (cuda when both ends are GPUs, tcp otherwise; says which)
+    #[arg(long, default_value = "auto", value_name = "NAME")]
     pub transport: String,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
@@ -107,8 +107,9 @@ pub struct RunArgs {
     pub verbs: VerbsArgs,
     #[command(flatten)]
     pub paged: PagedArgs,
-    /// Give up connecting after this long (e.g. 5s, 500ms)
-    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    /// Keep trying to reach the receiver this long while nothing listens there yet (e.g. 60s, 500ms): a launcher
+    /// may start the sender first
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub connect_timeout: String,
     /// Give up when the peer is silent this long (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION")]
@@ -247,8 +248,10 @@ pub struct ServeArgs {
     /// Most data connections a sender may open
     #[arg(long, default_value_t = 64)]
     pub max_streams: u32,
-    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    /// Accepted for symmetry with send (the receiver dials nothing, so it has no effect here)
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub connect_timeout: String,
+    /// Give up on a sender that is silent this long mid-session (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub io_timeout: String,
 }

@@ -122,12 +122,25 @@ fn run_flags_out_of_range() {
 
 #[test]
 fn unreachable_peer_is_a_runtime_failure() {
-    let out = send_fails(&["--sizes", "1MiB"], 1, &["cannot reach", "receiver"]);
+    // Nothing listens: send keeps trying until --connect-timeout, says once that it waits, then fails as before.
+    let started = std::time::Instant::now();
+    let out = send_fails(&["--sizes", "1MiB", "--connect-timeout", "1s"], 1, &["cannot reach", "receiver", "1s"]);
     assert!(out.stderr.contains("refused"), "{}", out.stderr);
-    send_fails(&["--sizes", "1MiB"], 1, &["cannot reach"]);
+    assert_eq!(out.stderr.matches("waiting for the receiver at 127.0.0.1:").count(), 1, "{}", out.stderr);
+    let took = started.elapsed();
+    assert!(took >= std::time::Duration::from_millis(500), "gave up after {took:?}, before --connect-timeout");
     // Unresolvable host: the user's input.
     fails(&["send", "--peer", "no-such-host.invalid:1", "--sizes", "1MiB"], 2, &["--peer"]);
     fails(&["send", "--peer", "no-port-here", "--sizes", "1MiB"], 2, &["--peer"]);
+}
+
+#[test]
+fn lists_with_an_empty_element_are_refused() {
+    send_fails(&["--sizes", "1MiB,,2MiB"], 2, &["--sizes", "element 2 of 3 is empty"]);
+    send_fails(&["--sizes", "1MiB,"], 2, &["--sizes", "element 2 of 2 is empty"]);
+    send_fails(&["--tokens", ",1k", "--model", "qwen3-8b"], 2, &["--tokens", "element 1 of 2 is empty"]);
+    fails(&["sweep", "--sizes", " , "], 2, &["--sizes", "empty"]);
+    fails(&["sweep", "sweeps/smoke.toml", "--set", "sizes=1MiB,,2MiB"], 2, &["--set", "element 2 of 3 is empty"]);
 }
 
 #[test]

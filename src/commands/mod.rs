@@ -91,33 +91,49 @@ pub fn timeouts(connect: &str, io: &str) -> Result<Timeouts> {
     Ok(Timeouts { connect: parse_duration("--connect-timeout", connect)?, io: parse_duration("--io-timeout", io)? })
 }
 
-/// Validate the run flags and build the configuration the receiver will check again.
-pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<RunConfig> {
-    if !crate::transport::TRANSPORTS.contains(&r.transport.as_str()) {
-        bail_usage!(
-            "--transport {:?}: unknown transport; choose one of {}",
-            r.transport,
-            crate::transport::TRANSPORTS.join(", ")
-        );
+/// `--transport auto`: cuda when every end this command knows of is a GPU, tcp otherwise; said on stderr.
+fn resolve_transport(given: &str, ends: &[MemKind]) -> Result<String> {
+    if given != "auto" {
+        if !crate::transport::TRANSPORTS.contains(&given) {
+            bail_usage!(
+                "--transport {given:?}: unknown transport; choose one of auto, {}",
+                crate::transport::TRANSPORTS.join(", ")
+            );
+        }
+        return Ok(given.to_string());
     }
+    let gpus = ends.iter().all(|k| matches!(k, MemKind::Gpu(_)));
+    let (name, why) = if gpus {
+        ("cuda", if ends.len() > 1 { "both ends are GPUs" } else { "the buffer is on a GPU" })
+    } else {
+        ("tcp", "not every end is a GPU")
+    };
+    eprintln!("transport: {name} ({why}; --transport tcp|verbs|cuda to choose)");
+    Ok(name.to_string())
+}
+
+/// Validate the run flags and build the configuration the receiver will check again. `ends` are the memory kinds
+/// of the buffers this command knows (the source first): they choose the transport under `--transport auto`.
+pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<RunConfig> {
+    let src = ends[0];
+    let transport = resolve_transport(&r.transport, ends)?;
     if r.reps == 0 {
         bail_usage!("--reps 0: at least one measured rep is needed");
     }
     if r.streams == 0 || r.streams > 64 {
         bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
     }
-    if r.staging == "gather" && (r.transport != "cuda" || !matches!(src, MemKind::Gpu(_))) {
+    if r.staging == "gather" && (transport != "cuda" || !matches!(src, MemKind::Gpu(_))) {
         bail_usage!(
-            "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {} from {src} memory",
-            r.transport
+            "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {transport} from {src} memory"
         );
     }
     let block_size = match &r.block_size {
         Some(b) => parse_size(b).map_err(|e| crate::error::usage(format!("--block-size: {e}")))?,
-        None => crate::transport::default_block_size(&r.transport),
+        None => crate::transport::default_block_size(&transport),
     };
     let cfg = RunConfig {
-        transport: r.transport.clone(),
+        transport,
         block_size,
         streams: r.streams,
         reps: r.reps,
@@ -135,7 +151,7 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, src: MemKind) -> Result<Run
         paged: None,
     };
     if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == "contiguous" {
-        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), r.transport);
+        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), cfg.transport);
     }
     Ok(cfg)
 }
@@ -194,6 +210,11 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
     let needs = needs.or_else(|| (cfg.transport == "cuda").then(|| "--transport cuda".to_string()));
     if let Some(what) = needs {
         crate::mem::cuda::driver().map_err(|e| e.context(what))?;
+    }
+    for (flag, kind) in kinds {
+        if let MemKind::Gpu(i) = kind {
+            crate::mem::cuda::check_ordinal(*i).map_err(|e| e.context(format!("{flag} {kind}")))?;
+        }
     }
     if cfg.transport == "verbs" {
         for d in devices {

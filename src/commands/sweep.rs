@@ -19,7 +19,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let src = MemKind::parse("--src", &a.src)?;
     let dst = MemKind::parse("--dst", &a.dst)?;
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let mut cfg = super::run_config(&a.run, cases, src)?;
+    let mut cfg = super::run_config(&a.run, cases, &[src, dst])?;
     cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
     let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
     super::check_memory(&cfg, &[src, dst])?;

@@ -3,8 +3,9 @@
 use super::frame::{read_frame, write_frame, FrameError};
 use super::messages::{Msg, MAGIC, PROTOCOL};
 use anyhow::{anyhow, bail, Context, Result};
+use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 /// Timeouts that keep either side from hanging on a silent peer.
@@ -13,6 +14,9 @@ pub struct Timeouts {
     pub connect: Duration,
     pub io: Duration,
 }
+
+/// Longest single connection attempt (a SYN into a black hole); attempts repeat until `--connect-timeout`.
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
 
 /// A connected control channel.
 pub struct ControlChannel {
@@ -38,21 +42,54 @@ impl ControlChannel {
         Ok(ControlChannel { stream, peer_role, io_timeout })
     }
 
-    /// Connect to `peer` (HOST:PORT), trying each resolved address within `timeouts.connect`.
+    /// Connect to `peer` (HOST:PORT), trying each resolved address, and again while nothing listens there yet
+    /// (refused, unreachable, timed out) until `timeouts.connect` has passed: a launcher that starts both sides at
+    /// once (srun, mpirun, two ssh's) may start the sender first. Says once on stderr that it is waiting.
     pub fn connect(peer: &str, timeouts: Timeouts) -> Result<Self> {
         let addrs: Vec<SocketAddr> = peer
             .to_socket_addrs()
             .map_err(|e| crate::error::usage(format!("--peer {peer}: cannot resolve: {e}; expected HOST:PORT")))?
             .collect();
-        let mut last = None;
-        for addr in &addrs {
-            match TcpStream::connect_timeout(addr, timeouts.connect) {
-                Ok(s) => return Self::new(s, "the receiver", timeouts.io),
-                Err(e) => last = Some(e),
+        let deadline = Instant::now() + timeouts.connect;
+        let mut pause = Duration::from_millis(20);
+        let mut said = false;
+        loop {
+            let mut last = None;
+            for addr in &addrs {
+                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+                match TcpStream::connect_timeout(addr, left.min(CONNECT_ATTEMPT)) {
+                    Ok(s) => return Self::new(s, "the receiver", timeouts.io),
+                    Err(e) => last = Some(e),
+                }
             }
+            let why = last.map(|e| (e.kind(), e.to_string()));
+            let not_yet = why.as_ref().is_some_and(|(kind, _)| {
+                matches!(
+                    kind,
+                    ErrorKind::ConnectionRefused
+                        | ErrorKind::TimedOut
+                        | ErrorKind::HostUnreachable
+                        | ErrorKind::NetworkUnreachable
+                        | ErrorKind::ConnectionReset
+                )
+            });
+            if !not_yet || Instant::now() + pause >= deadline {
+                let why = why.map(|(_, text)| text).unwrap_or_else(|| "no address".into());
+                bail!(
+                    "cannot reach the receiver at {peer} within --connect-timeout ({}): {why}; is `kvxfer serve` running there and the port open?",
+                    humantime::format_duration(timeouts.connect)
+                );
+            }
+            if !said {
+                eprintln!(
+                    "waiting for the receiver at {peer} (up to {}; --connect-timeout to change)",
+                    humantime::format_duration(timeouts.connect)
+                );
+                said = true;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
-        let why = last.map(|e| e.to_string()).unwrap_or_else(|| "no address".into());
-        bail!("cannot reach the receiver at {peer}: {why}; is `kvxfer serve` running there and the port open?")
     }
 
     pub fn peer_addr(&self) -> Option<SocketAddr> {

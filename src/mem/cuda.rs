@@ -63,16 +63,21 @@ pub fn device_count() -> Result<i32> {
     result::device::get_count().or_cuda("cuDeviceGetCount")
 }
 
+/// A usage error unless GPU `ordinal` exists: `no gpu:9 (this host has gpu:0, gpu:1)`.
+pub fn check_ordinal(ordinal: u32) -> Result<()> {
+    let count = device_count()?;
+    if ordinal as i32 >= count {
+        let have: Vec<String> = (0..count).map(|g| format!("gpu:{g}")).collect();
+        let have = if have.is_empty() { "no GPU".to_string() } else { have.join(", ") };
+        return Err(crate::error::usage(format!("no gpu:{ordinal} (this host has {have})")));
+    }
+    Ok(())
+}
+
 /// The primary context of GPU `ordinal`, retained once per process.
 pub fn context(ordinal: u32) -> Result<Arc<CudaContext>> {
     static CONTEXTS: OnceLock<Mutex<HashMap<u32, Arc<CudaContext>>>> = OnceLock::new();
-    let count = device_count()?;
-    if ordinal as i32 >= count {
-        return Err(crate::error::usage(format!(
-            "gpu:{ordinal}: this host has {count} GPU(s) (gpu:0 .. gpu:{})",
-            count.max(1) - 1
-        )));
-    }
+    check_ordinal(ordinal)?;
     let mut map = CONTEXTS.get_or_init(Default::default).lock().unwrap();
     if let Some(c) = map.get(&ordinal) {
         c.bind_to_thread().or_cuda("cuCtxSetCurrent")?;

@@ -91,9 +91,16 @@ fn is_negative(t: &str) -> bool {
 }
 
 fn split_list<'a>(text: &'a str, flag: &str) -> Result<Vec<&'a str>> {
-    let items: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    if items.is_empty() {
+    if text.trim().is_empty() {
         bail_usage!("{flag} {text:?}: expected a comma-separated list");
+    }
+    let items: Vec<&str> = text.split(',').map(str::trim).collect();
+    if let Some(i) = items.iter().position(|s| s.is_empty()) {
+        bail_usage!(
+            "{flag} {text:?}: element {} of {} is empty; separate the values with single commas, e.g. 1k,32k",
+            i + 1,
+            items.len()
+        );
     }
     Ok(items)
 }

@@ -168,9 +168,16 @@ impl SweepFile {
                 run_sets.insert(k, v.trim().to_string());
             } else {
                 check_param("--set", &k)?;
-                let list: Values = v.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect();
-                if list.is_empty() {
+                let list: Values = v.split(',').map(|x| x.trim().to_string()).collect();
+                if list.iter().all(String::is_empty) {
                     bail_usage!("--set {s:?}: give a value");
+                }
+                if let Some(i) = list.iter().position(String::is_empty) {
+                    bail_usage!(
+                        "--set {s:?}: element {} of {} is empty; separate the values with single commas",
+                        i + 1,
+                        list.len()
+                    );
                 }
                 param_sets.insert(k, list);
             }
