@@ -427,8 +427,7 @@ fn send_started_before_serve_waits_for_it() {
     let json = dir.arg("r.json");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut send =
-        Proc::spawn(&["send", "--peer", &addr, "--sizes", "1MiB", "--reps", "2", "--verify", "--json", &json]);
+    let send = Proc::spawn(&["send", "--peer", &addr, "--sizes", "1MiB", "--reps", "2", "--verify", "--json", &json]);
     assert!(
         send.stderr.wait_for(&format!("waiting for the receiver at {addr}"), CMD_TIMEOUT),
         "{}",
