@@ -2,6 +2,8 @@ use clap::Parser;
 use kvxfer::cli::{Cli, Command};
 use kvxfer::commands;
 
+mod glibc_compat;
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
