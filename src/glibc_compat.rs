@@ -9,6 +9,7 @@
 
 /// hypot for f32 the way glibc >= 2.35 computes it: in f64, where neither square can overflow or lose bits (an
 /// f32 mantissa squared fits in an f64 one), then rounded once to f32.
+// SAFETY: exports the C symbol `hypotf` with libm's signature and results; nothing else in the program defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn hypotf(x: f32, y: f32) -> f32 {
     // IEEE 754: an infinite argument wins even over a NaN one (the f64 sum would give NaN).
