@@ -178,17 +178,28 @@ fn in_process_sweep_looping_through_one_device() {
 fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill");
+    let events = Events::fifo(t.join("e.jsonl"));
     let (mut serve, addr) = serve_on_a(&r, &[]);
     let json = t.arg("k.json");
-    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "16MiB,64MiB", "--reps", "30", "--json", &json]));
-    // Kill once the first size is done, i.e. in the middle of the 64 MiB reps.
-    assert!(send.stdout.wait_for("16 MiB", Duration::from_secs(60)), "first row: {}", send.stderr.text());
-    std::thread::sleep(Duration::from_millis(500));
+    let ev = events.arg();
+    let mut send = Proc::spawn(&send_args(
+        &r,
+        &addr,
+        &["--sizes", "16MiB,64MiB", "--reps", "30", "--json", &json, "--events", &ev],
+    ));
+    // Kill once the 64 MiB case is under way: its warm-up rep is done, its 30 measured reps (tens of seconds at
+    // soft-RoCE's 15-50 MB/s) are not.
+    events.wait_rep(1, true, 0, Duration::from_secs(300));
     serve.kill();
     let killed = Instant::now();
     let status = send.wait_timeout(Duration::from_secs(20)).expect("the sender exits");
     let took = killed.elapsed();
     let err = send.stderr.text();
+    assert!(
+        !events.all_lines().iter().any(|e| e["case"] == 1 && e["warmup"] == false && e["rep"] == 0),
+        "the first measured 64 MiB rep finished: the kill did not land mid-transfer\n{}",
+        events.pipe.text()
+    );
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(took < Duration::from_secs(5), "the sender took {took:?} to notice");
     assert!(err.contains("receiver") || err.contains("RETRY_EXC"), "names what happened: {err}");
@@ -202,18 +213,28 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
 #[test]
 fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
     let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-kill-tx");
+    let events = Events::fifo(t.join("e.jsonl"));
     let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "64MiB", "--reps", "30"]));
-    assert!(
-        send.stderr.wait_for("reps", Duration::from_secs(30)) || send.stdout.wait_for("size", Duration::from_secs(30))
-    );
-    std::thread::sleep(Duration::from_secs(2));
+    let ev = events.arg();
+    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "64MiB", "--reps", "30", "--events", &ev]));
+    // Kill as the second measured rep starts: the first is done, 29 of 64 MiB each (tens of seconds at
+    // soft-RoCE's 15-50 MB/s) are not.
+    events.wait_rep(0, false, 0, Duration::from_secs(300));
     send.kill();
     let killed = Instant::now();
     let status = serve.wait_timeout(Duration::from_secs(20)).expect("serve --once exits");
-    assert_eq!(status.code(), Some(1), "{}", serve.stderr.text());
-    assert!(killed.elapsed() < Duration::from_secs(5), "the receiver took {:?}", killed.elapsed());
-    assert!(serve.stderr.text().contains("sender"), "{}", serve.stderr.text());
+    let took = killed.elapsed();
+    let err = serve.stderr.text();
+    assert!(!err.contains("run complete"), "the run was over before the kill: the test did not kill mid-run\n{err}");
+    assert!(
+        !events.all_lines().iter().any(|e| e["warmup"] == false && e["rep"] == 1),
+        "the second measured rep finished: the kill did not land mid-transfer\n{}",
+        events.pipe.text()
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(5), "the receiver took {took:?}");
+    assert!(err.contains("sender"), "{err}");
 }
 
 #[test]
