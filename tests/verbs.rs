@@ -1,12 +1,16 @@
 //! Verbs transport tests on real soft-RoCE devices. They run inside `scripts/rxe-vm` (two rxe devices on a veth
-//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped.
-//! `scripts/test` runs them in the VM.
+//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped, or
+//! fails when `KVXFER_REQUIRE_RXE=1` (scripts/test-rxe sets it) promises the devices. `scripts/test` runs them in
+//! the VM.
 
 mod common;
 use common::*;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "rxe-test-token";
+/// Set by scripts/test-rxe: the rxe devices must be there; a test that finds none fails instead of skipping.
+const REQUIRE: &str = "KVXFER_REQUIRE_RXE";
 
 struct Rxe {
     a_dev: String,
@@ -14,14 +18,32 @@ struct Rxe {
     b_dev: String,
 }
 
+/// Whether the rdma device `dev` exists.
+fn rdma_device(dev: &str) -> bool {
+    Path::new("/sys/class/infiniband").join(dev).exists()
+}
+
+/// The two devices of the VM's default mode (RXE_VM_NET=pair), or None (after saying why, or failing: see
+/// [`missing_hardware`]) when they are not here.
 fn rxe() -> Option<Rxe> {
-    match (std::env::var("RXE_A_DEV"), std::env::var("RXE_A_IP"), std::env::var("RXE_B_DEV")) {
-        (Ok(a_dev), Ok(a_ip), Ok(b_dev)) => Some(Rxe { a_dev, a_ip, b_dev }),
-        _ => {
-            eprintln!("skipped: no soft-RoCE devices here (run inside scripts/rxe-vm, as scripts/test does)");
-            None
+    let why = match (std::env::var("RXE_A_DEV"), std::env::var("RXE_A_IP"), std::env::var("RXE_B_DEV")) {
+        (Ok(a_dev), Ok(a_ip), Ok(b_dev)) => {
+            let absent: Vec<&str> =
+                [&a_dev, &b_dev].into_iter().filter(|d| !rdma_device(d)).map(|d| d.as_str()).collect();
+            if absent.is_empty() {
+                return Some(Rxe { a_dev, a_ip, b_dev });
+            }
+            format!("no rdma device {} here, although RXE_A_DEV/RXE_B_DEV name it", absent.join(", "))
         }
-    }
+        // The VM's one-device mode (scripts/test-rxe's second run): these tests run in its two-device run.
+        _ if std::env::var("RXE_VM_NET").as_deref() == Ok("single") => {
+            eprintln!("skipped: needs the rxe VM's two devices (RXE_VM_NET=pair); this VM has one (RXE_VM_NET=single)");
+            return None;
+        }
+        _ => "no soft-RoCE devices here (run inside scripts/rxe-vm, as scripts/test-rxe does)".to_string(),
+    };
+    missing_hardware(REQUIRE, 0, &why);
+    None
 }
 
 /// `kvxfer serve` on rxeA's address, ready when returned.
@@ -141,9 +163,18 @@ fn in_process_sweep_between_two_devices() {
 /// harness routes each address through the other device, so a device cannot reach itself.
 #[test]
 fn in_process_sweep_looping_through_one_device() {
-    let (Ok("single"), Ok(a_dev)) = (std::env::var("RXE_VM_NET").as_deref(), std::env::var("RXE_A_DEV")) else {
-        eprintln!("skipped: needs the rxe VM with one device (RXE_VM_NET=single)");
+    let net = std::env::var("RXE_VM_NET");
+    if net.as_deref() == Ok("pair") {
+        eprintln!("skipped: needs the rxe VM with one device (RXE_VM_NET=single); scripts/test-rxe runs it so");
         return;
+    }
+    let a_dev = match (net.as_deref(), std::env::var("RXE_A_DEV")) {
+        (Ok("single"), Ok(a_dev)) if rdma_device(&a_dev) => a_dev,
+        _ => {
+            let why = "no soft-RoCE device in the VM's one-device mode here (run inside scripts/rxe-vm with RXE_VM_NET=single, as scripts/test-rxe does)";
+            missing_hardware(REQUIRE, 0, why);
+            return;
+        }
     };
     let r = Rxe { a_dev, a_ip: String::new(), b_dev: String::new() };
     let t = TempDir::new("verbs-loop");

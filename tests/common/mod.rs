@@ -33,6 +33,32 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+// ------------------------------------------------------------------------------------------ required hardware
+
+/// How much of the hardware named by `var` the harness promises: `KVXFER_REQUIRE_RXE=1` (set by scripts/test-rxe:
+/// soft-RoCE devices), `KVXFER_REQUIRE_GPU=N` (set in device runs: at least N GPUs). 0 when unset, empty or `0`; a
+/// value that is not a number counts as 1.
+pub fn promised(var: &str) -> usize {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => v.trim().parse().unwrap_or(1),
+        _ => 0,
+    }
+}
+
+/// A test found too little of the hardware it needs (`found` units of what `var` names; `why` says what is missing):
+/// it skips, printing why, unless the harness promised more than that (see [`promised`]); then it fails, so that a
+/// harness that silently stops providing the hardware turns the run red instead of skipping everything.
+pub fn missing_hardware(var: &str, found: usize, why: &str) {
+    let p = promised(var);
+    if found < p {
+        panic!(
+            "{why}, but {var}={} promises it: the test harness did not provide the hardware",
+            std::env::var(var).unwrap_or_default()
+        );
+    }
+    eprintln!("skipped: {why}");
+}
+
 // ------------------------------------------------------------------------------------------------ temp dirs
 
 /// A fresh directory under the system temp dir, removed on drop.
