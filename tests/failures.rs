@@ -4,24 +4,10 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 const EXIT_WITHIN: Duration = Duration::from_secs(5);
-
-/// Lines of a JSON-lines file (0 while it does not exist yet).
-fn line_count(p: &Path) -> usize {
-    std::fs::read_to_string(p).map(|t| t.lines().count()).unwrap_or(0)
-}
-
-fn wait_lines(p: &Path, n: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while line_count(p) < n {
-        assert!(Instant::now() < deadline, "{} never reached {n} lines", p.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Kill `victim`, then give `survivor` EXIT_WITHIN to exit; returns its output.
 fn kill_and_wait(victim: &mut Proc, mut survivor: Proc) -> Out {
@@ -44,6 +30,9 @@ fn kill_and_wait(victim: &mut Proc, mut survivor: Proc) -> Out {
 fn receiver_killed_after_the_first_case_keeps_that_case() {
     let dir = TempDir::new("kill-rx");
     let (json, csv, md) = (dir.arg("r.json"), dir.arg("r.csv"), dir.arg("r.md"));
+    // Apart from the results files, whose directory must hold nothing else at the end.
+    let ev_dir = TempDir::new("kill-rx-ev");
+    let events = Events::fifo(ev_dir.join("e.jsonl"));
     let mut serve = Serve::start(&["--once"]);
     // A quick 2 MiB case, then 51 reps of 512 MiB (seconds of work) during which the receiver dies. (Death during a
     // --verify fill has its own test below.)
@@ -61,18 +50,16 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
         &csv,
         "--md",
         &md,
+        "--events",
+        &events.arg(),
     ]);
-    assert!(
-        send.stdout.wait_until(Duration::from_secs(30), |t| t.lines().any(|l| l.trim_start().starts_with("2 MiB"))),
-        "no first row:\n{}\n{}",
-        send.stdout.text(),
-        send.stderr.text()
-    );
-    std::thread::sleep(Duration::from_millis(300)); // into the 512 MiB case
+    // The 512 MiB case is under way: its warm-up rep is done, its 50 measured reps are not.
+    events.wait_rep(1, true, 0, Duration::from_secs(60));
     let out = kill_and_wait(&mut serve.proc, send);
     out.expect_code(1);
     let line = out.one_error();
     assert!(line.contains("receiver") && line.contains("connection"), "{line}");
+    assert!(out.stdout.lines().any(|l| l.trim_start().starts_with("2 MiB")), "the first row:\n{}", out.stdout);
 
     // The completed case is in every file; the big one is not; the JSON says why the run stopped.
     let r = read_json(&dir.join("r.json"));
@@ -124,7 +111,8 @@ fn ctrl_c_keeps_the_completed_cases() {
 #[test]
 fn receiver_killed_before_any_case_completes_leaves_an_empty_results_file() {
     let dir = TempDir::new("kill-rx0");
-    let (json, events) = (dir.arg("r.json"), dir.arg("e.jsonl"));
+    let json = dir.arg("r.json");
+    let events = Events::fifo(dir.join("e.jsonl"));
     let mut serve = Serve::start(&["--once"]);
     let send = Proc::spawn(&[
         "send",
@@ -137,10 +125,10 @@ fn receiver_killed_before_any_case_completes_leaves_an_empty_results_file() {
         "--json",
         &json,
         "--events",
-        &events,
+        &events.arg(),
     ]);
     // The first (warm-up) rep has finished: the run is under way, no case can be complete yet.
-    wait_lines(&dir.join("e.jsonl"), 2, Duration::from_secs(30));
+    events.wait_rep(0, true, 0, Duration::from_secs(30));
     let out = kill_and_wait(&mut serve.proc, send);
     out.expect_code(1);
     assert!(out.one_error().contains("receiver"), "{}", out.stderr);
@@ -150,19 +138,26 @@ fn receiver_killed_before_any_case_completes_leaves_an_empty_results_file() {
     assert_eq!(r["cases"].as_array().unwrap().len(), 0, "{r}");
     assert!(r["error"].as_str().unwrap().contains("receiver"), "{r}");
     // Every finished rep kept its two events lines.
-    let n = line_count(&dir.join("e.jsonl"));
+    let lines = events.all_lines();
+    let n = lines.len();
     assert!(n >= 2 && n % 2 == 0, "{n} events lines");
+    for pair in lines.chunks(2) {
+        assert!(pair[0]["side"] == "sender" && pair[1]["side"] == "receiver", "{pair:?}");
+        assert_eq!(pair[0]["rep"], pair[1]["rep"], "{pair:?}");
+    }
 }
 
 #[test]
 fn sender_killed_mid_run_fails_serve_once() {
     let dir = TempDir::new("kill-tx");
-    let events = dir.arg("e.jsonl");
+    let events = Events::fifo(dir.join("e.jsonl"));
     let serve = Serve::start(&["--once"]);
     let mut send =
-        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "512MiB", "--reps", "50", "--events", &events]);
-    wait_lines(&dir.join("e.jsonl"), 2, Duration::from_secs(30));
+        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "512MiB", "--reps", "50", "--events", &events.arg()]);
+    // The warm-up rep is done, the 50 measured reps (seconds of work) are not.
+    events.wait_rep(0, true, 0, Duration::from_secs(30));
     let out = kill_and_wait(&mut send, serve.proc);
+    assert!(!out.stderr.contains("run complete"), "the run was over before the kill:\n{}", out.stderr);
     out.expect_code(1);
     let line = out.one_error();
     assert!(line.contains("sender"), "{line}");
@@ -172,17 +167,19 @@ fn sender_killed_mid_run_fails_serve_once() {
 #[test]
 fn serve_survives_a_killed_sender_and_serves_the_next() {
     let dir = TempDir::new("kill-tx2");
-    let events = dir.arg("e.jsonl");
+    let events = Events::fifo(dir.join("e.jsonl"));
     let mut serve = Serve::start(&[]);
     let mut send =
-        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "256MiB", "--reps", "50", "--events", &events]);
-    wait_lines(&dir.join("e.jsonl"), 2, Duration::from_secs(30));
+        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "256MiB", "--reps", "50", "--events", &events.arg()]);
+    // The warm-up rep is done, the 50 measured reps are not.
+    events.wait_rep(0, true, 0, Duration::from_secs(30));
     send.kill();
     assert!(
         serve.proc.stderr.wait_for("error: sender", EXIT_WITHIN),
         "serve did not notice the dead sender within {EXIT_WITHIN:?}:\n{}",
         serve.stderr()
     );
+    assert!(!serve.stderr().contains("run complete"), "the run was over before the kill:\n{}", serve.stderr());
     assert!(serve.proc.is_running());
     let json = dir.arg("r.json");
     run(&["send", "--peer", &serve.addr, "--sizes", "1MiB", "--reps", "2", "--verify", "--json", &json]).expect_code(0);
@@ -194,7 +191,7 @@ fn serve_survives_a_killed_sender_and_serves_the_next() {
 fn receiver_killed_while_the_sender_fills_its_verify_pattern() {
     // 2 GiB takes long enough to fill that the kill lands mid-fill; the sender must not wait for the fill's end.
     let dir = TempDir::new("kill-fill");
-    let events = dir.arg("e.jsonl");
+    let events = Events::fifo(dir.join("e.jsonl"));
     let mut serve = Serve::start(&["--once"]);
     let send = Proc::spawn(&[
         "send",
@@ -208,16 +205,13 @@ fn receiver_killed_while_the_sender_fills_its_verify_pattern() {
         "0",
         "--verify",
         "--events",
-        &events,
+        &events.arg(),
     ]);
-    // The events file is created right after the handshake, just before the first fill starts.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !dir.join("e.jsonl").exists() {
-        assert!(Instant::now() < deadline, "the run never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(200));
+    // The sender opens its events file once the session is established, right before the first fill starts: the
+    // kill lands before the fill's first slice is written, or during it, with the whole 2 GiB still to go.
+    events.wait_opened(Duration::from_secs(60));
     let out = kill_and_wait(&mut serve.proc, send);
     out.expect_code(1);
     assert!(out.one_error().contains("receiver"), "{}", out.stderr);
+    assert!(events.all_lines().is_empty(), "a rep finished before the kill: it did not land in the first fill");
 }

@@ -125,7 +125,9 @@ fn a_peer_that_is_not_kvxfer() {
     let h = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
-        std::thread::sleep(Duration::from_millis(500));
+        // Hold the connection until the sender hangs up (closing first, with its hello unread, would reset the
+        // connection under the sender's read of the answer).
+        let _ = s.read_to_end(&mut Vec::new());
     });
     let out = run(&["send", "--peer", &addr, "--sizes", "1MiB"]);
     out.expect_code(1);
@@ -139,9 +141,9 @@ fn a_silent_receiver_times_out() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let h = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        std::thread::sleep(Duration::from_millis(2500));
-        drop(s);
+        // Say nothing, and hold the connection until the sender gives up and hangs up.
+        let (mut s, _) = l.accept().unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
     });
     let t = Instant::now();
     let out = run(&["send", "--peer", &addr, "--sizes", "1MiB", "--io-timeout", "1s"]);

@@ -1,21 +1,34 @@
 //! GPU tests: real CUDA on real GPUs, through the real binary. Without a CUDA driver (CI, laptops) each test prints
-//! why it skipped and passes; on the GPU machine they run (`KVXFER_BIN` may point at a carried binary).
+//! why it skipped and passes; on the GPU machine they run (`KVXFER_BIN` may point at a carried binary). A device
+//! run sets `KVXFER_REQUIRE_GPU=N` (N GPUs promised; 1 if not a number): a test that then finds fewer GPUs than
+//! promised fails instead of skipping, so a harness that silently stops providing GPUs turns the run red.
 
 mod common;
-use common::{kvxfer as command, read_json, TempDir};
+use common::{kvxfer as command, missing_hardware, read_json, TempDir};
 use std::process::{Output, Stdio};
 
-/// Number of GPUs the binary sees, or None (with the reason printed) when there is no usable driver.
+const REQUIRE: &str = "KVXFER_REQUIRE_GPU";
+
+/// Number of GPUs the binary sees, or None (with the reason printed, or a failure: see [`missing_hardware`]) when
+/// there is no usable driver or no GPU.
 fn gpus() -> Option<usize> {
     let out = command().args(["devices", "--json"]).output().expect("run kvxfer devices");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("devices --json prints JSON");
     match v["gpus"].as_array() {
         Some(g) if !g.is_empty() => Some(g.len()),
         _ => {
-            eprintln!("skipped: no GPU here ({})", v["gpu_error"].as_str().unwrap_or("no devices"));
+            let why = format!("no GPU here ({})", v["gpu_error"].as_str().unwrap_or("no devices"));
+            missing_hardware(REQUIRE, 0, &why);
             None
         }
     }
+}
+
+/// Whether the host driver reports any GPU, without skipping or failing: for the tests of what happens without one.
+fn has_gpus() -> bool {
+    let out = command().args(["devices", "--json"]).output().expect("run kvxfer devices");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("devices --json prints JSON");
+    v["gpus"].as_array().is_some_and(|g| !g.is_empty())
 }
 
 fn kvxfer(args: &[&str]) -> Output {
@@ -60,7 +73,7 @@ fn two_gpus() -> bool {
     match gpus() {
         Some(n) if n >= 2 => true,
         Some(n) => {
-            eprintln!("skipped: needs 2 GPUs, found {n}");
+            missing_hardware(REQUIRE, n, &format!("needs 2 GPUs, found {n}"));
             false
         }
         None => false,
@@ -199,8 +212,9 @@ fn tcp_refuses_gpu_memory_with_a_clear_error() {
 
 #[test]
 fn without_a_driver_gpu_requests_fail_cleanly() {
-    if gpus().is_some() {
-        eprintln!("skipped: this host has a CUDA driver");
+    // Not `gpus()`: a host without GPUs is what this test is about, never a reason to fail it.
+    if has_gpus() {
+        eprintln!("skipped: this host has a CUDA driver and GPUs");
         return;
     }
     for args in [

@@ -1,12 +1,16 @@
 //! Verbs transport tests on real soft-RoCE devices. They run inside `scripts/rxe-vm` (two rxe devices on a veth
-//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped.
-//! `scripts/test` runs them in the VM.
+//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped, or
+//! fails when `KVXFER_REQUIRE_RXE=1` (scripts/test-rxe sets it) promises the devices. `scripts/test` runs them in
+//! the VM.
 
 mod common;
 use common::*;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "rxe-test-token";
+/// Set by scripts/test-rxe: the rxe devices must be there; a test that finds none fails instead of skipping.
+const REQUIRE: &str = "KVXFER_REQUIRE_RXE";
 
 struct Rxe {
     a_dev: String,
@@ -14,14 +18,32 @@ struct Rxe {
     b_dev: String,
 }
 
+/// Whether the rdma device `dev` exists.
+fn rdma_device(dev: &str) -> bool {
+    Path::new("/sys/class/infiniband").join(dev).exists()
+}
+
+/// The two devices of the VM's default mode (RXE_VM_NET=pair), or None (after saying why, or failing: see
+/// [`missing_hardware`]) when they are not here.
 fn rxe() -> Option<Rxe> {
-    match (std::env::var("RXE_A_DEV"), std::env::var("RXE_A_IP"), std::env::var("RXE_B_DEV")) {
-        (Ok(a_dev), Ok(a_ip), Ok(b_dev)) => Some(Rxe { a_dev, a_ip, b_dev }),
-        _ => {
-            eprintln!("skipped: no soft-RoCE devices here (run inside scripts/rxe-vm, as scripts/test does)");
-            None
+    let why = match (std::env::var("RXE_A_DEV"), std::env::var("RXE_A_IP"), std::env::var("RXE_B_DEV")) {
+        (Ok(a_dev), Ok(a_ip), Ok(b_dev)) => {
+            let absent: Vec<&str> =
+                [&a_dev, &b_dev].into_iter().filter(|d| !rdma_device(d)).map(|d| d.as_str()).collect();
+            if absent.is_empty() {
+                return Some(Rxe { a_dev, a_ip, b_dev });
+            }
+            format!("no rdma device {} here, although RXE_A_DEV/RXE_B_DEV name it", absent.join(", "))
         }
-    }
+        // The VM's one-device mode (scripts/test-rxe's second run): these tests run in its two-device run.
+        _ if std::env::var("RXE_VM_NET").as_deref() == Ok("single") => {
+            eprintln!("skipped: needs the rxe VM's two devices (RXE_VM_NET=pair); this VM has one (RXE_VM_NET=single)");
+            return None;
+        }
+        _ => "no soft-RoCE devices here (run inside scripts/rxe-vm, as scripts/test-rxe does)".to_string(),
+    };
+    missing_hardware(REQUIRE, 0, &why);
+    None
 }
 
 /// `kvxfer serve` on rxeA's address, ready when returned.
@@ -141,9 +163,18 @@ fn in_process_sweep_between_two_devices() {
 /// harness routes each address through the other device, so a device cannot reach itself.
 #[test]
 fn in_process_sweep_looping_through_one_device() {
-    let (Ok("single"), Ok(a_dev)) = (std::env::var("RXE_VM_NET").as_deref(), std::env::var("RXE_A_DEV")) else {
-        eprintln!("skipped: needs the rxe VM with one device (RXE_VM_NET=single)");
+    let net = std::env::var("RXE_VM_NET");
+    if net.as_deref() == Ok("pair") {
+        eprintln!("skipped: needs the rxe VM with one device (RXE_VM_NET=single); scripts/test-rxe runs it so");
         return;
+    }
+    let a_dev = match (net.as_deref(), std::env::var("RXE_A_DEV")) {
+        (Ok("single"), Ok(a_dev)) if rdma_device(&a_dev) => a_dev,
+        _ => {
+            let why = "no soft-RoCE device in the VM's one-device mode here (run inside scripts/rxe-vm with RXE_VM_NET=single, as scripts/test-rxe does)";
+            missing_hardware(REQUIRE, 0, why);
+            return;
+        }
     };
     let r = Rxe { a_dev, a_ip: String::new(), b_dev: String::new() };
     let t = TempDir::new("verbs-loop");
@@ -178,17 +209,28 @@ fn in_process_sweep_looping_through_one_device() {
 fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill");
+    let events = Events::fifo(t.join("e.jsonl"));
     let (mut serve, addr) = serve_on_a(&r, &[]);
     let json = t.arg("k.json");
-    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "16MiB,64MiB", "--reps", "30", "--json", &json]));
-    // Kill once the first size is done, i.e. in the middle of the 64 MiB reps.
-    assert!(send.stdout.wait_for("16 MiB", Duration::from_secs(60)), "first row: {}", send.stderr.text());
-    std::thread::sleep(Duration::from_millis(500));
+    let ev = events.arg();
+    let mut send = Proc::spawn(&send_args(
+        &r,
+        &addr,
+        &["--sizes", "16MiB,64MiB", "--reps", "30", "--json", &json, "--events", &ev],
+    ));
+    // Kill once the 64 MiB case is under way: its warm-up rep is done, its 30 measured reps (tens of seconds at
+    // soft-RoCE's 15-50 MB/s) are not.
+    events.wait_rep(1, true, 0, Duration::from_secs(300));
     serve.kill();
     let killed = Instant::now();
     let status = send.wait_timeout(Duration::from_secs(20)).expect("the sender exits");
     let took = killed.elapsed();
     let err = send.stderr.text();
+    assert!(
+        !events.all_lines().iter().any(|e| e["case"] == 1 && e["warmup"] == false && e["rep"] == 0),
+        "the first measured 64 MiB rep finished: the kill did not land mid-transfer\n{}",
+        events.pipe.text()
+    );
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(took < Duration::from_secs(5), "the sender took {took:?} to notice");
     assert!(err.contains("receiver") || err.contains("RETRY_EXC"), "names what happened: {err}");
@@ -202,18 +244,28 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
 #[test]
 fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
     let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-kill-tx");
+    let events = Events::fifo(t.join("e.jsonl"));
     let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "64MiB", "--reps", "30"]));
-    assert!(
-        send.stderr.wait_for("reps", Duration::from_secs(30)) || send.stdout.wait_for("size", Duration::from_secs(30))
-    );
-    std::thread::sleep(Duration::from_secs(2));
+    let ev = events.arg();
+    let mut send = Proc::spawn(&send_args(&r, &addr, &["--sizes", "64MiB", "--reps", "30", "--events", &ev]));
+    // Kill as the second measured rep starts: the first is done, 29 of 64 MiB each (tens of seconds at
+    // soft-RoCE's 15-50 MB/s) are not.
+    events.wait_rep(0, false, 0, Duration::from_secs(300));
     send.kill();
     let killed = Instant::now();
     let status = serve.wait_timeout(Duration::from_secs(20)).expect("serve --once exits");
-    assert_eq!(status.code(), Some(1), "{}", serve.stderr.text());
-    assert!(killed.elapsed() < Duration::from_secs(5), "the receiver took {:?}", killed.elapsed());
-    assert!(serve.stderr.text().contains("sender"), "{}", serve.stderr.text());
+    let took = killed.elapsed();
+    let err = serve.stderr.text();
+    assert!(!err.contains("run complete"), "the run was over before the kill: the test did not kill mid-run\n{err}");
+    assert!(
+        !events.all_lines().iter().any(|e| e["warmup"] == false && e["rep"] == 1),
+        "the second measured rep finished: the kill did not land mid-transfer\n{}",
+        events.pipe.text()
+    );
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(took < Duration::from_secs(5), "the receiver took {took:?}");
+    assert!(err.contains("sender"), "{err}");
 }
 
 #[test]

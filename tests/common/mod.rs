@@ -33,6 +33,32 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+// ------------------------------------------------------------------------------------------ required hardware
+
+/// How much of the hardware named by `var` the harness promises: `KVXFER_REQUIRE_RXE=1` (set by scripts/test-rxe:
+/// soft-RoCE devices), `KVXFER_REQUIRE_GPU=N` (set in device runs: at least N GPUs). 0 when unset, empty or `0`; a
+/// value that is not a number counts as 1.
+pub fn promised(var: &str) -> usize {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => v.trim().parse().unwrap_or(1),
+        _ => 0,
+    }
+}
+
+/// A test found too little of the hardware it needs (`found` units of what `var` names; `why` says what is missing):
+/// it skips, printing why, unless the harness promised more than that (see [`promised`]); then it fails, so that a
+/// harness that silently stops providing the hardware turns the run red instead of skipping everything.
+pub fn missing_hardware(var: &str, found: usize, why: &str) {
+    let p = promised(var);
+    if found < p {
+        panic!(
+            "{why}, but {var}={} promises it: the test harness did not provide the hardware",
+            std::env::var(var).unwrap_or_default()
+        );
+    }
+    eprintln!("skipped: {why}");
+}
+
 // ------------------------------------------------------------------------------------------------ temp dirs
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -73,36 +99,91 @@ impl Drop for TempDir {
 
 // ------------------------------------------------------------------------------------------ captured output
 
+/// What a reader thread has seen of one pipe so far.
+#[derive(Default)]
+struct PipeState {
+    text: String,
+    /// The writer has the pipe open (at once for a child's stdout/stderr; a FIFO once the writer opened it).
+    opened: bool,
+    /// The writer closed it (the child exited), or it could not be read at all.
+    closed: bool,
+}
+
 /// Text a child writes to one pipe, collected by a thread as it arrives, so tests can wait for a line.
 #[derive(Clone, Default)]
-pub struct Captured(Arc<(Mutex<(String, bool)>, Condvar)>);
+pub struct Captured(Arc<(Mutex<PipeState>, Condvar)>);
 
 impl Captured {
     pub fn spawn(pipe: impl Read + Send + 'static) -> Captured {
         let c = Captured::default();
-        let inner = c.0.clone();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(pipe);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = r.read_until(b'\n', &mut line).unwrap_or(0);
-                let (lock, cv) = &*inner;
-                let mut g = lock.lock().unwrap();
-                if n == 0 {
-                    g.1 = true; // closed
-                    cv.notify_all();
-                    return;
-                }
-                g.0.push_str(&String::from_utf8_lossy(&line));
-                cv.notify_all();
+        c.update(|s| s.opened = true);
+        let inner = c.clone();
+        std::thread::spawn(move || inner.read_all(pipe));
+        c
+    }
+
+    /// Make a FIFO at `path` and collect what a writer (a child told to write its `--events` there) writes into
+    /// it. The reader thread opens it at once, which lets the writer's `open` return; `wait_opened` sees that.
+    pub fn fifo(path: &Path) -> Captured {
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+        let c = Captured::default();
+        let inner = c.clone();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || match std::fs::File::open(&path) {
+            Ok(f) => {
+                inner.update(|s| s.opened = true);
+                inner.read_all(f)
             }
+            Err(e) => inner.update(|s| {
+                s.text.push_str(&format!("(cannot open {}: {e})", path.display()));
+                s.closed = true;
+            }),
         });
         c
     }
 
+    fn update(&self, f: impl FnOnce(&mut PipeState)) {
+        let (lock, cv) = &*self.0;
+        f(&mut lock.lock().unwrap());
+        cv.notify_all();
+    }
+
+    fn read_all(&self, pipe: impl Read) {
+        let mut r = BufReader::new(pipe);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = r.read_until(b'\n', &mut line).unwrap_or(0);
+            self.update(|s| match n {
+                0 => s.closed = true,
+                _ => s.text.push_str(&String::from_utf8_lossy(&line)),
+            });
+            if n == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Wait (on the condition variable the reader thread signals) until `pred` holds (true) or `timeout` passed.
+    fn wait_state(&self, timeout: Duration, mut pred: impl FnMut(&PipeState) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.0;
+        let mut g = lock.lock().unwrap();
+        loop {
+            if pred(&g) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = cv.wait_timeout(g, deadline - now).unwrap().0;
+        }
+    }
+
     pub fn text(&self) -> String {
-        self.0 .0.lock().unwrap().0.clone()
+        self.0 .0.lock().unwrap().text.clone()
     }
 
     /// Wait until the text contains `needle` (true) or the pipe closed / the timeout passed (false).
@@ -111,29 +192,101 @@ impl Captured {
     }
 
     pub fn wait_until(&self, timeout: Duration, mut pred: impl FnMut(&str) -> bool) -> bool {
-        let deadline = Instant::now() + timeout;
-        let (lock, cv) = &*self.0;
-        let mut g = lock.lock().unwrap();
-        loop {
-            if pred(&g.0) {
-                return true;
-            }
-            let now = Instant::now();
-            if g.1 || now >= deadline {
-                return false;
-            }
-            g = cv.wait_timeout(g, deadline - now).unwrap().0;
-        }
+        let mut hit = false;
+        self.wait_state(timeout, |s| {
+            hit = pred(&s.text);
+            hit || s.closed
+        });
+        hit
+    }
+
+    /// Wait until the writer opened the pipe (true) or the timeout passed (false).
+    pub fn wait_opened(&self, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| s.opened)
     }
 
     /// Wait until the writer closed the pipe (the child exited).
     pub fn wait_closed(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        let (lock, cv) = &*self.0;
-        let mut g = lock.lock().unwrap();
-        while !g.1 && Instant::now() < deadline {
-            g = cv.wait_timeout(g, deadline.saturating_duration_since(Instant::now())).unwrap().0;
-        }
+        self.wait_state(timeout, |s| s.closed);
+    }
+}
+
+/// A sender's `--events` JSON lines as they are written: the events path is a FIFO read by a thread (see
+/// [`Captured::fifo`]), so a test waits for the line of a given rep instead of polling a file. A line is written
+/// (and flushed) as each rep, warm-up or measured, finishes: one `side: sender` and one `side: receiver` line.
+pub struct Events {
+    path: PathBuf,
+    pub pipe: Captured,
+}
+
+impl Events {
+    /// A FIFO at `path` (in a test's temp dir) to pass as `--events`.
+    pub fn fifo(path: PathBuf) -> Events {
+        let pipe = Captured::fifo(&path);
+        Events { path, pipe }
+    }
+
+    /// The path, for the command line.
+    pub fn arg(&self) -> String {
+        self.path.to_string_lossy().into_owned()
+    }
+
+    /// Every complete line so far, parsed.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        parse_events(&self.pipe.text())
+    }
+
+    /// Every line, once the writer closed the FIFO (call after the sender exited).
+    pub fn all_lines(&self) -> Vec<serde_json::Value> {
+        self.pipe.wait_closed(Duration::from_secs(5));
+        self.lines()
+    }
+
+    /// Wait until the writer (the sender) opened the events file: it does so once the session is established
+    /// (handshake done, buffers allocated, transport connected), just before the first rep.
+    pub fn wait_opened(&self, timeout: Duration) {
+        assert!(self.pipe.wait_opened(timeout), "the sender never opened its --events file {}", self.path.display());
+    }
+
+    /// Wait until a line matching `pred` arrives (panics, naming `what`, if the writer closes or `timeout` passes
+    /// first); returns it.
+    pub fn wait_line(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let mut found = None;
+        self.pipe.wait_until(timeout, |t| {
+            found = parse_events(t).into_iter().find(|v| pred(v));
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no --events line for {what} within {timeout:?}; got:\n{}", self.pipe.text()))
+    }
+
+    /// Wait for the first line of rep `rep` (warm-up or measured, as `warmup` says) of case `case`.
+    pub fn wait_rep(&self, case: u64, warmup: bool, rep: u64, timeout: Duration) -> serde_json::Value {
+        let what = format!("case {case} {} rep {rep}", if warmup { "warm-up" } else { "measured" });
+        self.wait_line(&what, timeout, |v| {
+            v["case"].as_u64() == Some(case) && v["warmup"].as_bool() == Some(warmup) && v["rep"].as_u64() == Some(rep)
+        })
+    }
+}
+
+fn parse_events(text: &str) -> Vec<serde_json::Value> {
+    // Only whole lines: the last one may still be arriving.
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("--events line is not JSON ({e}): {l}")))
+        .collect()
+}
+
+impl Drop for Events {
+    /// A reader still blocked in `open` (the sender never got as far as opening its events file) is released by
+    /// opening the write end once, without blocking, and closing it.
+    fn drop(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new().write(true).custom_flags(nix::libc::O_NONBLOCK).open(&self.path);
     }
 }
 
@@ -145,6 +298,38 @@ pub struct Proc {
     pub stdout: Captured,
     pub stderr: Captured,
     pub what: String,
+    exited: Exited,
+}
+
+/// Set by a thread blocked in `waitid(WEXITED | WNOWAIT)` on the child once it has exited. `WNOWAIT` leaves the
+/// child unreaped, so `Child` still owns its pid (a kill cannot reach a recycled pid) and reaps it itself.
+#[derive(Clone, Default)]
+struct Exited(Arc<(Mutex<bool>, Condvar)>);
+
+impl Exited {
+    fn watch(pid: u32) -> Exited {
+        let e = Exited::default();
+        let set = e.clone();
+        std::thread::spawn(move || {
+            use nix::sys::wait::{waitid, Id, WaitPidFlag};
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            // Any answer but EINTR means it is gone: exited, or already reaped by `Child` (ECHILD).
+            while let Err(nix::errno::Errno::EINTR) = waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+            {
+            }
+            let (lock, cv) = &*set.0;
+            *lock.lock().unwrap() = true;
+            cv.notify_all();
+        });
+        e
+    }
+
+    /// Wait until the child has exited (true) or `timeout` passed (false).
+    fn wait(&self, timeout: Duration) -> bool {
+        let (lock, cv) = &*self.0;
+        let g = lock.lock().unwrap();
+        *cv.wait_timeout_while(g, timeout, |exited| !*exited).unwrap().0
+    }
 }
 
 impl Proc {
@@ -153,26 +338,22 @@ impl Proc {
             kvxfer().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn kvxfer");
         let stdout = Captured::spawn(child.stdout.take().unwrap());
         let stderr = Captured::spawn(child.stderr.take().unwrap());
-        Proc { child, stdout, stderr, what: format!("kvxfer {}", args.join(" ")) }
+        let exited = Exited::watch(child.id());
+        Proc { child, stdout, stderr, what: format!("kvxfer {}", args.join(" ")), exited }
     }
 
     /// Wait for exit within `timeout`; on timeout kill it and return None.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(st) = self.child.try_wait().expect("try_wait") {
-                // Let the reader threads see the end of both pipes.
-                self.stdout.wait_closed(Duration::from_secs(5));
-                self.stderr.wait_closed(Duration::from_secs(5));
-                return Some(st);
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if !self.exited.wait(timeout) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            return None;
         }
+        let st = self.child.wait().expect("wait for an exited child");
+        // Let the reader threads see the end of both pipes.
+        self.stdout.wait_closed(Duration::from_secs(5));
+        self.stderr.wait_closed(Duration::from_secs(5));
+        Some(st)
     }
 
     /// Wait for exit (failing the test after CMD_TIMEOUT) and return the result.
