@@ -276,3 +276,43 @@ fn verbs_with_gpu_memory_but_no_nic_names_what_is_missing() {
     assert!(err.contains("--transport verbs") && err.contains("RDMA"), "{err}");
     assert!(!err.contains("panicked"));
 }
+
+#[test]
+fn auto_transport_picks_cuda_between_gpus_and_a_missing_gpu_is_named() {
+    let Some(n) = gpus() else { return };
+    if n >= 2 {
+        // No --transport: both ends are GPUs, so cuda, said on stderr and stored.
+        let d = tmp("auto");
+        let json = d.join("r.json");
+        let (j, o) = (json.to_string_lossy().into_owned(), d.path().to_string_lossy().into_owned());
+        let out = kvxfer(&[
+            "sweep",
+            "--src",
+            "gpu:0",
+            "--dst",
+            "gpu:1",
+            "--sizes",
+            "64MiB",
+            "--reps",
+            "2",
+            "--verify",
+            "--json",
+            &j,
+            "--out-dir",
+            &o,
+        ]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("transport: cuda (both ends are GPUs"));
+        let r = results(&json);
+        assert_eq!(r["config"]["transport"], "cuda");
+        assert_verified(&r, &[64 << 20], 2, 1.0);
+    }
+    // A GPU index past the last is named with the GPUs there are, before anything is allocated.
+    let missing = format!("gpu:{n}");
+    let have: Vec<String> = (0..n).map(|g| format!("gpu:{g}")).collect();
+    let out = kvxfer(&["sweep", "--src", &missing, "--dst", "gpu:0", "--sizes", "1MiB"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("--src {missing}: no {missing} (this host has {})", have.join(", "))), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
+}

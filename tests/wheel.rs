@@ -23,15 +23,7 @@ const PIP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 fn run_cmd(cmd: &mut Command, timeout: Duration) -> Out {
     let what = format!("{:?}", cmd);
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let stdout = Captured::spawn(child.stdout.take().unwrap());
-    let stderr = Captured::spawn(child.stderr.take().unwrap());
-    let mut p = Proc { child, stdout, stderr, what };
+    let mut p = Proc::start(cmd.stdin(Stdio::null()), what);
     let status = p.wait_timeout(timeout).unwrap_or_else(|| {
         panic!("{} did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}", p.what, p.stdout.text(), p.stderr.text())
     });

@@ -334,12 +334,20 @@ impl Exited {
 
 impl Proc {
     pub fn spawn(args: &[&str]) -> Proc {
-        let mut child =
-            kvxfer().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn kvxfer");
+        Proc::start(kvxfer().args(args), format!("kvxfer {}", args.join(" ")))
+    }
+
+    /// Start any command with both pipes captured (stdin as the command has it).
+    pub fn start(cmd: &mut Command, what: String) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let stdout = Captured::spawn(child.stdout.take().unwrap());
         let stderr = Captured::spawn(child.stderr.take().unwrap());
         let exited = Exited::watch(child.id());
-        Proc { child, stdout, stderr, what: format!("kvxfer {}", args.join(" ")), exited }
+        Proc { child, stdout, stderr, what, exited }
     }
 
     /// Wait for exit within `timeout`; on timeout kill it and return None.
