@@ -46,9 +46,25 @@ impl SendPath {
 #[derive(Debug, Clone)]
 struct SendChoice {
     path: SendPath,
-    how: &'static str,
+    how: ChosenBy,
     /// Calibration rates (GB/s), when measured.
     rates: Option<(f64, f64)>,
+}
+
+/// Why a send path was taken; serialized as `transport_detail.sender.send_choice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+enum ChosenBy {
+    /// Measured at connection time (still pending until `prepare` has run).
+    #[serde(rename = "calibration")]
+    Calibration,
+    #[serde(rename = "KVXFER_TCP_SPLICE")]
+    Environment,
+    /// The kernel gave no pipe to splice through.
+    #[serde(rename = "no pipe")]
+    NoPipe,
+    /// The receiver's region or the buffer is smaller than a spliced write, so nothing would splice.
+    #[serde(rename = "small writes")]
+    SmallWrites,
 }
 
 /// Calibration: each trial sends this much (or the region, if smaller) and each path gets this many trials,
@@ -94,14 +110,14 @@ impl TcpSource {
         let send = match forced {
             Some(SendPath::Splice) if pipes.iter().any(Option::is_none) => {
                 eprintln!("note: KVXFER_TCP_SPLICE=1 but this kernel gives no pipe to splice through; sending with plain writes");
-                SendChoice { path: SendPath::Write, how: "no pipe", rates: None }
+                SendChoice { path: SendPath::Write, how: ChosenBy::NoPipe, rates: None }
             }
-            Some(path) => SendChoice { path, how: "KVXFER_TCP_SPLICE", rates: None },
+            Some(path) => SendChoice { path, how: ChosenBy::Environment, rates: None },
             None if pipes.iter().any(Option::is_none) => {
-                SendChoice { path: SendPath::Write, how: "no pipe", rates: None }
+                SendChoice { path: SendPath::Write, how: ChosenBy::NoPipe, rates: None }
             }
             // Decided by `prepare`, once the receiver reads the data connections.
-            None => SendChoice { path: SendPath::Write, how: "calibration", rates: None },
+            None => SendChoice { path: SendPath::Write, how: ChosenBy::Calibration, rates: None },
         };
         Ok(TcpSource {
             conns,
@@ -152,13 +168,13 @@ impl Source for TcpSource {
     /// receiver's region, before any rep (the receiver counts bytes only for an armed rep, and every rep rewrites
     /// the region).
     fn prepare(&mut self, mem: &Buffer) -> Result<()> {
-        if self.send.how != "calibration" {
+        if self.send.how != ChosenBy::Calibration {
             return Ok(());
         }
         let bytes = CALIBRATION_BYTES.min(self.region_len).min(mem.len() as u64);
         if bytes < SPLICE_MIN_WRITE {
             // Writes this small never splice.
-            self.send.how = "small writes";
+            self.send.how = ChosenBy::SmallWrites;
             return Ok(());
         }
         let streams = self.conns.len() as u64;
@@ -176,7 +192,7 @@ impl Source for TcpSource {
         }
         let (s, w) = (median(&mut splice), median(&mut write));
         let path = if s >= w * SPLICE_MARGIN { SendPath::Splice } else { SendPath::Write };
-        self.send = SendChoice { path, how: "calibration", rates: Some((s, w)) };
+        self.send = SendChoice { path, how: ChosenBy::Calibration, rates: Some((s, w)) };
         eprintln!(
             "tcp send path: {} (measured here over {} trial(s) of {}: zero-copy splice {s:.2} GB/s, plain writes {w:.2} GB/s; {:.0} ms; KVXFER_TCP_SPLICE=0|1 forces one)",
             path.name(),
