@@ -160,6 +160,16 @@ fn predict_interpolates_a_synthetic_curve_and_marks_extrapolation() {
     let table = run(&["predict", "--results", &json, "--sizes", "3MiB,8MiB"]);
     table.expect_code(0);
     assert!(table.stdout.contains(" !") && table.stdout.contains("outside the measured range"), "{}", table.stdout);
+
+    // No positive time to predict from: one usage error, not a panic.
+    for c in r["cases"].as_array_mut().unwrap() {
+        c["transfer_ms"]["p50"] = 0.0.into();
+    }
+    std::fs::write(&json, serde_json::to_vec(&r).unwrap()).unwrap();
+    let zero = run(&["predict", "--results", &json, "--sizes", "3MiB"]);
+    zero.expect_code(2);
+    assert!(zero.one_error().contains("no selected case has a positive p50"), "{}", zero.stderr);
+    zero.no_panic();
 }
 
 #[test]

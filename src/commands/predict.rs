@@ -67,6 +67,10 @@ pub fn run(a: PredictArgs) -> Result<()> {
         bail_usage!("--decode-tokens 0: give the number of tokens the transferred cache lets the receiver decode");
     }
     let curve: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.transfer_ms.p50)).collect();
+    // The curve keeps only positive times: a file with none (hand-edited, or a corrupt run) has nothing to predict from.
+    if !curve.iter().any(|&(s, t)| s > 0.0 && t > 0.0) {
+        bail_usage!("{}: no selected case has a positive p50 transfer time to predict from", a.results.display());
+    }
     let ci = |end: usize| -> Option<Vec<(f64, f64)>> {
         cases.iter().map(|c| c.p50_ci.as_ref().map(|ci| (c.size_bytes as f64, ci.transfer_ms[end]))).collect()
     };
@@ -75,7 +79,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
         .iter()
         .map(|t| {
             let s = t.size_bytes as f64;
-            let (ms, basis) = log_log(&curve, s).expect("at least one measured size");
+            let (ms, basis) = log_log(&curve, s).expect("checked above: at least one positive point");
             // Outside the measured range there is no interval to speak of, only the extrapolation.
             let ci_ms = lo
                 .as_ref()
