@@ -6,8 +6,7 @@ use super::send::{drive, SendJob};
 use crate::cli::{OutputArgs, SweepArgs};
 use crate::mem::MemKind;
 use crate::run::receiver::{serve_session, ReceiverLimits};
-use anyhow::{Context, Result};
-use std::io::Read;
+use anyhow::Result;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::thread::JoinHandle;
@@ -92,6 +91,6 @@ pub fn loopback_receiver(limits: ReceiverLimits) -> Result<(SocketAddr, String, 
 
 fn random_token() -> Result<String> {
     let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).context("reading /dev/urandom")?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness for the loopback receiver's token: {e}"))?;
+    Ok(hex::encode(b))
 }

@@ -52,7 +52,7 @@ impl CudaTarget {
 impl Target for CudaTarget {
     fn offer(&self) -> serde_json::Value {
         let (ordinal, ipc) = match &*self.buf {
-            Buffer::Gpu(g) => (Some(g.ordinal), g.ipc_handle().ok().map(|h| hex(&h))),
+            Buffer::Gpu(g) => (Some(g.ordinal), g.ipc_handle().ok().map(hex::encode)),
             _ => (None, None),
         };
         serde_json::to_value(Offer {
@@ -82,14 +82,6 @@ impl Target for CudaTarget {
     fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
         bail!("the cuda transport learns of landing from the sender's control message")
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Result<Vec<u8>> {
-    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).context("malformed IPC handle")).collect()
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -172,7 +164,10 @@ impl CudaSource {
                     offer.mem
                 )));
             };
-            let bytes: [u8; 64] = unhex(h)?.try_into().map_err(|_| anyhow::anyhow!("IPC handle is not 64 bytes"))?;
+            let bytes: [u8; 64] = hex::decode(h)
+                .context("malformed IPC handle")?
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("IPC handle is not 64 bytes"))?;
             // Staged, the unpack kernel runs on the receiver's GPU: map its pool in that GPU's context.
             let m = IpcMapping::open(&context(staging_dst.unwrap_or(ordinal))?, &bytes)?;
             (m.ptr, Some(m))

@@ -19,7 +19,7 @@ pub use sender::TcpSource;
 use crate::mem::Buffer;
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
 const HEADER_LEN: usize = 24;
@@ -49,13 +49,9 @@ fn need_host_memory(buf: &Buffer, side: &str) -> Result<()> {
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn random_key() -> Result<[u8; KEY_LEN]> {
     let mut key = [0u8; KEY_LEN];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    getrandom::fill(&mut key).map_err(|e| anyhow!("no randomness for the session key: {e}"))?;
     Ok(key)
 }
 

@@ -3,7 +3,7 @@
 
 use super::frame::recv_scatter;
 use super::{
-    data_error, hex, need_host_memory, random_key, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_PIECES, HEADER_LEN, KEY_LEN,
+    data_error, need_host_memory, random_key, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_PIECES, HEADER_LEN, KEY_LEN,
 };
 use crate::mem::Buffer;
 use crate::plan::RunConfig;
@@ -66,8 +66,12 @@ impl TcpTarget {
 impl Target for TcpTarget {
     fn offer(&self) -> serde_json::Value {
         let port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        serde_json::to_value(Offer { data_port: port, session_key: hex(&self.key), region_len: self.buf.len() as u64 })
-            .expect("offer serializes")
+        serde_json::to_value(Offer {
+            data_port: port,
+            session_key: hex::encode(self.key),
+            region_len: self.buf.len() as u64,
+        })
+        .expect("offer serializes")
     }
 
     fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
@@ -81,7 +85,7 @@ impl Target for TcpTarget {
                     s.set_read_timeout(Some(self.io_timeout))?;
                     let mut key = [0u8; KEY_LEN];
                     if s.read_exact(&mut key).is_err()
-                        || !crate::control::peer::tokens_match(&hex(&key), &hex(&self.key))
+                        || !crate::control::peer::tokens_match(&hex::encode(key), &hex::encode(self.key))
                     {
                         continue; // not our sender: drop it and keep waiting
                     }

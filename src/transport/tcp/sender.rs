@@ -80,10 +80,7 @@ impl TcpSource {
     pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<TcpSource> {
         need_host_memory(buf, "the sender")?;
         let offer: Offer = serde_json::from_value(offer).context("the receiver's TCP offer is malformed")?;
-        let key: Vec<u8> = (0..offer.session_key.len() / 2)
-            .map(|i| u8::from_str_radix(&offer.session_key[2 * i..2 * i + 2], 16))
-            .collect::<Result<_, _>>()
-            .context("the receiver's session key is malformed")?;
+        let key = hex::decode(&offer.session_key).context("the receiver's session key is malformed")?;
         let addr = SocketAddr::new(ctx.peer_ip, offer.data_port);
         let mut conns = Vec::new();
         for _ in 0..cfg.streams {

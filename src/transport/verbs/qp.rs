@@ -44,10 +44,11 @@ pub struct QpSet {
 // thread-safe for that use.
 unsafe impl Send for QpSet {}
 
-fn random_psn() -> u32 {
+/// A random 24-bit packet sequence number, as perftest picks its start PSNs.
+fn random_psn() -> Result<u32> {
     let mut b = [0u8; 4];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
-    u32::from_le_bytes(b) & 0xff_ffff
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness for the queue pairs' start PSNs: {e}"))?;
+    Ok(u32::from_le_bytes(b) & 0xff_ffff)
 }
 
 impl QpSet {
@@ -85,7 +86,7 @@ impl QpSet {
                 .into();
             qps.push(qp);
         }
-        let psns = (0..n).map(|_| random_psn()).collect();
+        let psns = (0..n).map(|_| random_psn()).collect::<Result<_>>()?;
         Ok(QpSet { qps, cq, channel, pd, psns, port: port.clone(), _ctx: ctx.clone() })
     }
 
