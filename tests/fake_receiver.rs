@@ -47,33 +47,49 @@ fn lying_receiver(bad: u64) -> (String, JoinHandle<()>) {
         let mut k = [0u8; 16];
         data.read_exact(&mut k).unwrap();
         assert_eq!(k[1], 0x11);
+        // Like a real receiver: read and ack every frame from the start (the sender's calibration of its send path
+        // comes before Connect), and report each frame's payload bytes before acking it, so that the bytes of every
+        // acked frame are already counted when the sender sends its next message.
+        let (landed, bytes) = std::sync::mpsc::channel::<u64>();
+        std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 20];
+            loop {
+                // A scatter frame: (first, count, payload bytes), count (offset, len) entries, payloads.
+                let mut hdr = [0u8; 24];
+                if data.read_exact(&mut hdr).is_err() {
+                    return; // the sender hung up
+                }
+                let word = |i: usize| u64::from_le_bytes(hdr[i * 8..i * 8 + 8].try_into().unwrap());
+                let (count, len) = (word(1), word(2));
+                let mut entries = vec![0u8; count as usize * 16];
+                data.read_exact(&mut entries).unwrap();
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(sink.len() as u64) as usize;
+                    data.read_exact(&mut sink[..n]).unwrap();
+                    left -= n as u64;
+                }
+                let _ = landed.send(len);
+                if data.write_all(&hdr[..16]).is_err() {
+                    return;
+                }
+            }
+        });
         assert_eq!(read_msg(&mut ctl)["type"], "connect");
         write_msg(&mut ctl, serde_json::json!({"type": "connected"}));
-        let mut sink = vec![0u8; 1 << 20];
         loop {
             let m = read_msg(&mut ctl);
             match m["type"].as_str().unwrap() {
                 "rep_start" => {
                     let size = m["size_bytes"].as_u64().unwrap();
                     let case = m["case"].as_u64().unwrap();
+                    // Bytes that landed before this rep was armed (calibration) are not its bytes.
+                    while bytes.try_recv().is_ok() {}
                     write_msg(&mut ctl, serde_json::json!({"type": "rep_ready"}));
                     let t = Instant::now();
                     let mut got = 0;
                     while got < size {
-                        // A scatter frame: (first, count, payload bytes), count (offset, len) entries, payloads.
-                        let mut hdr = [0u8; 24];
-                        data.read_exact(&mut hdr).unwrap();
-                        let word = |i: usize| u64::from_le_bytes(hdr[i * 8..i * 8 + 8].try_into().unwrap());
-                        let (count, mut len) = (word(1), word(2));
-                        let mut entries = vec![0u8; count as usize * 16];
-                        data.read_exact(&mut entries).unwrap();
-                        got += len;
-                        while len > 0 {
-                            let n = len.min(sink.len() as u64) as usize;
-                            data.read_exact(&mut sink[..n]).unwrap();
-                            len -= n as u64;
-                        }
-                        data.write_all(&hdr[..16]).unwrap();
+                        got += bytes.recv().expect("the data connection closed mid-rep");
                     }
                     let ms = t.elapsed().as_secs_f64() * 1e3;
                     let bad_here = if case == 1 { bad } else { 0 };
