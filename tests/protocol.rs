@@ -331,6 +331,7 @@ fn malformed_scatter_frames_are_refused() {
         ("too many writes", vec![0, 1 << 40, 4096], "frame of"),
         ("payload longer than its writes", vec![0, 1, 4096, 0, 2048], "add up to 2048"),
         ("overlapping the end", vec![0, 2, 4096, 0, 2048, 4000, 2048], "outside"),
+        ("two writes onto the same bytes", vec![0, 2, 4096, 1024, 2048, 0, 2048], "overlap"),
     ] {
         let mut s = RawSender::hello(&serve.addr);
         let mut data = s.establish(4096);
@@ -341,7 +342,7 @@ fn malformed_scatter_frames_are_refused() {
         let msg = e["message"].as_str().unwrap();
         assert!(msg.contains(needle) && msg.contains("refused"), "{what}: {msg}");
     }
-    wait_sessions(&serve, 4);
+    wait_sessions(&serve, 5);
     assert!(serve.proc.is_running());
     assert_serves(&serve, None);
 }

@@ -102,10 +102,9 @@ pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) 
             continue;
         }
         let n_iov = (iov.len() - at).min(1024) as i32;
-        // SAFETY: each iovec points inside the live mapping that `buf` owns (checked against the region by the
-        // caller); the kernel writes through the raw pointers and no Rust reference to these bytes exists while a
-        // rep is in flight (verify reads only after the rep has landed), so even overlapping entries a hostile
-        // sender might send only overwrite region bytes.
+        // SAFETY: each iovec points inside the live mapping that `buf` owns, and the entries are disjoint (the
+        // caller checked both); the kernel writes through the raw pointers and no Rust reference to these bytes
+        // exists while a rep is in flight (verify reads only after the rep has landed).
         let n = unsafe { nix::libc::readv(s.as_raw_fd(), iov[at..].as_ptr(), n_iov) };
         match n {
             0 => return Err(ErrorKind::UnexpectedEof.into()),

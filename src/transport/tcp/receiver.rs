@@ -209,6 +209,15 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
             ));
             return;
         }
+        // Two entries of one frame writing the same bytes: never from a kvxfer sender (its writes are disjoint);
+        // refused so the readv below never has two kernel writes racing into one place.
+        if let Some((a, b)) = first_overlap(&entries) {
+            shared.fail(format!(
+                "the sender's frame writes {} bytes at offset {} and {} bytes at offset {}, which overlap; refused",
+                a.1, a.0, b.1, b.0
+            ));
+            return;
+        }
         if let Err(e) = recv_scatter(&s, buf, &entries) {
             shared.fail(data_error("the sender", e).to_string());
             return;
@@ -230,5 +239,25 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
             shared.fail(data_error("the sender", e).to_string());
             return;
         }
+    }
+}
+
+/// Two `(offset, len)` entries that share a byte, if any (entries already checked to lie inside the region).
+fn first_overlap(entries: &[(u64, u64)]) -> Option<((u64, u64), (u64, u64))> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0).map(|w| (w[0], w[1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_overlap;
+
+    #[test]
+    fn overlapping_entries_are_found_in_any_order() {
+        assert_eq!(first_overlap(&[(4096, 4096), (0, 4096)]), None, "back to back is fine");
+        assert_eq!(first_overlap(&[(8192, 10), (0, 4097), (4096, 10)]), Some(((0, 4097), (4096, 10))));
+        assert_eq!(first_overlap(&[(5, 1), (5, 1)]), Some(((5, 1), (5, 1))));
+        assert_eq!(first_overlap(&[]), None);
     }
 }
