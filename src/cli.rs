@@ -1,6 +1,7 @@
 //! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
@@ -12,6 +13,22 @@ const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth i
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// Parse the process's arguments, recording which of `sweep`'s flags were given on the command line.
+    pub fn parse_args() -> Result<Cli, clap::Error> {
+        let matches = Cli::command().try_get_matches()?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        if let (Command::Sweep(a), Some(("sweep", m))) = (&mut cli.command, matches.subcommand()) {
+            a.explicit = m
+                .ids()
+                .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+                .map(|id| id.to_string())
+                .collect();
+        }
+        Ok(cli)
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -310,6 +327,10 @@ pub struct SweepArgs {
     /// Where the default results/<timestamp>.json and .md go when --json/--md are not given
     #[arg(long, default_value = "results", value_name = "DIR")]
     pub out_dir: PathBuf,
+    /// The ids of the flags given on the command line (filled by [`Cli::parse_args`]): a sweep file refuses
+    /// parameter flags by whether they were given, not by whether their value differs from the default.
+    #[arg(skip)]
+    pub explicit: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -1,11 +1,10 @@
-use clap::Parser;
 use kvxfer::cli::{Cli, Command};
 use kvxfer::commands;
 
 mod glibc_compat;
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).

@@ -201,18 +201,17 @@ fn run_rounds(
     Ok(())
 }
 
-/// With a sweep file the file says what to measure: flags that would also say it are refused, not ignored.
+/// Flags that still apply with a sweep file: where results go and what the run is called.
+const FILE_FLAGS: &[&str] =
+    &["file", "sets", "resume", "json", "csv", "md", "events", "fig", "lines", "out_dir", "label"];
+
+/// With a sweep file the file says what to measure: a parameter flag given on the command line is refused, not
+/// ignored, whatever its value (even the default's: `--reps 5`).
 fn reject_parameter_flags(a: &SweepArgs) -> Result<()> {
-    let Ok(Cli { command: Command::Sweep(d) }) = Cli::try_parse_from(["kvxfer", "sweep"]) else {
-        unreachable!("plain `kvxfer sweep` parses");
-    };
-    let mut run = a.run.clone();
-    run.label = None;
-    let same = format!("{:?}{:?}{}{}{:?}{:?}", a.sizes, run, a.src, a.dst, a.device, a.peer_device)
-        == format!("{:?}{:?}{}{}{:?}{:?}", d.sizes, d.run, d.src, d.dst, d.device, d.peer_device);
-    if !same {
+    if let Some(id) = a.explicit.iter().find(|id| !FILE_FLAGS.contains(&id.as_str())) {
         bail_usage!(
-            "with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --out-dir, --label) apply"
+            "--{}: with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --out-dir, --label) apply",
+            id.replace('_', "-")
         );
     }
     Ok(())
