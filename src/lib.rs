@@ -2,6 +2,7 @@
 //!
 //! The folders are the pipeline: `plan` (what to run) → `mem` + `transport` (the endpoints) → `control` + `run`
 //! (doing it) → `stats` (summaries) → `export` + `output` (what users read). `commands` wires them per subcommand.
+//! `pattern` (the --verify byte pattern and the seeded generator) and `error` are leaves every layer may use.
 
 pub mod cli;
 pub mod commands;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod export;
 pub mod mem;
 pub mod output;
+pub mod pattern;
 pub mod plan;
 pub mod run;
 pub mod stats;

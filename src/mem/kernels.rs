@@ -4,7 +4,7 @@
 //! of pieces.
 
 use super::cuda::{check, context, CUdeviceptr, OrDriverError};
-use crate::run::verify::Span;
+use crate::pattern::Span;
 use anyhow::{anyhow, bail, Result};
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{result as nvrtc, Ptx};
@@ -130,7 +130,7 @@ impl Kernels {
         }
         let tail = (len % 8) as usize;
         if tail > 0 {
-            let word = crate::run::verify::splitmix64(seed ^ (rep << 40) ^ words).to_le_bytes();
+            let word = crate::pattern::splitmix64(seed ^ (rep << 40) ^ words).to_le_bytes();
             self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
             // SAFETY: the tail lies inside the buffer; `word` outlives the synchronous copy.
             check(unsafe { sys::cuMemcpyHtoD_v2(buf + words * 8, word.as_ptr() as *const _, tail) }, "cuMemcpyHtoD")?;
@@ -152,7 +152,7 @@ impl Kernels {
         let mut bad = s.clone_dtoh(&counter).or_cuda("cuMemcpyDtoH(counter)")?[0];
         let tail = (len % 8) as usize;
         if tail > 0 {
-            let want = crate::run::verify::splitmix64(seed ^ (rep << 40) ^ words).to_le_bytes();
+            let want = crate::pattern::splitmix64(seed ^ (rep << 40) ^ words).to_le_bytes();
             let mut got = [0u8; 8];
             self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
             // SAFETY: the tail lies inside the buffer; `got` has room for `tail` bytes.

@@ -8,7 +8,7 @@ pub mod kernels;
 
 pub use host::HostBuffer;
 
-use crate::run::verify::Span;
+use crate::pattern::Span;
 use anyhow::Result;
 use std::fmt;
 
@@ -119,7 +119,7 @@ impl Buffer {
             Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.fill(g.ptr, len, seed, rep),
             _ => {
                 let s = self.host_slice_mut().expect("host kinds");
-                crate::run::verify::fill(&mut s[..len as usize], seed, rep);
+                crate::pattern::fill(&mut s[..len as usize], seed, rep);
                 Ok(())
             }
         }
@@ -131,7 +131,7 @@ impl Buffer {
         let Some(s) = self.host_slice_mut() else {
             anyhow::bail!("fill_pattern_range is for host memory; GPU buffers fill whole");
         };
-        crate::run::verify::fill_from(&mut s[offset as usize..(offset + len) as usize], offset, seed, rep);
+        crate::pattern::fill_from(&mut s[offset as usize..(offset + len) as usize], offset, seed, rep);
         Ok(())
     }
 
@@ -140,18 +140,16 @@ impl Buffer {
         let Some(s) = self.host_slice() else {
             anyhow::bail!("count_mismatches_range is for host memory; GPU buffers verify whole");
         };
-        Ok(crate::run::verify::count_mismatches_from(&s[offset as usize..(offset + len) as usize], offset, seed, rep))
+        Ok(crate::pattern::count_mismatches_from(&s[offset as usize..(offset + len) as usize], offset, seed, rep))
     }
 
     /// Count the bytes of the first `len` that differ from the pattern of (seed, rep).
     pub fn count_mismatches(&self, len: u64, seed: u64, rep: u64) -> Result<u64> {
         match self {
             Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.count_mismatches(g.ptr, len, seed, rep),
-            _ => Ok(crate::run::verify::count_mismatches(
-                &self.host_slice().expect("host kinds")[..len as usize],
-                seed,
-                rep,
-            )),
+            _ => {
+                Ok(crate::pattern::count_mismatches(&self.host_slice().expect("host kinds")[..len as usize], seed, rep))
+            }
         }
     }
 
@@ -160,10 +158,10 @@ impl Buffer {
     pub fn fill_spans(&mut self, spans: &[Span], seed: u64, rep: u64) -> Result<()> {
         match self {
             Buffer::Gpu(g) => {
-                crate::run::verify::check_spans(spans, g.len as u64, true)?;
+                crate::pattern::check_spans(spans, g.len as u64, true)?;
                 kernels::kernels(g.ordinal)?.fill_spans(g.ptr, spans, seed, rep)
             }
-            _ => crate::run::verify::fill_spans(self.host_slice_mut().expect("host kinds"), spans, seed, rep),
+            _ => crate::pattern::fill_spans(self.host_slice_mut().expect("host kinds"), spans, seed, rep),
         }
     }
 
@@ -171,10 +169,10 @@ impl Buffer {
     pub fn count_span_mismatches(&self, spans: &[Span], seed: u64, rep: u64) -> Result<u64> {
         match self {
             Buffer::Gpu(g) => {
-                crate::run::verify::check_spans(spans, g.len as u64, false)?;
+                crate::pattern::check_spans(spans, g.len as u64, false)?;
                 kernels::kernels(g.ordinal)?.count_span_mismatches(g.ptr, spans, seed, rep)
             }
-            _ => crate::run::verify::count_span_mismatches(self.host_slice().expect("host kinds"), spans, seed, rep),
+            _ => crate::pattern::count_span_mismatches(self.host_slice().expect("host kinds"), spans, seed, rep),
         }
     }
 }

@@ -42,7 +42,7 @@ struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        crate::run::verify::splitmix64(self.0)
+        crate::pattern::splitmix64(self.0)
     }
 
     /// Fisher–Yates.

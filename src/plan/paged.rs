@@ -22,7 +22,7 @@
 
 use super::{SizeCase, Write};
 use crate::bail_usage;
-use crate::run::verify::{splitmix64, Span};
+use crate::pattern::{splitmix64, Span};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -274,8 +274,8 @@ pub fn permutation(n: u64, seed: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pattern::{count_span_mismatches, fill_spans};
     use crate::plan::kv;
-    use crate::run::verify::{count_span_mismatches, fill_spans};
 
     fn config(g: &kv::KvGeometry, block_tokens: u64, pool_tokens: u64) -> PagedConfig {
         PagedConfig {

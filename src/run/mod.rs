@@ -2,7 +2,6 @@
 
 pub mod receiver;
 pub mod sender;
-pub mod verify;
 
 use crate::control::RepReport;
 use crate::plan::SizeCase;

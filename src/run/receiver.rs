@@ -2,10 +2,10 @@
 //! answer each rep with what it saw on its own clock.
 
 use super::sender::pattern_key;
-use super::verify::Span;
 use crate::control::peer::server_hello;
 use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
 use crate::mem::{host::available_memory, Buffer, MemKind};
+use crate::pattern::Span;
 use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
 use crate::transport::{self, Context};
 use anyhow::{bail, Result};

@@ -1,10 +1,10 @@
 //! The sender role: it drives the run. For each size it runs the warm-up and measured reps, each rep being
 //! RepStart → RepReady (setup) → transfer → RepDone (the receiver's view), and hands every record to the sink.
 
-use super::verify::Span;
 use super::{CaseRecord, RepRecord, RunSink, StageTimes};
 use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
+use crate::pattern::Span;
 use crate::plan::{RunConfig, TransferPlan};
 use crate::stats::gbps;
 use crate::transport::{self, Context, Source, TransferHooks};

@@ -2,6 +2,7 @@
 //! copy or in one writev), payloads in
 //! (one readv straight into the region), and how a transfer's writes are cut into frames.
 
+use super::iovec::advance;
 use super::splice::{write_rest, SplicePipe};
 use super::{ENTRY_LEN, FRAME_BYTES, FRAME_PIECES, HEADER_LEN};
 use crate::mem::Buffer;
@@ -118,21 +119,6 @@ pub(super) fn recv_scatter(s: &TcpStream, buf: &Buffer, entries: &[(u64, u64)]) 
         }
     }
     Ok(())
-}
-
-/// Consume `n` bytes from the iovecs starting at `iov[*at]`: skip the entries done, advance into a partly done one.
-pub(super) fn advance(iov: &mut [nix::libc::iovec], at: &mut usize, mut n: usize) {
-    while n > 0 {
-        let v = &mut iov[*at];
-        let k = n.min(v.iov_len);
-        // `k <= iov_len`: the advanced pointer stays inside the same entry.
-        v.iov_base = v.iov_base.cast::<u8>().wrapping_add(k).cast();
-        v.iov_len -= k;
-        n -= k;
-        if v.iov_len == 0 {
-            *at += 1;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
 
 mod frame;
+mod iovec;
 mod receiver;
 mod sender;
 mod splice;

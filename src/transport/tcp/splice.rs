@@ -9,7 +9,7 @@
 //! sender only rewrites it (`--verify`'s fill) between reps, after the receiver acknowledged every frame — i.e. after
 //! it had read every byte.
 
-use super::frame::advance;
+use super::iovec::advance;
 use nix::libc;
 use std::io::{ErrorKind, Write as _};
 use std::net::TcpStream;

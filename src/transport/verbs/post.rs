@@ -436,8 +436,8 @@ mod tests {
     /// SGE list at a time: every byte lands where `--verify` expects it, in far fewer requests than pieces.
     #[test]
     fn gathered_paged_writes_land_verified() {
+        use crate::pattern::{count_span_mismatches, fill_spans};
         use crate::plan::paged::{DstPlacement, PagedConfig};
-        use crate::run::verify::{count_span_mismatches, fill_spans};
         for placement in [DstPlacement::Sequential, DstPlacement::Random] {
             let cfg = PagedConfig {
                 block_tokens: 4,
