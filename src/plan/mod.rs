@@ -211,6 +211,81 @@ mod tests {
         assert_eq!(p.writes.len(), 1);
     }
 
+    /// A full configuration as it travels to the receiver in `Config`: this exact JSON is the wire format (an older
+    /// or newer peer parses it), so the types behind it may change but these bytes may not.
+    fn full_config() -> RunConfig {
+        RunConfig {
+            transport: "verbs".into(),
+            block_size: 65536,
+            streams: 2,
+            reps: 5,
+            warmup: 1,
+            verify: true,
+            seed: 7,
+            hugepages: true,
+            block_size_default: false,
+            copy: "sm".into(),
+            staging: "gather".into(),
+            src_mem: "gpu:1".into(),
+            verbs: VerbsConfig {
+                qps: 8,
+                batch: 4,
+                inflight: 64,
+                signal_every: 8,
+                mr_chunk: Some(1 << 30),
+                dst_mr_chunk: Some(1 << 21),
+                reg_per_rep: true,
+                cq_mode: "event".into(),
+                ack_timeout: 12,
+                max_sge: 4,
+            },
+            cases: vec![SizeCase { size_bytes: 1 << 20, tokens: Some(16), bytes_per_token: Some(65536) }],
+            paged: Some(paged::PagedConfig {
+                block_tokens: 16,
+                pool_tokens: 64,
+                layers: 2,
+                regions_per_layer: 2,
+                region_bytes_per_token: 16384,
+                coalesce: true,
+                dst_placement: paged::DstPlacement::Sequential,
+                fault_swap_dests: false,
+            }),
+        }
+    }
+
+    const FULL_CONFIG_JSON: &str = r#"{"transport":"verbs","block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":false,"copy":"sm","staging":"gather","src_mem":"gpu:1","verbs":{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4},"cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}],"paged":{"block_tokens":16,"pool_tokens":64,"layers":2,"regions_per_layer":2,"region_bytes_per_token":16384,"coalesce":true,"dst_placement":"sequential"}}"#;
+
+    const TCP_CONFIG_JSON: &str = r#"{"transport":"tcp","block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":true,"copy":"auto","staging":"none","src_mem":"host","verbs":{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16},"cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}]}"#;
+
+    #[test]
+    fn run_config_wire_json_is_pinned() {
+        let cfg = full_config();
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), FULL_CONFIG_JSON);
+        let back: RunConfig = serde_json::from_str(FULL_CONFIG_JSON).unwrap();
+        assert_eq!(back, cfg);
+        // The CLI's defaults with tcp: cuda's and verbs' keys travel too, at their defaults.
+        let mut tcp = full_config();
+        tcp.transport = "tcp".into();
+        tcp.copy = "auto".into();
+        tcp.staging = "none".into();
+        tcp.src_mem = "host".into();
+        tcp.verbs = VerbsConfig::default();
+        tcp.block_size_default = true;
+        tcp.paged = None;
+        assert_eq!(serde_json::to_string(&tcp).unwrap(), TCP_CONFIG_JSON);
+        assert_eq!(serde_json::from_str::<RunConfig>(TCP_CONFIG_JSON).unwrap(), tcp);
+    }
+
+    #[test]
+    fn an_older_peers_config_without_cuda_or_verbs_keys_still_parses() {
+        let old = r#"{"transport":"tcp","block_size":1048576,"streams":1,"reps":3,"warmup":0,"verify":false,"seed":1,"hugepages":false,"cases":[{"size_bytes":1048576,"tokens":null,"bytes_per_token":null}]}"#;
+        let cfg: RunConfig = serde_json::from_str(old).unwrap();
+        assert_eq!((cfg.transport.to_string(), cfg.block_size, cfg.reps), ("tcp".to_string(), 1 << 20, 3));
+        assert!(cfg.paged.is_none() && !cfg.block_size_default);
+        assert_eq!(serde_json::to_value(&cfg).unwrap()["copy"], "auto");
+        assert_eq!(serde_json::to_value(&cfg).unwrap()["verbs"]["cq_mode"], "poll");
+    }
+
     #[test]
     fn run_config_without_a_layout_is_contiguous_and_the_fault_never_travels() {
         let g = crate::plan::kv::preset("qwen3-8b").unwrap();
