@@ -1,7 +1,11 @@
 //! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
 
+use crate::plan::paged::{DstPlacement, Layout};
+use crate::plan::{CopyMode, CqMode, Staging, TransportKind};
+use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
@@ -60,6 +64,51 @@ pub enum Command {
     Devices(DevicesArgs),
 }
 
+/// `--transport`: a transport by name, or `auto` (chosen from the memory kinds of the ends; command line only, a
+/// run configuration always names one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    Auto,
+    Named(TransportKind),
+}
+
+/// Parses `--transport` against [`TransportKind`]'s names plus `auto`, naming the choices in the error line itself.
+#[derive(Debug, Clone, Copy)]
+pub struct TransportChoiceParser;
+
+impl TransportChoiceParser {
+    fn values() -> impl Iterator<Item = PossibleValue> {
+        let named = TransportKind::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+        std::iter::once(PossibleValue::new("auto")).chain(named)
+    }
+}
+
+impl TypedValueParser for TransportChoiceParser {
+    type Value = TransportChoice;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<TransportChoice, clap::Error> {
+        let parse = |text: &str| -> Result<TransportChoice, String> {
+            if text == "auto" {
+                return Ok(TransportChoice::Auto);
+            }
+            TransportKind::from_str(text, false).map(TransportChoice::Named).map_err(|_| {
+                let names: Vec<String> = Self::values().map(|v| v.get_name().to_string()).collect();
+                format!("unknown transport; choose one of {}", names.join(", "))
+            })
+        };
+        parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(Self::values()))
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
@@ -88,8 +137,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
     /// How bytes move: tcp, verbs, cuda, or auto (cuda when both ends are GPUs, tcp otherwise; says which)
-    #[arg(long, default_value = "auto", value_name = "NAME")]
-    pub transport: String,
+    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser)]
+    pub transport: TransportChoice,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub block_size: Option<String>,
@@ -99,14 +148,14 @@ pub struct RunArgs {
     /// cuda transport: copy engine (ce: cuMemcpyAsync per write; batch: one cuMemcpyBatchAsync for all writes,
     /// driver ≥ 12.8, else ce with a note), SM kernel (sm: one launch for all pieces of a paged transfer), or auto
     /// (ce for contiguous transfers, sm for transfers of many small pieces; fastest measured)
-    #[arg(long, default_value = "auto", value_parser = ["auto", "ce", "batch", "sm"])]
-    pub copy: String,
+    #[arg(long, default_value = "auto")]
+    pub copy: CopyMode,
     /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the
     /// pieces into a staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination
     /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported; the middle copy
     /// is the SM copy kernel with --copy sm, else the copy engine)
-    #[arg(long, default_value = "none", value_parser = ["none", "gather"])]
-    pub staging: String,
+    #[arg(long, default_value = "none")]
+    pub staging: Staging,
 
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]
@@ -161,8 +210,8 @@ pub struct VerbsArgs {
     #[arg(long)]
     pub reg_per_rep: bool,
     /// Completion handling: poll (busy-poll) or event (completion channel, sleeps)
-    #[arg(long, default_value = "poll", value_parser = ["poll", "event"])]
-    pub cq_mode: String,
+    #[arg(long, default_value = "poll")]
+    pub cq_mode: CqMode,
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
     #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub ack_timeout: u8,
@@ -179,8 +228,8 @@ pub struct VerbsArgs {
 pub struct PagedArgs {
     /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
     /// needs --tokens with --model or --model-config)
-    #[arg(long, default_value = "contiguous", value_parser = ["contiguous", "paged"])]
-    pub layout: String,
+    #[arg(long, default_value = "contiguous")]
+    pub layout: Layout,
     /// Paged: tokens per block [default: 16]
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub block_tokens: Option<String>,
@@ -193,8 +242,8 @@ pub struct PagedArgs {
     /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
     /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
     /// [default: random]
-    #[arg(long, value_name = "HOW", value_parser = ["random", "sequential"])]
-    pub dst_placement: Option<String>,
+    #[arg(long, value_name = "HOW")]
+    pub dst_placement: Option<DstPlacement>,
     /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
     #[arg(long, hide = true)]
     pub test_fault_swap_dests: bool,

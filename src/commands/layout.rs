@@ -4,7 +4,7 @@
 use crate::bail_usage;
 use crate::cli::RunArgs;
 use crate::plan::kv::KvGeometry;
-use crate::plan::paged::{DstPlacement, PagedConfig, DEFAULT_BLOCK_TOKENS};
+use crate::plan::paged::{DstPlacement, Layout, PagedConfig, DEFAULT_BLOCK_TOKENS};
 use crate::plan::sizes::{format_size, format_tokens, parse_tokens};
 use crate::plan::SizeCase;
 use anyhow::Result;
@@ -12,7 +12,7 @@ use anyhow::Result;
 /// The paged configuration for `--layout paged` (None for contiguous); refuses paged-only flags without it.
 pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCase]) -> Result<Option<PagedConfig>> {
     let a = &r.paged;
-    if a.layout != "paged" {
+    if a.layout != Layout::Paged {
         for (given, flag) in [
             (a.block_tokens.is_some(), "--block-tokens"),
             (a.pool_tokens.is_some(), "--pool-tokens"),
@@ -43,15 +43,7 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
         Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--pool-tokens: {e}")))?,
         None => max_tokens.saturating_mul(2),
     };
-    let dst_placement = match a.dst_placement.as_deref() {
-        None => DstPlacement::Random,
-        Some(name) => DstPlacement::parse(name).ok_or_else(|| {
-            crate::error::usage(format!(
-                "--dst-placement {name:?}: unknown placement; choose one of {}",
-                DstPlacement::NAMES.join(", ")
-            ))
-        })?,
-    };
+    let dst_placement = a.dst_placement.unwrap_or_default();
     let cfg = PagedConfig {
         block_tokens,
         pool_tokens,

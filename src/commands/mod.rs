@@ -12,12 +12,13 @@ pub mod sweep_file;
 pub mod sweep_sessions;
 
 use crate::bail_usage;
-use crate::cli::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};
+use crate::cli::{DeviceArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
 use crate::control::Timeouts;
 use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
+use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, parse_size, parse_size_list, parse_token_list};
-use crate::plan::{RunConfig, SizeCase, VerbsConfig};
+use crate::plan::{RunConfig, SizeCase, Staging, TransportKind, VerbsConfig};
 use crate::transport::DeviceChoice;
 use anyhow::Result;
 use std::time::Duration;
@@ -92,45 +93,39 @@ pub fn timeouts(connect: &str, io: &str) -> Result<Timeouts> {
 }
 
 /// `--transport auto`: cuda when every end this command knows of is a GPU, tcp otherwise; said on stderr.
-fn resolve_transport(given: &str, ends: &[MemKind]) -> Result<String> {
-    if given != "auto" {
-        if !crate::transport::TRANSPORTS.contains(&given) {
-            bail_usage!(
-                "--transport {given:?}: unknown transport; choose one of auto, {}",
-                crate::transport::TRANSPORTS.join(", ")
-            );
-        }
-        return Ok(given.to_string());
+fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind {
+    if let TransportChoice::Named(kind) = given {
+        return kind;
     }
     let gpus = ends.iter().all(|k| matches!(k, MemKind::Gpu(_)));
-    let (name, why) = if gpus {
-        ("cuda", if ends.len() > 1 { "both ends are GPUs" } else { "the buffer is on a GPU" })
+    let (kind, why) = if gpus {
+        (TransportKind::Cuda, if ends.len() > 1 { "both ends are GPUs" } else { "the buffer is on a GPU" })
     } else {
-        ("tcp", "not every end is a GPU")
+        (TransportKind::Tcp, "not every end is a GPU")
     };
-    eprintln!("transport: {name} ({why}; --transport tcp|verbs|cuda to choose)");
-    Ok(name.to_string())
+    eprintln!("transport: {kind} ({why}; --transport tcp|verbs|cuda to choose)");
+    kind
 }
 
 /// Validate the run flags and build the configuration the receiver will check again. `ends` are the memory kinds
 /// of the buffers this command knows (the source first): they choose the transport under `--transport auto`.
 pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<RunConfig> {
     let src = ends[0];
-    let transport = resolve_transport(&r.transport, ends)?;
+    let transport = resolve_transport(r.transport, ends);
     if r.reps == 0 {
         bail_usage!("--reps 0: at least one measured rep is needed");
     }
     if r.streams == 0 || r.streams > 64 {
         bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
     }
-    if r.staging == "gather" && (transport != "cuda" || !matches!(src, MemKind::Gpu(_))) {
+    if r.staging == Staging::Gather && (transport != TransportKind::Cuda || !matches!(src, MemKind::Gpu(_))) {
         bail_usage!(
             "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {transport} from {src} memory"
         );
     }
     let block_size = match &r.block_size {
         Some(b) => parse_size(b).map_err(|e| crate::error::usage(format!("--block-size: {e}")))?,
-        None => crate::transport::default_block_size(&transport),
+        None => crate::transport::default_block_size(transport),
     };
     let cfg = RunConfig {
         transport,
@@ -142,15 +137,15 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result
         seed: r.seed,
         hugepages: r.hugepages,
         block_size_default: r.block_size.is_none(),
-        copy: r.copy.clone(),
-        staging: r.staging.clone(),
+        copy: r.copy,
+        staging: r.staging,
         src_mem: src.to_string(),
         verbs: verbs_config(&r.verbs)?,
         cases,
         // Set by `layout::paged_config`, which needs the model geometry.
         paged: None,
     };
-    if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == "contiguous" {
+    if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == Layout::Contiguous {
         eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), cfg.transport);
     }
     Ok(cfg)
@@ -190,7 +185,7 @@ pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
         mr_chunk,
         dst_mr_chunk,
         reg_per_rep: v.reg_per_rep,
-        cq_mode: v.cq_mode.clone(),
+        cq_mode: v.cq_mode,
         ack_timeout: v.ack_timeout,
         max_sge: v.max_sge,
     })
@@ -207,7 +202,7 @@ pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
 /// verbs transport) and this host lacks it.
 pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &[&DeviceChoice]) -> Result<()> {
     let needs = kinds.iter().find(|(_, k)| *k != MemKind::Host).map(|(flag, k)| format!("{flag} {k}"));
-    let needs = needs.or_else(|| (cfg.transport == "cuda").then(|| "--transport cuda".to_string()));
+    let needs = needs.or_else(|| (cfg.transport == TransportKind::Cuda).then(|| "--transport cuda".to_string()));
     if let Some(what) = needs {
         crate::mem::cuda::driver().map_err(|e| e.context(what))?;
     }
@@ -216,7 +211,7 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
             crate::mem::cuda::check_ordinal(*i).map_err(|e| e.context(format!("{flag} {kind}")))?;
         }
     }
-    if cfg.transport == "verbs" {
+    if cfg.transport == TransportKind::Verbs {
         for d in devices {
             // Opening the device checks the library, the device name, the port and the GID index at once.
             crate::transport::verbs::device::open(d).map_err(|e| e.context("--transport verbs"))?;

@@ -79,7 +79,7 @@ pub fn config_json(
     src: MemKind,
 ) -> ConfigJson {
     ConfigJson {
-        transport: cfg.transport.clone(),
+        transport: cfg.transport.to_string(),
         block_size: cfg.block_size,
         streams: cfg.streams,
         reps: cfg.reps,
@@ -90,12 +90,12 @@ pub fn config_json(
         model,
         peer: peer.to_string(),
         role: role.to_string(),
-        copy: cfg.copy.clone(),
-        staging: cfg.staging.clone(),
+        copy: cfg.copy.to_string(),
+        staging: cfg.staging.to_string(),
 
         src_mem: src.to_string(),
         dst_mem: session.dst_mem.clone(),
-        verbs: (cfg.transport == "verbs").then(|| cfg.verbs.clone()),
+        verbs: (cfg.transport == crate::plan::TransportKind::Verbs).then(|| cfg.verbs.clone()),
         transport_detail: session.transport_detail.clone(),
     }
 }

@@ -100,7 +100,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         .iter()
         .map(|p| SessionJson {
             case_ids: p.case_ids.clone(),
-            transport: p.cfg.transport.clone(),
+            transport: p.cfg.transport.to_string(),
             src_mem: p.src.to_string(),
             dst_mem: p.dst.to_string(),
             transport_detail: serde_json::Value::Null,
@@ -285,10 +285,11 @@ fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
 /// own configuration is in its `params`).
 fn config_json(plans: &[SessionPlan]) -> ConfigJson {
     let p = &plans[0];
-    let mut transports: Vec<&str> = Vec::new();
+    let mut transports: Vec<String> = Vec::new();
     for q in plans {
-        if !transports.contains(&q.cfg.transport.as_str()) {
-            transports.push(&q.cfg.transport);
+        let name = q.cfg.transport.to_string();
+        if !transports.contains(&name) {
+            transports.push(name);
         }
     }
     ConfigJson {
@@ -303,12 +304,12 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
         model: p.model.clone(),
         peer: "loopback".into(),
         role: "sweep".into(),
-        copy: p.cfg.copy.clone(),
-        staging: p.cfg.staging.clone(),
+        copy: p.cfg.copy.to_string(),
+        staging: p.cfg.staging.to_string(),
 
         src_mem: p.src.to_string(),
         dst_mem: p.dst.to_string(),
-        verbs: (p.cfg.transport == "verbs").then(|| p.cfg.verbs.clone()),
+        verbs: (p.cfg.transport == crate::plan::TransportKind::Verbs).then(|| p.cfg.verbs.clone()),
         transport_detail: serde_json::Value::Null,
     }
 }

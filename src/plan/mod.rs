@@ -5,10 +5,12 @@ pub mod order;
 pub mod paged;
 pub mod sizes;
 pub mod sweep_file;
+pub mod transport;
 
 use anyhow::Result;
-use paged::{PagedConfig, PagedPlan};
+use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
+pub use transport::{CopyMode, CqMode, Staging, TransportKind, VerbsConfig};
 
 /// One size to measure, with its token count when the user asked in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,7 +23,7 @@ pub struct SizeCase {
 /// How the sender moves one transfer, agreed with the receiver before any buffer is allocated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
-    pub transport: String,
+    pub transport: TransportKind,
     pub block_size: u64,
     pub streams: u32,
     pub reps: u32,
@@ -34,11 +36,11 @@ pub struct RunConfig {
     #[serde(default)]
     pub block_size_default: bool,
     /// cuda transport: copy engine (`ce`), SM copy kernel (`sm`) or `auto`.
-    #[serde(default = "default_copy")]
-    pub copy: String,
+    #[serde(default)]
+    pub copy: CopyMode,
     /// cuda transport: `none`, or `gather` (pack → one contiguous copy → unpack).
-    #[serde(default = "default_staging")]
-    pub staging: String,
+    #[serde(default)]
+    pub staging: Staging,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
     #[serde(default = "default_mem")]
     pub src_mem: String,
@@ -51,70 +53,8 @@ pub struct RunConfig {
     pub paged: Option<PagedConfig>,
 }
 
-fn default_copy() -> String {
-    "auto".into()
-}
-
-fn default_staging() -> String {
-    "none".into()
-}
-
 fn default_mem() -> String {
     "host".into()
-}
-
-impl Default for VerbsConfig {
-    /// The CLI's defaults.
-    fn default() -> Self {
-        VerbsConfig {
-            qps: 4,
-            batch: 16,
-            inflight: 128,
-            signal_every: 16,
-            mr_chunk: None,
-            dst_mr_chunk: None,
-            reg_per_rep: false,
-            cq_mode: "poll".into(),
-            ack_timeout: default_ack_timeout(),
-            max_sge: default_max_sge(),
-        }
-    }
-}
-
-/// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerbsConfig {
-    pub qps: u32,
-    /// Work requests linked into one post.
-    pub batch: u32,
-    /// Outstanding work requests per queue pair (send queue depth).
-    pub inflight: u32,
-    /// Signal every Nth work request (and always the last).
-    pub signal_every: u32,
-    /// Register memory in pieces of at most this many bytes (None: the device's max_mr_size, at most 2 GiB).
-    pub mr_chunk: Option<u64>,
-    /// The receiver's pieces, when they differ from `mr_chunk` (the destination-MR axis of sweeps/mr-cliff.toml).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_mr_chunk: Option<u64>,
-    /// Register the sender's memory inside every rep (as an on-demand KV connector would) and time it.
-    pub reg_per_rep: bool,
-    /// `poll` (busy-poll the completion queue) or `event` (completion channel).
-    pub cq_mode: String,
-    /// Local ACK timeout exponent (4.096 µs × 2^N) of the queue pairs.
-    #[serde(default = "default_ack_timeout")]
-    pub ack_timeout: u8,
-    /// Most scatter entries per RDMA WRITE when gathering paged pieces whose destinations are back to back (1: one
-    /// WRITE per piece); clamped to the device's max_sge.
-    #[serde(default = "default_max_sge")]
-    pub max_sge: u32,
-}
-
-fn default_ack_timeout() -> u8 {
-    14
-}
-
-fn default_max_sge() -> u32 {
-    16
 }
 
 impl RunConfig {
@@ -130,12 +70,12 @@ impl RunConfig {
         }
     }
 
-    /// `contiguous` or `paged`, as results and tables name the layout.
-    pub fn layout(&self) -> &'static str {
+    /// The layout the run moves: paged when it carries a paged configuration.
+    pub fn layout(&self) -> Layout {
         if self.paged.is_some() {
-            "paged"
+            Layout::Paged
         } else {
-            "contiguous"
+            Layout::Contiguous
         }
     }
 }
@@ -215,7 +155,7 @@ mod tests {
     /// or newer peer parses it), so the types behind it may change but these bytes may not.
     fn full_config() -> RunConfig {
         RunConfig {
-            transport: "verbs".into(),
+            transport: TransportKind::Verbs,
             block_size: 65536,
             streams: 2,
             reps: 5,
@@ -224,8 +164,8 @@ mod tests {
             seed: 7,
             hugepages: true,
             block_size_default: false,
-            copy: "sm".into(),
-            staging: "gather".into(),
+            copy: CopyMode::Sm,
+            staging: Staging::Gather,
             src_mem: "gpu:1".into(),
             verbs: VerbsConfig {
                 qps: 8,
@@ -235,7 +175,7 @@ mod tests {
                 mr_chunk: Some(1 << 30),
                 dst_mr_chunk: Some(1 << 21),
                 reg_per_rep: true,
-                cq_mode: "event".into(),
+                cq_mode: CqMode::Event,
                 ack_timeout: 12,
                 max_sge: 4,
             },
@@ -265,9 +205,9 @@ mod tests {
         assert_eq!(back, cfg);
         // The CLI's defaults with tcp: cuda's and verbs' keys travel too, at their defaults.
         let mut tcp = full_config();
-        tcp.transport = "tcp".into();
-        tcp.copy = "auto".into();
-        tcp.staging = "none".into();
+        tcp.transport = TransportKind::Tcp;
+        tcp.copy = CopyMode::Auto;
+        tcp.staging = Staging::None;
         tcp.src_mem = "host".into();
         tcp.verbs = VerbsConfig::default();
         tcp.block_size_default = true;
@@ -301,7 +241,7 @@ mod tests {
         };
         let bpt = g.bytes_per_token();
         let mut cfg = RunConfig {
-            transport: "tcp".into(),
+            transport: TransportKind::Tcp,
             block_size: 1 << 20,
             streams: 1,
             reps: 1,
@@ -310,8 +250,8 @@ mod tests {
             seed: 3,
             hugepages: false,
             block_size_default: false,
-            copy: "ce".into(),
-            staging: "none".into(),
+            copy: CopyMode::Ce,
+            staging: Staging::None,
             src_mem: "host".into(),
 
             verbs: VerbsConfig::default(),
@@ -321,7 +261,7 @@ mod tests {
         let old = serde_json::to_value(&cfg).unwrap();
         assert!(old.get("paged").is_none(), "contiguous configs look as they did before layouts");
         let back: RunConfig = serde_json::from_value(old).unwrap();
-        assert_eq!((back.paged.is_none(), back.layout(), back.buffer_bytes()), (true, "contiguous", 32 * bpt));
+        assert_eq!((back.paged.is_none(), back.layout(), back.buffer_bytes()), (true, Layout::Contiguous, 32 * bpt));
         cfg.paged = Some(paged);
         let text = serde_json::to_string(&cfg).unwrap();
         assert!(!text.contains("swap_dests"), "{text}");

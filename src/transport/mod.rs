@@ -12,21 +12,25 @@ pub mod tcp;
 pub mod verbs;
 
 use crate::mem::Buffer;
+use crate::plan::transport::value_name;
+pub use crate::plan::TransportKind;
 use crate::plan::{RunConfig, Write};
 use anyhow::Result;
+use clap::ValueEnum;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-/// Names accepted by `--transport`.
-pub const TRANSPORTS: &[&str] = &["tcp", "verbs", "cuda"];
+/// The transports this build has, as `--transport` names them (derived from [`TransportKind`]).
+pub static TRANSPORTS: LazyLock<Vec<String>> =
+    LazyLock::new(|| TransportKind::value_variants().iter().map(value_name).collect());
 
 /// Each transport's default block size when the user gives none.
-pub fn default_block_size(transport: &str) -> u64 {
+pub fn default_block_size(transport: TransportKind) -> u64 {
     match transport {
-        "cuda" => cuda::DEFAULT_BLOCK_SIZE,
-        "verbs" => verbs::DEFAULT_BLOCK_SIZE,
-        _ => tcp::DEFAULT_BLOCK_SIZE,
+        TransportKind::Cuda => cuda::DEFAULT_BLOCK_SIZE,
+        TransportKind::Verbs => verbs::DEFAULT_BLOCK_SIZE,
+        TransportKind::Tcp => tcp::DEFAULT_BLOCK_SIZE,
     }
 }
 
@@ -130,12 +134,11 @@ pub struct DeviceChoice {
 }
 
 pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
-    match cfg.transport.as_str() {
-        "tcp" => Ok(Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?)),
-        "cuda" => Ok(Box::new(cuda::CudaTarget::open(buf)?)),
-        "verbs" => Ok(Box::new(verbs::VerbsTarget::open(cfg, buf, ctx)?)),
-        other => Err(unknown_transport(other)),
-    }
+    Ok(match cfg.transport {
+        TransportKind::Tcp => Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?),
+        TransportKind::Cuda => Box::new(cuda::CudaTarget::open(buf)?),
+        TransportKind::Verbs => Box::new(verbs::VerbsTarget::open(cfg, buf, ctx)?),
+    })
 }
 
 pub fn connect_source(
@@ -144,14 +147,9 @@ pub fn connect_source(
     offer: serde_json::Value,
     ctx: &Context,
 ) -> Result<Box<dyn Source>> {
-    match cfg.transport.as_str() {
-        "tcp" => Ok(Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?)),
-        "cuda" => Ok(Box::new(cuda::CudaSource::connect(cfg, buf, offer, ctx)?)),
-        "verbs" => Ok(Box::new(verbs::VerbsSource::connect(cfg, buf, offer, ctx)?)),
-        other => Err(unknown_transport(other)),
-    }
-}
-
-fn unknown_transport(name: &str) -> anyhow::Error {
-    crate::error::usage(format!("--transport {name:?}: unknown transport; choose one of {}", TRANSPORTS.join(", ")))
+    Ok(match cfg.transport {
+        TransportKind::Tcp => Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?),
+        TransportKind::Cuda => Box::new(cuda::CudaSource::connect(cfg, buf, offer, ctx)?),
+        TransportKind::Verbs => Box::new(verbs::VerbsSource::connect(cfg, buf, offer, ctx)?),
+    })
 }

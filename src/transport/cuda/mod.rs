@@ -11,6 +11,7 @@ mod staging;
 use super::{Context, Source, Target, TransferHooks, TransferTimes};
 use crate::mem::cuda::{self, check, context, enable_peer_access, IpcMapping, OrDriverError};
 use crate::mem::{kernels, Buffer, MemKind};
+pub use crate::plan::{CopyMode, Staging};
 use crate::plan::{RunConfig, Write};
 use anyhow::{bail, Context as _, Result};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
@@ -138,7 +139,7 @@ impl CudaSource {
             )));
         };
         let ctx = context(ordinal)?;
-        let staged = cfg.staging == "gather";
+        let staged = cfg.staging == Staging::Gather;
         let staging_dst = match (staged, src_gpu, offer.ordinal) {
             (false, ..) => None,
             (true, Some(_), Some(d)) => Some(d),
@@ -174,10 +175,10 @@ impl CudaSource {
         };
         let staging = staging_dst.map(|d| staging::Staging::new(ordinal, d)).transpose()?;
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
-        let engine = match cfg.copy.as_str() {
-            "sm" => Engine::Sm,
-            "ce" => Engine::Ce,
-            "batch" => {
+        let engine = match cfg.copy {
+            CopyMode::Sm => Engine::Sm,
+            CopyMode::Ce => Engine::Ce,
+            CopyMode::Batch => {
                 let v = cuda::driver()?;
                 if v < 12080 {
                     // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
@@ -191,7 +192,7 @@ impl CudaSource {
                     Engine::Batch
                 }
             }
-            _ => Engine::Auto,
+            CopyMode::Auto => Engine::Auto,
         };
         if matches!(engine, Engine::Sm | Engine::Auto) {
             kernels::kernels(ordinal)?; // compile before the first timed rep

@@ -15,6 +15,7 @@ mod qp;
 
 use super::{Context, Source, Target, TransferHooks, TransferTimes};
 use crate::mem::Buffer;
+pub use crate::plan::CqMode;
 use crate::plan::{RunConfig, VerbsConfig, Write};
 use anyhow::{Context as _, Result};
 use cq::Poller;
@@ -159,7 +160,7 @@ impl VerbsSource {
         let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
         let v = cfg.verbs.clone();
         let want_sge = if cfg.paged.is_some() { v.max_sge } else { 1 };
-        let (mut set, max_sge) = open_set(&v, ctx, v.inflight, want_sge, 1, v.cq_mode == "event")?;
+        let (mut set, max_sge) = open_set(&v, ctx, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
