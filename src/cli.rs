@@ -1,12 +1,15 @@
 //! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
 
+use crate::mem::MemKind;
 use crate::plan::paged::{DstPlacement, Layout};
+use crate::plan::sizes::{parse_size, parse_tokens, SizeList, TokenList};
 use crate::plan::{CopyMode, CqMode, Staging, TransportKind};
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::ffi::OsStr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
                           (per-block latency in µs). Exit codes: 0 success, 1 runtime failure, 2 bad usage or input.";
@@ -109,14 +112,36 @@ impl TypedValueParser for TransportChoiceParser {
     }
 }
 
+/// `--connect-timeout`, `--io-timeout`: `5s`, `500ms`, `2m` or a plain number of seconds; positive.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = if text.chars().all(|c| c.is_ascii_digit()) && !text.is_empty() {
+        text.parse::<u64>().map(Duration::from_secs).ok()
+    } else {
+        humantime::parse_duration(text).ok()
+    };
+    match d {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err("expected a positive duration like 5s, 500ms or 2m".to_string()),
+    }
+}
+
+/// `--mr-chunk`, `--dst-mr-chunk`: a size that is a whole number of 4 KiB pages (pages are registered whole).
+fn parse_page_multiple(text: &str) -> anyhow::Result<u64> {
+    let n = parse_size(text)?;
+    if n % 4096 != 0 {
+        crate::bail_usage!("must be a multiple of 4 KiB (pages are registered whole)");
+    }
+    Ok(n)
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
     #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
-    pub sizes: Option<String>,
+    pub sizes: Option<SizeList>,
     /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
-    pub tokens: Option<String>,
+    pub tokens: Option<TokenList>,
     /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
     #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
     pub model: Option<String>,
@@ -140,8 +165,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser)]
     pub transport: TransportChoice,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
-    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
-    pub block_size: Option<String>,
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = parse_size)]
+    pub block_size: Option<u64>,
     /// Parallel connections (tcp) or CUDA streams (cuda)
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
@@ -175,11 +200,11 @@ pub struct RunArgs {
     pub paged: PagedArgs,
     /// Keep trying to reach the receiver this long while nothing listens there yet (e.g. 60s, 500ms): a launcher
     /// may start the sender first
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub connect_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
     /// Give up when the peer is silent this long (e.g. 60s)
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub io_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub io_timeout: Duration,
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
@@ -200,12 +225,12 @@ pub struct VerbsArgs {
     pub signal_every: u32,
     /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB; a size given
     /// here may pass 2GiB, up to max_mr_size)
-    #[arg(long, value_name = "SIZE")]
-    pub mr_chunk: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
+    pub mr_chunk: Option<u64>,
     /// Register the receiver's memory in pieces of at most this size, up to the device's max_mr_size (default:
     /// --mr-chunk); the destination-MR-size axis of sweeps/mr-cliff.toml
-    #[arg(long, value_name = "SIZE")]
-    pub dst_mr_chunk: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
+    pub dst_mr_chunk: Option<u64>,
     /// Register the send buffer inside every rep and include it in the transfer time
     #[arg(long)]
     pub reg_per_rep: bool,
@@ -231,11 +256,11 @@ pub struct PagedArgs {
     #[arg(long, default_value = "contiguous")]
     pub layout: Layout,
     /// Paged: tokens per block [default: 16]
-    #[arg(long, value_name = "N", allow_hyphen_values = true)]
-    pub block_tokens: Option<String>,
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    pub block_tokens: Option<u64>,
     /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
-    #[arg(long, value_name = "N", allow_hyphen_values = true)]
-    pub pool_tokens: Option<String>,
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    pub pool_tokens: Option<u64>,
     /// Paged: merge pieces adjacent on both sides into one write
     #[arg(long)]
     pub coalesce: bool,
@@ -305,21 +330,21 @@ pub struct ServeArgs {
     pub once: bool,
     /// Where the receive buffer lives: host, pinned or gpu:N (`--transport cuda` from another process needs gpu:N)
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub mem: String,
+    pub mem: MemKind,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Refuse transfers larger than this (default: the memory available when a sender asks)
-    #[arg(long, value_name = "SIZE")]
-    pub max_size: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
     /// Most data connections a sender may open
     #[arg(long, default_value_t = 64)]
     pub max_streams: u32,
     /// Accepted for symmetry with send (the receiver dials nothing, so it has no effect here)
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub connect_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
     /// Give up on a sender that is silent this long mid-session (e.g. 60s)
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub io_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub io_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -332,7 +357,7 @@ pub struct SendArgs {
     pub token: Option<String>,
     /// Where the send buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub mem: String,
+    pub mem: MemKind,
     #[command(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
@@ -357,10 +382,10 @@ pub struct SweepArgs {
     pub resume: Option<PathBuf>,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub src: String,
+    pub src: MemKind,
     /// Where the receiver's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub dst: String,
+    pub dst: MemKind,
     /// The sender's RDMA device (-d) and port; the receiver uses --peer-device (default: the same device)
     #[command(flatten)]
     pub device: DeviceArgs,
@@ -423,4 +448,35 @@ pub struct DevicesArgs {
     /// Print JSON instead of text
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_the_parser_with_the_reason() {
+        let err = |args: &[&str]| Cli::try_parse_from(args).unwrap_err().to_string();
+        let e = err(&["kvxfer", "send", "--peer", "x:1", "--transport", "pigeon"]);
+        assert!(e.contains("'pigeon'") && e.contains("auto, tcp, verbs, cuda"), "{e}");
+        let e = err(&["kvxfer", "send", "--peer", "x:1", "--mr-chunk", "5000"]);
+        assert!(e.contains("--mr-chunk") && e.contains("multiple of 4 KiB"), "{e}");
+        let e = err(&["kvxfer", "sweep", "--src", "gpu:x"]);
+        assert!(e.contains("--src") && e.contains("gpu:N"), "{e}");
+        let e = err(&["kvxfer", "sweep", "--sizes", "1MiB,,2MiB"]);
+        assert!(e.contains("element 2 of 3 is empty"), "{e}");
+        let ok = Cli::try_parse_from(["kvxfer", "sweep", "--tokens", "1k,2k", "--io-timeout", "2s"]).unwrap();
+        let Command::Sweep(a) = ok.command else { panic!("sweep") };
+        assert_eq!(a.sizes.tokens, Some(TokenList(vec![1024, 2048])));
+        assert_eq!((a.run.io_timeout, a.run.connect_timeout), (Duration::from_secs(2), Duration::from_secs(60)));
+        assert_eq!((a.run.transport, a.src), (TransportChoice::Auto, MemKind::Host));
+    }
 }

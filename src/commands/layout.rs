@@ -5,7 +5,7 @@ use crate::bail_usage;
 use crate::cli::RunArgs;
 use crate::plan::kv::KvGeometry;
 use crate::plan::paged::{DstPlacement, Layout, PagedConfig, DEFAULT_BLOCK_TOKENS};
-use crate::plan::sizes::{format_size, format_tokens, parse_tokens};
+use crate::plan::sizes::{format_size, format_tokens};
 use crate::plan::SizeCase;
 use anyhow::Result;
 
@@ -34,15 +34,9 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
     if r.block_size.is_some() {
         bail_usage!("--block-size applies to --layout contiguous; a paged write is one block of one layer's K or V (--block-tokens)");
     }
-    let block_tokens = match &a.block_tokens {
-        Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--block-tokens: {e}")))?,
-        None => DEFAULT_BLOCK_TOKENS,
-    };
+    let block_tokens = a.block_tokens.unwrap_or(DEFAULT_BLOCK_TOKENS);
     let max_tokens = cases.iter().filter_map(|c| c.tokens).max().unwrap_or(0);
-    let pool_tokens = match &a.pool_tokens {
-        Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--pool-tokens: {e}")))?,
-        None => max_tokens.saturating_mul(2),
-    };
+    let pool_tokens = a.pool_tokens.unwrap_or(max_tokens.saturating_mul(2));
     let dst_placement = a.dst_placement.unwrap_or_default();
     let cfg = PagedConfig {
         block_tokens,

@@ -17,11 +17,10 @@ use crate::control::Timeouts;
 use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::paged::Layout;
-use crate::plan::sizes::{format_size, parse_size, parse_size_list, parse_token_list};
+use crate::plan::sizes::{format_size, parse_token_list};
 use crate::plan::{RunConfig, SizeCase, Staging, TransportKind, VerbsConfig};
 use crate::transport::DeviceChoice;
 use anyhow::Result;
-use std::time::Duration;
 
 /// Sizes when the user gives none: 1k..16k tokens of the seed's model (96 MiB .. 1.5 GiB), seconds on loopback.
 pub const DEFAULT_TOKENS: &str = "1k,2k,4k,8k,16k";
@@ -33,14 +32,11 @@ pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)
         if a.model.is_some() || a.model_config.is_some() || a.kv_bytes_per_token.is_some() {
             bail_usage!("--model/--model-config/--kv-bytes-per-token go with --tokens, not --sizes");
         }
-        let cases = parse_size_list(list)?
-            .into_iter()
-            .map(|s| SizeCase { size_bytes: s, tokens: None, bytes_per_token: None })
-            .collect();
+        let cases = list.0.iter().map(|&s| SizeCase { size_bytes: s, tokens: None, bytes_per_token: None }).collect();
         return Ok((cases, None));
     }
     let (tokens, default) = match &a.tokens {
-        Some(t) => (parse_token_list(t)?, false),
+        Some(t) => (t.0.clone(), false),
         None => (parse_token_list(DEFAULT_TOKENS)?, true),
     };
     let geometry = match (&a.model, &a.model_config, a.kv_bytes_per_token) {
@@ -75,21 +71,9 @@ pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)
     Ok((cases, geometry))
 }
 
-/// Parse `5s`, `500ms`, `2m` or a plain number of seconds.
-pub fn parse_duration(flag: &str, text: &str) -> Result<Duration> {
-    let d = if text.chars().all(|c| c.is_ascii_digit()) && !text.is_empty() {
-        text.parse::<u64>().map(Duration::from_secs).ok()
-    } else {
-        humantime::parse_duration(text).ok()
-    };
-    match d {
-        Some(d) if !d.is_zero() => Ok(d),
-        _ => Err(crate::error::usage(format!("{flag} {text:?}: expected a positive duration like 5s, 500ms or 2m"))),
-    }
-}
-
-pub fn timeouts(connect: &str, io: &str) -> Result<Timeouts> {
-    Ok(Timeouts { connect: parse_duration("--connect-timeout", connect)?, io: parse_duration("--io-timeout", io)? })
+/// `--connect-timeout` and `--io-timeout`.
+pub fn timeouts(r: &RunArgs) -> Timeouts {
+    Timeouts { connect: r.connect_timeout, io: r.io_timeout }
 }
 
 /// `--transport auto`: cuda when every end this command knows of is a GPU, tcp otherwise; said on stderr.
@@ -123,10 +107,7 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result
             "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {transport} from {src} memory"
         );
     }
-    let block_size = match &r.block_size {
-        Some(b) => parse_size(b).map_err(|e| crate::error::usage(format!("--block-size: {e}")))?,
-        None => crate::transport::default_block_size(transport),
-    };
+    let block_size = r.block_size.unwrap_or_else(|| crate::transport::default_block_size(transport));
     let cfg = RunConfig {
         transport,
         block_size,
@@ -167,23 +148,13 @@ pub fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
     if v.max_sge == 0 || v.max_sge > 64 {
         bail_usage!("--max-sge {}: give 1 to 64 scatter entries per work request (1 turns gathering off)", v.max_sge);
     }
-    let chunk = |flag: &str, given: &Option<String>| -> Result<Option<u64>> {
-        let Some(s) = given else { return Ok(None) };
-        let n = parse_size(s).map_err(|e| crate::error::usage(format!("{flag}: {e}")))?;
-        if n % 4096 != 0 {
-            bail_usage!("{flag} {s}: must be a multiple of 4 KiB (pages are registered whole)");
-        }
-        Ok(Some(n))
-    };
-    let mr_chunk = chunk("--mr-chunk", &v.mr_chunk)?;
-    let dst_mr_chunk = chunk("--dst-mr-chunk", &v.dst_mr_chunk)?;
     Ok(VerbsConfig {
         qps: v.qps,
         batch: v.batch,
         inflight: v.inflight,
         signal_every: v.signal_every,
-        mr_chunk,
-        dst_mr_chunk,
+        mr_chunk: v.mr_chunk,
+        dst_mr_chunk: v.dst_mr_chunk,
         reg_per_rep: v.reg_per_rep,
         cq_mode: v.cq_mode,
         ack_timeout: v.ack_timeout,
@@ -253,7 +224,7 @@ mod tests {
     fn sizes(tokens: Option<&str>, model: Option<&str>, bpt: Option<u64>) -> SizeArgs {
         SizeArgs {
             sizes: None,
-            tokens: tokens.map(String::from),
+            tokens: tokens.map(|t| t.parse().unwrap()),
             model: model.map(String::from),
             model_config: None,
             kv_bytes_per_token: bpt,
@@ -275,13 +246,5 @@ mod tests {
         let e = resolve_cases(&sizes(Some("1k"), None, None)).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("--model"));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("x", "5").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("x", "500ms").unwrap(), Duration::from_millis(500));
-        assert!(parse_duration("x", "0s").is_err());
-        assert!(parse_duration("x", "soon").is_err());
     }
 }

@@ -27,11 +27,11 @@ pub struct SendJob<'a> {
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
-    let src = MemKind::parse("--mem", &a.mem)?;
+    let src = a.mem;
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
     let mut cfg = super::run_config(&a.run, cases, &[src])?;
     cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
+    let timeouts = super::timeouts(&a.run);
     super::check_memory(&cfg, &[src])?;
     let device = super::device_choice(&a.device)?;
     super::check_host_support(&cfg, &[("--mem", src)], &[&device])?;

@@ -2,7 +2,6 @@
 //! goes on (with `--once`, the exit code is that session's).
 
 use crate::cli::ServeArgs;
-use crate::plan::sizes::parse_size;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::{bail_usage, transport};
 use anyhow::{anyhow, Context, Result};
@@ -20,14 +19,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
         );
     }
     let limits = ReceiverLimits {
-        max_size: a
-            .max_size
-            .as_deref()
-            .map(|s| parse_size(s).map_err(|e| crate::error::usage(format!("--max-size: {e}"))))
-            .transpose()?,
+        max_size: a.max_size,
         max_streams: a.max_streams.max(1),
-        timeouts: super::timeouts(&a.connect_timeout, &a.io_timeout)?,
-        mem: crate::mem::MemKind::parse("--mem", &a.mem)?,
+        timeouts: crate::control::Timeouts { connect: a.connect_timeout, io: a.io_timeout },
+        mem: a.mem,
         device: super::device_choice(&a.device)?,
     };
     if limits.mem != crate::mem::MemKind::Host {

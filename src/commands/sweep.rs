@@ -4,7 +4,6 @@
 use super::recorder::Recorder;
 use super::send::{drive, SendJob};
 use crate::cli::{OutputArgs, SweepArgs};
-use crate::mem::MemKind;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use anyhow::Result;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -15,12 +14,11 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
         return super::sweep_file::run(a, &file);
     }
-    let src = MemKind::parse("--src", &a.src)?;
-    let dst = MemKind::parse("--dst", &a.dst)?;
+    let (src, dst) = (a.src, a.dst);
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
     let mut cfg = super::run_config(&a.run, cases, &[src, dst])?;
     cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
+    let timeouts = super::timeouts(&a.run);
     super::check_memory(&cfg, &[src, dst])?;
 
     let mut out = a.out.clone();

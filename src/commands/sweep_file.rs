@@ -9,7 +9,6 @@ use crate::bail_usage;
 use crate::cli::{Cli, Command, SweepArgs};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
-use crate::mem::MemKind;
 use crate::plan::order::schedule;
 use crate::plan::sweep_file::{describe, flags, session_key, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
@@ -256,12 +255,11 @@ fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
             bail_usage!("{line}");
         }
     };
-    let src = MemKind::parse("src", &a.src)?;
-    let dst = MemKind::parse("dst", &a.dst)?;
+    let (src, dst) = (a.src, a.dst);
     let (cases, geometry) = super::resolve_cases(&a.sizes)?;
     let mut cfg = super::run_config(&a.run, cases, &[src, dst])?;
     cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
+    let timeouts = super::timeouts(&a.run);
     super::check_memory(&cfg, &[src, dst])?;
     let device = super::device_choice(&a.device)?;
     let mut peer_device = device.clone();
