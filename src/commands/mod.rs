@@ -18,7 +18,8 @@ use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, parse_token_list};
-use crate::plan::{RunConfig, SizeCase, Staging, TransportKind, VerbsConfig};
+use crate::plan::transport::AllKnobs;
+use crate::plan::{CudaConfig, RunConfig, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig};
 use crate::transport::DeviceChoice;
 use anyhow::Result;
 
@@ -108,8 +109,10 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result
         );
     }
     let block_size = r.block_size.unwrap_or_else(|| crate::transport::default_block_size(transport));
+    // Every transport's flags are checked, whichever runs (as they always were); the run carries its own.
+    let all = AllKnobs { cuda: CudaConfig { copy: r.copy, staging: r.staging }, verbs: verbs_config(&r.verbs)? };
     let cfg = RunConfig {
-        transport,
+        transport: TransportConfig::select(transport, all),
         block_size,
         streams: r.streams,
         reps: r.reps,
@@ -118,16 +121,13 @@ pub fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result
         seed: r.seed,
         hugepages: r.hugepages,
         block_size_default: r.block_size.is_none(),
-        copy: r.copy,
-        staging: r.staging,
         src_mem: src.to_string(),
-        verbs: verbs_config(&r.verbs)?,
         cases,
         // Set by `layout::paged_config`, which needs the model geometry.
         paged: None,
     };
     if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == Layout::Contiguous {
-        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), cfg.transport);
+        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), transport);
     }
     Ok(cfg)
 }
@@ -169,26 +169,18 @@ pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
     Ok(DeviceChoice { name: d.device.clone(), ib_port: d.ib_port, gid_index: d.gid_index })
 }
 
-/// Fail before connecting when the run needs CUDA (a GPU or pinned buffer, or the cuda transport) or RDMA (the
-/// verbs transport) and this host lacks it.
+/// Fail before connecting when the run needs CUDA (a GPU or pinned buffer) or what its transport needs (see
+/// [`crate::transport::check_host`]) and this host lacks it.
 pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &[&DeviceChoice]) -> Result<()> {
-    let needs = kinds.iter().find(|(_, k)| *k != MemKind::Host).map(|(flag, k)| format!("{flag} {k}"));
-    let needs = needs.or_else(|| (cfg.transport == TransportKind::Cuda).then(|| "--transport cuda".to_string()));
-    if let Some(what) = needs {
-        crate::mem::cuda::driver().map_err(|e| e.context(what))?;
+    if let Some((flag, k)) = kinds.iter().find(|(_, k)| *k != MemKind::Host) {
+        crate::mem::cuda::driver().map_err(|e| e.context(format!("{flag} {k}")))?;
     }
     for (flag, kind) in kinds {
         if let MemKind::Gpu(i) = kind {
             crate::mem::cuda::check_ordinal(*i).map_err(|e| e.context(format!("{flag} {kind}")))?;
         }
     }
-    if cfg.transport == TransportKind::Verbs {
-        for d in devices {
-            // Opening the device checks the library, the device name, the port and the GID index at once.
-            crate::transport::verbs::device::open(d).map_err(|e| e.context("--transport verbs"))?;
-        }
-    }
-    Ok(())
+    crate::transport::check_host(cfg.transport.kind(), devices)
 }
 
 /// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that

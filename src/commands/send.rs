@@ -79,7 +79,7 @@ pub fn config_json(
     src: MemKind,
 ) -> ConfigJson {
     ConfigJson {
-        transport: cfg.transport.to_string(),
+        transport: cfg.transport.kind().to_string(),
         block_size: cfg.block_size,
         streams: cfg.streams,
         reps: cfg.reps,
@@ -90,13 +90,13 @@ pub fn config_json(
         model,
         peer: peer.to_string(),
         role: role.to_string(),
-        copy: cfg.copy.to_string(),
-        staging: cfg.staging.to_string(),
+        copy: cfg.transport.cuda().copied().unwrap_or_default().copy.to_string(),
+        staging: cfg.transport.cuda().copied().unwrap_or_default().staging.to_string(),
 
         src_mem: src.to_string(),
         dst_mem: session.dst_mem.clone(),
-        verbs: (cfg.transport == crate::plan::TransportKind::Verbs).then(|| cfg.verbs.clone()),
-        transport_detail: session.transport_detail.clone(),
+        verbs: cfg.transport.verbs().cloned(),
+        transport_detail: session.transport_detail.to_json(),
     }
 }
 
@@ -104,7 +104,7 @@ pub fn config_json(
 pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
     let (session, receiver_host) = connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src)?;
-    let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport));
+    let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
     let config = config_json(&job.cfg, &session, job.model, job.peer, job.role, job.src);
     let results = Results::new(label, &Env::capture(), config);
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;

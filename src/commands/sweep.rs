@@ -34,8 +34,11 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst, device: peer_device };
     let (addr, token, receiver) = loopback_receiver(limits)?;
 
-    let label =
-        a.run.label.clone().or_else(|| Some(format!("{} {src}→{dst} on {}", cfg.transport, crate::env::hostname())));
+    let label = a
+        .run
+        .label
+        .clone()
+        .or_else(|| Some(format!("{} {src}→{dst} on {}", cfg.transport.kind(), crate::env::hostname())));
     let outcome = drive(SendJob {
         peer: &addr.to_string(),
         token: &token,

@@ -99,7 +99,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         .iter()
         .map(|p| SessionJson {
             case_ids: p.case_ids.clone(),
-            transport: p.cfg.transport.to_string(),
+            transport: p.cfg.transport.kind().to_string(),
             src_mem: p.src.to_string(),
             dst_mem: p.dst.to_string(),
             transport_detail: serde_json::Value::Null,
@@ -285,7 +285,7 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
     let p = &plans[0];
     let mut transports: Vec<String> = Vec::new();
     for q in plans {
-        let name = q.cfg.transport.to_string();
+        let name = q.cfg.transport.kind().to_string();
         if !transports.contains(&name) {
             transports.push(name);
         }
@@ -302,12 +302,12 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
         model: p.model.clone(),
         peer: "loopback".into(),
         role: "sweep".into(),
-        copy: p.cfg.copy.to_string(),
-        staging: p.cfg.staging.to_string(),
+        copy: p.cfg.transport.cuda().copied().unwrap_or_default().copy.to_string(),
+        staging: p.cfg.transport.cuda().copied().unwrap_or_default().staging.to_string(),
 
         src_mem: p.src.to_string(),
         dst_mem: p.dst.to_string(),
-        verbs: (p.cfg.transport == crate::plan::TransportKind::Verbs).then(|| p.cfg.verbs.clone()),
+        verbs: p.cfg.transport.verbs().cloned(),
         transport_detail: serde_json::Value::Null,
     }
 }

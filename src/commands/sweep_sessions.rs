@@ -127,7 +127,7 @@ impl<'a> Pool<'a> {
                     return Err(e);
                 }
             };
-            self.details[g].get_or_insert_with(|| (session.dst_mem.clone(), session.transport_detail.clone()));
+            self.details[g].get_or_insert_with(|| (session.dst_mem.clone(), session.transport_detail.to_json()));
             self.opens += 1;
             self.open[g] = Some(Open { session, receiver });
         }

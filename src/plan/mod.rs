@@ -6,11 +6,12 @@ pub mod paged;
 pub mod sizes;
 pub mod sweep_file;
 pub mod transport;
+mod wire;
 
 use anyhow::Result;
 use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
-pub use transport::{CopyMode, CqMode, Staging, TransportKind, VerbsConfig};
+pub use transport::{CopyMode, CqMode, CudaConfig, Staging, TcpConfig, TransportConfig, TransportKind, VerbsConfig};
 
 /// One size to measure, with its token count when the user asked in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,10 +21,13 @@ pub struct SizeCase {
     pub bytes_per_token: Option<u64>,
 }
 
-/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated.
+/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated. Its JSON (the
+/// `Config` message) keeps the shape older peers know: see `wire`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "wire::RunConfigWire", from = "wire::RunConfigWire")]
 pub struct RunConfig {
-    pub transport: TransportKind,
+    /// The transport and its own knobs.
+    pub transport: TransportConfig,
     pub block_size: u64,
     pub streams: u32,
     pub reps: u32,
@@ -33,28 +37,12 @@ pub struct RunConfig {
     pub seed: u64,
     pub hugepages: bool,
     /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
-    #[serde(default)]
     pub block_size_default: bool,
-    /// cuda transport: copy engine (`ce`), SM copy kernel (`sm`) or `auto`.
-    #[serde(default)]
-    pub copy: CopyMode,
-    /// cuda transport: `none`, or `gather` (pack → one contiguous copy → unpack).
-    #[serde(default)]
-    pub staging: Staging,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
-    #[serde(default = "default_mem")]
     pub src_mem: String,
-    /// RDMA verbs knobs (ignored by the other transports).
-    #[serde(default)]
-    pub verbs: VerbsConfig,
     pub cases: Vec<SizeCase>,
     /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paged: Option<PagedConfig>,
-}
-
-fn default_mem() -> String {
-    "host".into()
 }
 
 impl RunConfig {
@@ -155,19 +143,7 @@ mod tests {
     /// or newer peer parses it), so the types behind it may change but these bytes may not.
     fn full_config() -> RunConfig {
         RunConfig {
-            transport: TransportKind::Verbs,
-            block_size: 65536,
-            streams: 2,
-            reps: 5,
-            warmup: 1,
-            verify: true,
-            seed: 7,
-            hugepages: true,
-            block_size_default: false,
-            copy: CopyMode::Sm,
-            staging: Staging::Gather,
-            src_mem: "gpu:1".into(),
-            verbs: VerbsConfig {
+            transport: TransportConfig::Verbs(VerbsConfig {
                 qps: 8,
                 batch: 4,
                 inflight: 64,
@@ -178,7 +154,16 @@ mod tests {
                 cq_mode: CqMode::Event,
                 ack_timeout: 12,
                 max_sge: 4,
-            },
+            }),
+            block_size: 65536,
+            streams: 2,
+            reps: 5,
+            warmup: 1,
+            verify: true,
+            seed: 7,
+            hugepages: true,
+            block_size_default: false,
+            src_mem: "gpu:1".into(),
             cases: vec![SizeCase { size_bytes: 1 << 20, tokens: Some(16), bytes_per_token: Some(65536) }],
             paged: Some(paged::PagedConfig {
                 block_tokens: 16,
@@ -199,17 +184,29 @@ mod tests {
 
     #[test]
     fn run_config_wire_json_is_pinned() {
+        // FULL_CONFIG_JSON was written by the stringly-typed RunConfig: a verbs run that also set cuda's knobs
+        // (which never had an effect there). Read now, those are dropped, and the config writes the same bytes
+        // with cuda's keys at their defaults, as every configuration of one transport always did.
         let cfg = full_config();
-        assert_eq!(serde_json::to_string(&cfg).unwrap(), FULL_CONFIG_JSON);
         let back: RunConfig = serde_json::from_str(FULL_CONFIG_JSON).unwrap();
         assert_eq!(back, cfg);
-        // The CLI's defaults with tcp: cuda's and verbs' keys travel too, at their defaults.
+        let without_cuda_knobs =
+            FULL_CONFIG_JSON.replace(r#""copy":"sm","staging":"gather""#, r#""copy":"auto","staging":"none""#);
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), without_cuda_knobs);
+        // The same run on cuda with those knobs: verbs' key at its defaults.
+        let mut cuda = full_config();
+        cuda.transport = TransportConfig::Cuda(CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather });
+        let verbs_json = serde_json::to_string(&VerbsConfig::default()).unwrap();
+        let cuda_json = FULL_CONFIG_JSON.replace(r#""transport":"verbs""#, r#""transport":"cuda""#).replace(
+            r#"{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4}"#,
+            &verbs_json,
+        );
+        assert_eq!(serde_json::to_string(&cuda).unwrap(), cuda_json);
+        assert_eq!(serde_json::from_str::<RunConfig>(&cuda_json).unwrap(), cuda);
+        // The CLI's defaults with tcp: cuda's and verbs' keys travel too, at their defaults (byte for byte).
         let mut tcp = full_config();
-        tcp.transport = TransportKind::Tcp;
-        tcp.copy = CopyMode::Auto;
-        tcp.staging = Staging::None;
+        tcp.transport = TransportConfig::Tcp(TcpConfig {});
         tcp.src_mem = "host".into();
-        tcp.verbs = VerbsConfig::default();
         tcp.block_size_default = true;
         tcp.paged = None;
         assert_eq!(serde_json::to_string(&tcp).unwrap(), TCP_CONFIG_JSON);
@@ -220,7 +217,7 @@ mod tests {
     fn an_older_peers_config_without_cuda_or_verbs_keys_still_parses() {
         let old = r#"{"transport":"tcp","block_size":1048576,"streams":1,"reps":3,"warmup":0,"verify":false,"seed":1,"hugepages":false,"cases":[{"size_bytes":1048576,"tokens":null,"bytes_per_token":null}]}"#;
         let cfg: RunConfig = serde_json::from_str(old).unwrap();
-        assert_eq!((cfg.transport.to_string(), cfg.block_size, cfg.reps), ("tcp".to_string(), 1 << 20, 3));
+        assert_eq!((cfg.transport.kind(), cfg.block_size, cfg.reps), (TransportKind::Tcp, 1 << 20, 3));
         assert!(cfg.paged.is_none() && !cfg.block_size_default);
         assert_eq!(serde_json::to_value(&cfg).unwrap()["copy"], "auto");
         assert_eq!(serde_json::to_value(&cfg).unwrap()["verbs"]["cq_mode"], "poll");
@@ -241,7 +238,7 @@ mod tests {
         };
         let bpt = g.bytes_per_token();
         let mut cfg = RunConfig {
-            transport: TransportKind::Tcp,
+            transport: TransportConfig::Tcp(TcpConfig {}),
             block_size: 1 << 20,
             streams: 1,
             reps: 1,
@@ -250,11 +247,7 @@ mod tests {
             seed: 3,
             hugepages: false,
             block_size_default: false,
-            copy: CopyMode::Ce,
-            staging: Staging::None,
             src_mem: "host".into(),
-
-            verbs: VerbsConfig::default(),
             cases: vec![SizeCase { size_bytes: 32 * bpt, tokens: Some(32), bytes_per_token: Some(bpt) }],
             paged: None,
         };

@@ -73,6 +73,80 @@ pub enum CqMode {
 
 display_as_value_name!(TransportKind, CopyMode, Staging, CqMode);
 
+/// Which transport a run uses, with that transport's own knobs (the general ones, such as `streams` and
+/// `block_size`, are [`super::RunConfig`]'s). Adding a transport adds one arm here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TransportConfig {
+    Tcp(TcpConfig),
+    Verbs(VerbsConfig),
+    Cuda(CudaConfig),
+}
+
+/// Every transport's knobs at once, as the command line and the wire configuration hold them (each transport's at
+/// its defaults unless set).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AllKnobs {
+    pub cuda: CudaConfig,
+    pub verbs: VerbsConfig,
+}
+
+impl TransportConfig {
+    /// Transport `kind` with its own knobs taken from `all`.
+    pub fn select(kind: TransportKind, all: AllKnobs) -> TransportConfig {
+        match kind {
+            TransportKind::Tcp => TransportConfig::Tcp(TcpConfig {}),
+            TransportKind::Verbs => TransportConfig::Verbs(all.verbs),
+            TransportKind::Cuda => TransportConfig::Cuda(all.cuda),
+        }
+    }
+
+    /// Every transport's knobs: this one's, the others' at their defaults.
+    pub fn all_knobs(&self) -> AllKnobs {
+        let mut all = AllKnobs::default();
+        match self {
+            TransportConfig::Tcp(TcpConfig {}) => {}
+            TransportConfig::Verbs(v) => all.verbs = v.clone(),
+            TransportConfig::Cuda(c) => all.cuda = *c,
+        }
+        all
+    }
+
+    pub fn kind(&self) -> TransportKind {
+        match self {
+            TransportConfig::Tcp(_) => TransportKind::Tcp,
+            TransportConfig::Verbs(_) => TransportKind::Verbs,
+            TransportConfig::Cuda(_) => TransportKind::Cuda,
+        }
+    }
+
+    /// The verbs knobs, when the transport is verbs.
+    pub fn verbs(&self) -> Option<&VerbsConfig> {
+        match self {
+            TransportConfig::Verbs(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The cuda knobs, when the transport is cuda.
+    pub fn cuda(&self) -> Option<&CudaConfig> {
+        match self {
+            TransportConfig::Cuda(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// TCP has no knobs of its own (streams and block size are every transport's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpConfig {}
+
+/// The cuda transport's knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CudaConfig {
+    pub copy: CopyMode,
+    pub staging: Staging,
+}
+
 /// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerbsConfig {

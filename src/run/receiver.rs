@@ -7,7 +7,7 @@ use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
 use crate::mem::{host::available_memory, Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
-use crate::transport::{self, Context};
+use crate::transport::{self, Context, Landing};
 use anyhow::{bail, Result};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -131,7 +131,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                 target.arm(size_bytes)?;
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
-                let landed = if target.landed_by_control() {
+                let landed = if transport::landing(cfg.transport.kind()) == Landing::Announced {
                     match ch.recv("Landed")? {
                         Msg::Landed => Instant::now(),
                         other => bail!("the sender sent {} instead of Landed", other.name()),
