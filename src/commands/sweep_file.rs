@@ -290,26 +290,10 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
             transports.push(name);
         }
     }
-    ConfigJson {
-        transport: transports.join("+"),
-        block_size: p.cfg.block_size,
-        streams: p.cfg.streams,
-        reps: p.cfg.reps,
-        warmup: p.cfg.warmup,
-        verify: p.cfg.verify,
-        seed: p.cfg.seed,
-        hugepages: p.cfg.hugepages,
-        model: p.model.clone(),
-        peer: "loopback".into(),
-        role: "sweep".into(),
-        copy: p.cfg.transport.cuda().copied().unwrap_or_default().copy.to_string(),
-        staging: p.cfg.transport.cuda().copied().unwrap_or_default().staging.to_string(),
-
-        src_mem: p.src.to_string(),
-        dst_mem: p.dst.to_string(),
-        verbs: p.cfg.transport.verbs().cloned(),
-        transport_detail: serde_json::Value::Null,
-    }
+    let null = serde_json::Value::Null;
+    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", "sweep", p.dst.to_string(), null);
+    config.transport = transports.join("+");
+    config
 }
 
 /// Read a results file to resume: it must come from a sweep file, and every case in it must be one of this
