@@ -1,8 +1,8 @@
 //! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
 
 use crate::mem::MemKind;
-use crate::plan::paged::{DstPlacement, Layout};
-use crate::plan::sizes::{parse_size, parse_tokens, SizeList, TokenList};
+pub use crate::plan::layout::PagedArgs;
+use crate::plan::sizes::{parse_size, SizeList, TokenList};
 use crate::plan::{CopyMode, CqMode, Staging, TransportKind};
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
@@ -244,34 +244,6 @@ pub struct VerbsArgs {
     /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub max_sge: u32,
-}
-
-/// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
-/// them.
-#[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "KV layout")]
-pub struct PagedArgs {
-    /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
-    /// needs --tokens with --model or --model-config)
-    #[arg(long, default_value = "contiguous")]
-    pub layout: Layout,
-    /// Paged: tokens per block [default: 16]
-    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
-    pub block_tokens: Option<u64>,
-    /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
-    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
-    pub pool_tokens: Option<u64>,
-    /// Paged: merge pieces adjacent on both sides into one write
-    #[arg(long)]
-    pub coalesce: bool,
-    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
-    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
-    /// [default: random]
-    #[arg(long, value_name = "HOW")]
-    pub dst_placement: Option<DstPlacement>,
-    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
-    #[arg(long, hide = true)]
-    pub test_fault_swap_dests: bool,
 }
 
 /// Which RDMA device and port this end uses (`--transport verbs`).

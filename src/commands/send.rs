@@ -1,5 +1,6 @@
 //! `kvxfer send`: connect to a receiver and drive the run.
 
+use super::common::{self, configure, Configured};
 use super::recorder::Recorder;
 use crate::cli::{OutputArgs, SendArgs};
 use crate::control::peer::client_hello;
@@ -28,13 +29,9 @@ pub struct SendJob<'a> {
 
 pub fn run(a: SendArgs) -> Result<()> {
     let src = a.mem;
-    let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let mut cfg = super::run_config(&a.run, cases, &[src])?;
-    cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run);
-    super::check_memory(&cfg, &[src])?;
-    let device = super::device_choice(&a.device)?;
-    super::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
+    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
+    let device = common::device_choice(&a.device)?;
+    common::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
     drive(SendJob {
         peer: &a.peer,
         token: a.token.as_deref().unwrap_or(""),
@@ -42,7 +39,7 @@ pub fn run(a: SendArgs) -> Result<()> {
         timeouts,
         out: &a.out,
         label: a.run.label.clone(),
-        model: geometry.map(|g| g.name),
+        model,
         role: "send",
         src,
         device,

@@ -3,6 +3,7 @@
 //! round runs every case once, in a fresh seeded shuffle), and the results are saved after every rep, so an
 //! interrupted sweep can be continued with `--resume`.
 
+use super::common::{check_host_support, configure, default_outputs, loopback_devices, Configured};
 use super::recorder::Recorder;
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
@@ -29,7 +30,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         out.json.get_or_insert_with(|| r.clone());
         out.md.get_or_insert_with(|| r.with_extension("md"));
     }
-    super::sweep::default_outputs(&mut out, &a.out_dir)?;
+    default_outputs(&mut out, &a.out_dir)?;
     Recorder::check_outputs(&out)?;
 
     // Which case ids are done, and the reps kept of the ones that are not.
@@ -256,27 +257,10 @@ fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
         }
     };
     let (src, dst) = (a.src, a.dst);
-    let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let mut cfg = super::run_config(&a.run, cases, &[src, dst])?;
-    cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run);
-    super::check_memory(&cfg, &[src, dst])?;
-    let device = super::device_choice(&a.device)?;
-    let mut peer_device = device.clone();
-    if a.peer_device.is_some() {
-        peer_device.name = a.peer_device.clone();
-    }
-    super::check_host_support(&cfg, &[("src", src), ("dst", dst)], &[&device, &peer_device])?;
-    Ok(SessionPlan {
-        case_ids: ids.to_vec(),
-        cfg,
-        src,
-        dst,
-        device,
-        peer_device,
-        timeouts,
-        model: geometry.map(|g| g.name),
-    })
+    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
+    let (device, peer_device) = loopback_devices(&a.device, &a.peer_device)?;
+    check_host_support(&cfg, &[("src", src), ("dst", dst)], &[&device, &peer_device])?;
+    Ok(SessionPlan { case_ids: ids.to_vec(), cfg, src, dst, device, peer_device, timeouts, model })
 }
 
 /// `config` of a sweep's results: the first session's, with every transport named when they differ (each case's

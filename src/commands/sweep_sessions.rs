@@ -3,7 +3,7 @@
 //! interleave, so sessions stay open between visits while their buffers fit in memory together; when they do not,
 //! the least recently used one is closed first and reopened later (its cases then warm up again).
 
-use super::sweep::loopback_receiver;
+use super::common::loopback_receiver;
 use crate::control::Timeouts;
 use crate::mem::{host::available_memory, MemKind};
 use crate::plan::RunConfig;
