@@ -103,7 +103,8 @@ fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind 
     } else {
         (TransportKind::Tcp, "not every end is a GPU")
     };
-    eprintln!("transport: {kind} ({why}; --transport tcp|verbs|cuda to choose)");
+    let names = crate::transport::TRANSPORTS.join("|");
+    eprintln!("transport: {kind} ({why}; --transport {names} to choose)");
     kind
 }
 

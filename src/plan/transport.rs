@@ -126,14 +126,6 @@ impl TransportConfig {
             _ => None,
         }
     }
-
-    /// The cuda knobs, when the transport is cuda.
-    pub fn cuda(&self) -> Option<&CudaConfig> {
-        match self {
-            TransportConfig::Cuda(c) => Some(c),
-            _ => None,
-        }
-    }
 }
 
 /// TCP has no knobs of its own (streams and block size are every transport's).
@@ -219,5 +211,21 @@ mod tests {
         same::<CqMode>();
         let names: Vec<String> = CopyMode::value_variants().iter().map(value_name).collect();
         assert_eq!(names, ["auto", "ce", "batch", "sm"]);
+    }
+
+    #[test]
+    fn a_transport_keeps_only_its_own_knobs() {
+        let all = AllKnobs {
+            cuda: CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather },
+            verbs: VerbsConfig { qps: 2, cq_mode: CqMode::Event, ..VerbsConfig::default() },
+        };
+        for &kind in TransportKind::value_variants() {
+            let cfg = TransportConfig::select(kind, all.clone());
+            assert_eq!(cfg.kind(), kind);
+            assert_eq!(TransportConfig::select(kind, cfg.all_knobs()), cfg, "{kind}");
+        }
+        let tcp = TransportConfig::select(TransportKind::Tcp, all.clone()).all_knobs();
+        assert_eq!(tcp, AllKnobs::default(), "another transport's knobs are not tcp's");
+        assert_eq!(TransportConfig::select(TransportKind::Verbs, all).verbs().map(|v| v.qps), Some(2));
     }
 }
