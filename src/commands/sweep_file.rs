@@ -55,57 +55,8 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         );
     }
 
-    let env = Env::capture();
-    let mut results = match previous {
-        Some(mut prev) => {
-            let diffs = crate::env::differences(&prev.env, &serde_json::to_value(&env)?);
-            for d in diffs {
-                eprintln!("warning: resume: this host differs from the interrupted run's: {d}");
-            }
-            prev.error = None;
-            let s = prev.sweep.as_mut().expect("resumable() checked");
-            s.resumed_at.push(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
-            prev
-        }
-        None => {
-            // --label on the command line beats the file's label.
-            let label = (a.run.label.clone().or_else(|| sweep.label.clone()))
-                .unwrap_or_else(|| format!("{} on {}", sweep.name, crate::env::hostname()));
-            let mut r = Results::new(label, &env, config_json(&plans));
-            r.sweep = Some(SweepJson {
-                file: sweep.path.display().to_string(),
-                name: sweep.name.clone(),
-                description: sweep.description.clone(),
-                order: sweep.order.name().into(),
-                seed: sweep.seed,
-                reps: sweep.reps,
-                warmup: sweep.warmup,
-                sets: a.sets.clone(),
-                case_list: Vec::new(),
-                sessions: Vec::new(),
-                rounds: Vec::new(),
-                resumed_at: Vec::new(),
-                session_opens: 0,
-            });
-            r
-        }
-    };
-    let s = results.sweep.as_mut().expect("set above");
-    s.case_list = sweep
-        .cases
-        .iter()
-        .map(|c| SweepCaseJson { case_id: c.id, label: c.label.clone(), params: c.params.clone() })
-        .collect();
-    s.sessions = plans
-        .iter()
-        .map(|p| SessionJson {
-            case_ids: p.case_ids.clone(),
-            transport: p.cfg.transport.kind().to_string(),
-            src_mem: p.src.to_string(),
-            dst_mem: p.dst.to_string(),
-            transport_detail: serde_json::Value::Null,
-        })
-        .collect();
+    let mut results = sweep_results(&a, &sweep, &plans, previous)?;
+    let s = results.sweep.as_mut().expect("a sweep's results");
     // A resumed run reshuffles with a seed of its own, still reproducible from the file's seed.
     let seed = sweep.seed.wrapping_add(s.resumed_at.len() as u64);
     let rounds = schedule(sweep.order, &need, seed);
@@ -141,6 +92,68 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     let outcome = outcome.and(closed);
     rec.finish(outcome.as_ref().err())?;
     outcome
+}
+
+/// The results the sweep writes into: the interrupted run's (`--resume`, said when this host differs) or fresh
+/// ones; either way with this sweep's case list and sessions.
+fn sweep_results(
+    a: &SweepArgs,
+    sweep: &SweepFile,
+    plans: &[SessionPlan],
+    previous: Option<Results>,
+) -> Result<Results> {
+    let env = Env::capture();
+    let mut results = match previous {
+        Some(mut prev) => {
+            let diffs = crate::env::differences(&prev.env, &serde_json::to_value(&env)?);
+            for d in diffs {
+                eprintln!("warning: resume: this host differs from the interrupted run's: {d}");
+            }
+            prev.error = None;
+            let s = prev.sweep.as_mut().expect("resumable() checked");
+            s.resumed_at.push(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
+            prev
+        }
+        None => {
+            // --label on the command line beats the file's label.
+            let label = (a.run.label.clone().or_else(|| sweep.label.clone()))
+                .unwrap_or_else(|| format!("{} on {}", sweep.name, crate::env::hostname()));
+            let mut r = Results::new(label, &env, config_json(plans));
+            r.sweep = Some(SweepJson {
+                file: sweep.path.display().to_string(),
+                name: sweep.name.clone(),
+                description: sweep.description.clone(),
+                order: sweep.order.name().into(),
+                seed: sweep.seed,
+                reps: sweep.reps,
+                warmup: sweep.warmup,
+                sets: a.sets.clone(),
+                case_list: Vec::new(),
+                sessions: Vec::new(),
+                rounds: Vec::new(),
+                resumed_at: Vec::new(),
+                session_opens: 0,
+            });
+            r
+        }
+    };
+    let s = results.sweep.as_mut().expect("set above");
+    s.case_list = sweep
+        .cases
+        .iter()
+        .map(|c| SweepCaseJson { case_id: c.id, label: c.label.clone(), params: c.params.clone() })
+        .collect();
+    s.sessions = plans
+        .iter()
+        .map(|p| SessionJson {
+            case_ids: p.case_ids.clone(),
+            transport: p.cfg.transport.kind().to_string(),
+            src_mem: p.src.to_string(),
+            dst_mem: p.dst.to_string(),
+            transport_detail: serde_json::Value::Null,
+        })
+        .collect();
+    Ok(results)
 }
 
 /// Run the measured reps round by round (each case's warm-ups right before its first measured rep in a session),

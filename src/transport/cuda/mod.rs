@@ -96,6 +96,28 @@ pub struct CudaSenderDetail {
     pub staging: Staging,
 }
 
+/// The copy `--copy` gets on this driver: `batch` needs cuMemcpyBatchAsync (driver 12.8 or newer) and is `ce`
+/// without it (said once on stderr; `describe` records the copy in use).
+fn copy_in_use(copy: CopyMode) -> Result<CopyMode> {
+    Ok(match copy {
+        CopyMode::Batch => {
+            let v = cuda::driver()?;
+            if v < 12080 {
+                // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
+                eprintln!(
+                    "note: --copy batch: cuMemcpyBatchAsync needs CUDA driver 12.8 or newer, this one is {}.{}; copying each write with cuMemcpyAsync instead",
+                    v / 1000,
+                    v % 1000 / 10
+                );
+                CopyMode::Ce
+            } else {
+                CopyMode::Batch
+            }
+        }
+        other => other,
+    })
+}
+
 /// Above this many writes in a transfer, `auto` copies with one SM kernel: per-write copies cost a few µs each,
 /// which caps 16 KiB pieces at ~6 GB/s on H200 NVLink while the kernel moves them at ~370 GB/s (measured).
 const AUTO_SM_WRITES: usize = 64;
@@ -182,23 +204,7 @@ impl CudaSource {
         };
         let staging = staging_dst.map(|d| staging::Staging::new(ordinal, d)).transpose()?;
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
-        let engine = match knobs.copy {
-            CopyMode::Batch => {
-                let v = cuda::driver()?;
-                if v < 12080 {
-                    // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
-                    eprintln!(
-                        "note: --copy batch: cuMemcpyBatchAsync needs CUDA driver 12.8 or newer, this one is {}.{}; copying each write with cuMemcpyAsync instead",
-                        v / 1000,
-                        v % 1000 / 10
-                    );
-                    CopyMode::Ce
-                } else {
-                    CopyMode::Batch
-                }
-            }
-            other => other,
-        };
+        let engine = copy_in_use(knobs.copy)?;
         if matches!(engine, CopyMode::Sm | CopyMode::Auto) {
             kernels::kernels(ordinal)?; // compile before the first timed rep
         }
