@@ -17,3 +17,4 @@ pub mod plan;
 pub mod run;
 pub mod stats;
 pub mod transport;
+pub mod units;
