@@ -2,6 +2,7 @@
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
 use crate::cli::{FigArgs, OutputArgs};
+use crate::export::cells::{ceiling_note, ci_note, warning_summary};
 use crate::export::{self, events::EventsFile, json::Results};
 use crate::output::{compare, progress::Progress, table};
 use crate::plan::{sizes::format_size, RunConfig};
@@ -83,11 +84,11 @@ impl Recorder {
         if series.len() > 1 {
             println!("\nSide by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&series));
         }
-        if let Some(line) = table::ceiling_note(&self.results.cases) {
+        if let Some(line) = ceiling_note(&self.results.cases) {
             println!("{line}");
         }
-        println!("{}", table::warning_summary(&self.results.cases));
-        if let Some(line) = table::ci_note(&self.results.cases) {
+        println!("{}", warning_summary(&self.results.cases));
+        if let Some(line) = ci_note(&self.results.cases) {
             println!("{line}");
         }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);

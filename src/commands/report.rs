@@ -2,7 +2,7 @@
 
 use crate::cli::ReportArgs;
 use crate::export::{self, json::Results};
-use crate::output::{compare, table};
+use crate::output::{self, table};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
@@ -39,7 +39,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         for r in &all {
             println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
             println!("{}", table::render(&r.cases));
-            for note in table::notes(&r.cases) {
+            for note in export::cells::notes(&r.cases) {
                 println!("{note}");
             }
             if let Some(e) = &r.error {
@@ -48,14 +48,14 @@ pub fn run(a: ReportArgs) -> Result<()> {
             println!();
         }
         if several {
-            println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&parts));
+            println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", output::compare::render(&parts));
         }
         println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
     }
     // Each file's own configurations are compared inside its section; several files get one table across all.
     let mut md = export::markdown::render(&all);
     if all.len() > 1 {
-        md.push_str(&compare::markdown(&parts));
+        md.push_str(&export::compare::markdown(&parts));
     }
     emit(a.md.as_deref(), &md)?;
     if a.csv.is_some() {
@@ -64,7 +64,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     match a.csv.as_deref() {
         Some(p) if several && p != Path::new("-") => {
             let side = p.with_extension("compare.csv");
-            export::write_atomic(&side, compare::csv(&parts)?.as_bytes())?;
+            export::write_atomic(&side, export::compare::csv(&parts)?.as_bytes())?;
             eprintln!("side-by-side csv: {}", side.display());
         }
         _ => {}

@@ -1,8 +1,8 @@
 //! `--md`: a Markdown table per run, the form users paste into reports and issues.
 
+use super::cells::{case_cells, notes, CASE_HEADER};
+use super::compare;
 use super::json::Results;
-use crate::output::compare;
-use crate::output::table::{case_cells, notes, CASE_HEADER};
 
 pub fn render(all: &[Results]) -> String {
     let mut out = String::new();
@@ -40,7 +40,7 @@ pub fn render(all: &[Results]) -> String {
             out.push_str(&format!("\nThe run stopped early: {e}\n"));
         }
         out.push('\n');
-        let series: Vec<Results> = r.series().into_iter().map(|(_, s)| s).collect();
+        let series = compare::series_of(std::slice::from_ref(r));
         if series.len() > 1 {
             out.push_str(&compare::markdown(&series));
         }
