@@ -1,6 +1,7 @@
 //! Writing results: one file per format. Every writer goes through [`write_atomic`], so an interrupted run leaves
 //! either the previous complete file or the new complete file, never half of one.
 
+pub mod args;
 pub mod cells;
 pub mod compare;
 pub mod csv;

@@ -1,10 +1,10 @@
 //! The sink of a running sender: prints a row per size as it finishes, moves the progress bar, and rewrites every
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
-use crate::cli::{FigArgs, OutputArgs};
+use super::{compare, progress::Progress, table};
+use crate::export::args::{FigArgs, OutputArgs};
 use crate::export::cells::{ceiling_note, ci_note, warning_summary};
 use crate::export::{self, events::EventsFile, json::Results};
-use crate::output::{compare, progress::Progress, table};
 use crate::plan::{sizes::format_size, RunConfig};
 use crate::run::{CaseRecord, RepRecord, RunSink};
 use crate::stats::CaseResult;
