@@ -4,6 +4,7 @@
 //! Markdown and CSV; `output::compare` draws the same cells on the console.
 
 use super::json::Results;
+use super::Exporter;
 use crate::plan::sizes::{format_size, format_tokens};
 use crate::stats::modes::format_gbps;
 use anyhow::Result;
@@ -126,6 +127,15 @@ pub fn csv(all: &[Results]) -> Result<String> {
         w.write_record(&rec)?;
     }
     Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+/// `report --csv FILE` with several runs: the side-by-side table of their series, in FILE's `.compare.csv`.
+pub struct CompareCsvExporter;
+
+impl Exporter for CompareCsvExporter {
+    fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>> {
+        Ok(csv(&series_of(runs))?.into_bytes())
+    }
 }
 
 /// A ratio with three significant digits, so 0.0159× does not print as 0.02×.

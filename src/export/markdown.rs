@@ -3,6 +3,8 @@
 use super::cells::{case_cells, notes, CASE_HEADER};
 use super::compare;
 use super::json::Results;
+use super::Exporter;
+use anyhow::Result;
 
 pub fn render(all: &[Results]) -> String {
     let mut out = String::new();
@@ -46,4 +48,18 @@ pub fn render(all: &[Results]) -> String {
         }
     }
     out
+}
+
+/// `--md`: a section per run; several runs (`report a.json b.json`) get one side-by-side table across all of them
+/// after their sections.
+pub struct MarkdownExporter;
+
+impl Exporter for MarkdownExporter {
+    fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>> {
+        let mut md = render(runs);
+        if runs.len() > 1 {
+            md.push_str(&compare::markdown(&compare::series_of(runs)));
+        }
+        Ok(md.into_bytes())
+    }
 }
