@@ -2,7 +2,7 @@
 //! the live console rows and `report`'s boxed tables.
 
 use crate::plan::sizes::{format_size, format_tokens};
-use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult};
+use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult, WarningKind};
 
 pub const CASE_HEADER: &[&str] =
     &["size", "tokens", "n", "p50 ms", "95% CI ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block", "verified"];
@@ -73,7 +73,7 @@ pub fn work_requests_text(c: &CaseResult) -> Option<String> {
 /// then how staged cases split their time (p50) and how many work requests SGE gathering left.
 pub fn notes(cases: &[CaseResult]) -> Vec<String> {
     let others = cases.iter().filter_map(|c| {
-        let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != "bimodal").cloned().collect();
+        let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != WarningKind::Bimodal).cloned().collect();
         (!rest.is_empty()).then(|| format!("{} at {}", warnings::describe(&rest), case_name(c)))
     });
     ceiling_note(cases)
@@ -93,18 +93,14 @@ pub fn warning_summary(cases: &[CaseResult]) -> String {
     if warned == 0 {
         return format!("{} case(s), none with warnings", cases.len());
     }
-    let mut kinds: Vec<(String, usize)> = Vec::new();
+    let mut kinds: Vec<(&WarningKind, usize)> = Vec::new();
     for w in cases.iter().flat_map(|c| &c.warnings) {
-        match kinds.iter_mut().find(|(k, _)| *k == w.kind) {
+        match kinds.iter_mut().find(|(k, _)| **k == w.kind) {
             Some((_, n)) => *n += 1,
-            None => kinds.push((w.kind.clone(), 1)),
+            None => kinds.push((&w.kind, 1)),
         }
     }
-    let name = |k: &str| match k {
-        "high_cv" => "high CV".to_string(),
-        other => other.replace('_', " "),
-    };
-    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {n}", name(k))).collect();
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {n}", k.label())).collect();
     format!("⚠ {warned} of {} case(s) carry warnings ({})", cases.len(), kinds.join(", "))
 }
 

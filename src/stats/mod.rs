@@ -13,4 +13,4 @@ pub use ceiling::{ceiling, Ceiling};
 pub use confidence::MedianCi;
 pub use modes::Bimodality;
 pub use summary::{RateSummary, Summary};
-pub use warnings::Warning;
+pub use warnings::{Warning, WarningKind};
