@@ -3,7 +3,6 @@
 pub mod devices;
 pub mod layout;
 pub mod predict;
-pub mod recorder;
 pub mod report;
 pub mod send;
 pub mod serve;

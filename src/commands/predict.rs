@@ -7,7 +7,8 @@ use crate::cli::PredictArgs;
 use crate::export::json::Results;
 use crate::plan::sizes::{format_size, format_tokens};
 use crate::stats::interpolate::{log_log, Basis};
-use crate::stats::{gbps, CaseResult};
+use crate::stats::CaseResult;
+use crate::units::gbps;
 use anyhow::Result;
 use serde::Serialize;
 

@@ -1,10 +1,10 @@
 //! `kvxfer sweep`: the main job on one machine. A receiver runs in a thread of this process on loopback, with a
 //! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
 
-use super::recorder::Recorder;
 use super::send::{drive, SendJob};
 use crate::cli::{OutputArgs, SweepArgs};
 use crate::mem::MemKind;
+use crate::output::Recorder;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use anyhow::Result;
 use std::net::{Ipv4Addr, SocketAddr};

@@ -3,13 +3,13 @@
 //! round runs every case once, in a fresh seeded shuffle), and the results are saved after every rep, so an
 //! interrupted sweep can be continued with `--resume`.
 
-use super::recorder::Recorder;
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
 use crate::cli::{Cli, Command, SweepArgs};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
 use crate::mem::MemKind;
+use crate::output::Recorder;
 use crate::plan::order::schedule;
 use crate::plan::sweep_file::{describe, flags, session_key, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
