@@ -11,6 +11,9 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+// The output flags belong to the layer that writes the files (`Recorder` lives below `cli`).
+pub use crate::export::args::{FigArgs, OutputArgs};
+
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
                           (per-block latency in µs). Exit codes: 0 success, 1 runtime failure, 2 bad usage or input.";
 
@@ -259,34 +262,6 @@ pub struct DeviceArgs {
     /// GID index (default: like perftest, a RoCE v2 IPv4-mapped GID when there is one)
     #[arg(long, value_name = "N")]
     pub gid_index: Option<u32>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct OutputArgs {
-    /// Write the results JSON here (updated atomically as each size completes)
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write one CSV row per size here
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-    /// Write a Markdown table here
-    #[arg(long, value_name = "FILE")]
-    pub md: Option<PathBuf>,
-    /// Write per-rep stage timestamps of both ends here (JSON lines)
-    #[arg(long, value_name = "FILE")]
-    pub events: Option<PathBuf>,
-    #[command(flatten)]
-    pub fig: FigArgs,
-}
-
-#[derive(Args, Debug, Clone, Default)]
-pub struct FigArgs {
-    /// Write figures here (PNG and SVG; created if its parent exists): time and bandwidth vs size, per-rep GB/s
-    #[arg(long, value_name = "DIR")]
-    pub fig: Option<PathBuf>,
-    /// A reference line on the bandwidth figure, LABEL=GBPS; repeatable: --line "NIC 25 GB/s=25"
-    #[arg(long = "line", value_name = "LABEL=GBPS", requires = "fig")]
-    pub lines: Vec<String>,
 }
 
 #[derive(Args, Debug)]

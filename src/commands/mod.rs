@@ -5,7 +5,6 @@
 pub mod common;
 pub mod devices;
 pub mod predict;
-pub mod recorder;
 pub mod report;
 pub mod send;
 pub mod serve;

@@ -7,7 +7,8 @@ use crate::cli::PredictArgs;
 use crate::export::json::Results;
 use crate::plan::sizes::{format_size, format_tokens};
 use crate::stats::interpolate::{log_log, Basis};
-use crate::stats::{gbps, CaseResult};
+use crate::stats::CaseResult;
+use crate::units::gbps;
 use anyhow::Result;
 use serde::Serialize;
 
@@ -113,23 +114,36 @@ pub fn run(a: PredictArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
+    print_table(&r.label, range, cases.len(), &predictions, a.decode_ms, a.decode_tokens);
+    Ok(())
+}
+
+/// The predictions as a console table, with what the marks and the decode columns mean.
+fn print_table(
+    label: &str,
+    range: [u64; 2],
+    sizes: usize,
+    predictions: &[Prediction],
+    decode_ms: Option<f64>,
+    decode_tokens: Option<u64>,
+) {
     println!(
         "{} — measured {} .. {} ({} sizes); p50 interpolated in log-log",
-        r.label,
+        label,
         format_size(range[0]),
         format_size(range[1]),
-        cases.len()
+        sizes
     );
     let mut header = vec!["tokens", "size", "est. ms", "95% CI ms", "GB/s"];
-    if a.decode_ms.is_some() {
+    if decode_ms.is_some() {
         header.push("decode steps");
     }
-    if a.decode_tokens.is_some() {
+    if decode_tokens.is_some() {
         header.push("× decode");
     }
     let mut t = comfy_table::Table::new();
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED).set_header(header);
-    for p in &predictions {
+    for p in predictions {
         let mark = if p.basis.is_extrapolated() { " !" } else { "" };
         let mut row = vec![
             p.tokens.map(format_tokens).unwrap_or_else(|| "-".into()),
@@ -148,12 +162,11 @@ pub fn run(a: PredictArgs) -> Result<()> {
             "! outside the measured range: extrapolated from the nearest two sizes; measure these sizes to trust them"
         );
     }
-    if let (Some(d), Some(n)) = (a.decode_ms, a.decode_tokens) {
+    if let (Some(d), Some(n)) = (decode_ms, decode_tokens) {
         println!("decode steps = est. ms ÷ {d} ms; × decode = est. ms ÷ ({n} tokens × {d} ms)");
-    } else if let Some(d) = a.decode_ms {
+    } else if let Some(d) = decode_ms {
         println!("decode steps = est. ms ÷ {d} ms per decode step");
     }
-    Ok(())
 }
 
 /// The complete cases of one configuration, in size order (a sweep over several needs `--where`).

@@ -1,32 +1,26 @@
 //! `kvxfer report`: re-render tables from saved results files.
 
 use crate::cli::ReportArgs;
-use crate::export::{self, json::Results};
+use crate::export::{self, compare::series_of, json::Results, ExportManager, Format, Target};
 use crate::output::{compare, table};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 pub fn run(a: ReportArgs) -> Result<()> {
     let all = a.files.iter().map(|f| Results::read(f)).collect::<Result<Vec<_>>>()?;
-    for (flag, p) in [("--md", &a.md), ("--csv", &a.csv)] {
-        if let Some(p) = p.as_deref().filter(|p| *p != Path::new("-")) {
-            export::check_writable(flag, p)?;
+    let mut exports = ExportManager::default();
+    for (format, path) in [(Format::Markdown, &a.md), (Format::Csv, &a.csv)] {
+        if let Some(p) = path {
+            exports.add(format, Target::file_or_stdout(p));
         }
     }
+    exports.check_writable()?;
     let lines = export::plot::parse_lines(&a.fig.lines)?;
     if let Some(dir) = &a.fig.fig {
         export::plot::prepare_dir(dir)?;
     }
     // A sweep over several configurations is one series per configuration in the side-by-side table and figures.
-    let split: Vec<(String, Results)> = series_names(&all, &a.files)
-        .into_iter()
-        .zip(&all)
-        .flat_map(|(name, r)| match r.series() {
-            parts if parts.len() > 1 => parts,
-            _ => vec![(name, r.clone())],
-        })
-        .collect();
-    let parts: Vec<Results> = split.iter().map(|(_, r)| r.clone()).collect();
+    let parts = series_of(&all);
     let several = parts.len() > 1;
     // Runs on hosts whose NIC firmware, MTU or IOMMU mode differ compare the environments as much as the runs.
     for (r, f) in all.iter().zip(&a.files).skip(1) {
@@ -36,49 +30,58 @@ pub fn run(a: ReportArgs) -> Result<()> {
     }
     let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
     if !stdout_taken {
-        for r in &all {
-            println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
-            println!("{}", table::render(&r.cases));
-            for note in table::notes(&r.cases) {
-                println!("{note}");
-            }
-            if let Some(e) = &r.error {
-                println!("note: this run stopped early: {e}");
-            }
-            println!();
-        }
-        if several {
-            println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&parts));
-        }
-        println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
+        print_tables(&all, &parts);
     }
-    // Each file's own configurations are compared inside its section; several files get one table across all.
-    let mut md = export::markdown::render(&all);
-    if all.len() > 1 {
-        md.push_str(&compare::markdown(&parts));
+    // With several series, the side-by-side table goes next to a CSV file.
+    let side = match exports.target(Format::Csv) {
+        Some(Target::File(p)) if several => Some(p.with_extension("compare.csv")),
+        _ => None,
+    };
+    if let Some(side) = &side {
+        exports.add(Format::CompareCsv, Target::File(side.clone()));
     }
-    emit(a.md.as_deref(), &md)?;
-    if a.csv.is_some() {
-        emit(a.csv.as_deref(), &export::csv::render(&all)?)?;
-    }
-    match a.csv.as_deref() {
-        Some(p) if several && p != Path::new("-") => {
-            let side = p.with_extension("compare.csv");
-            export::write_atomic(&side, compare::csv(&parts)?.as_bytes())?;
-            eprintln!("side-by-side csv: {}", side.display());
-        }
-        _ => {}
+    exports.write(&all)?;
+    if let Some(side) = &side {
+        eprintln!("{}: {}", Format::CompareCsv.what(), side.display());
     }
     if let Some(dir) = &a.fig.fig {
         // One file: its configurations by case name; several: each series keeps its run's name in front.
+        let split = figure_split(&all, &a.files);
         let short = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { Vec::new() };
-        let series = if short.is_empty() { &split } else { &short };
-        let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
-        for f in export::plot::write_figures(&named, dir, &lines)? {
-            eprintln!("figure: {}", f.display());
-        }
+        export::plot::draw_series(if short.is_empty() { &split } else { &short }, dir, &lines)?;
     }
     Ok(())
+}
+
+/// Each run's boxed table and notes on the console, and the side-by-side table of several series.
+fn print_tables(all: &[Results], parts: &[Results]) {
+    for r in all {
+        println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
+        println!("{}", table::render(&r.cases));
+        for note in export::cells::notes(&r.cases) {
+            println!("{note}");
+        }
+        if let Some(e) = &r.error {
+            println!("note: this run stopped early: {e}");
+        }
+        println!();
+    }
+    if parts.len() > 1 {
+        println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(parts));
+    }
+    println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
+}
+
+/// The figures' series: a sweep file's configurations each on their own, other runs under [`series_names`].
+fn figure_split(all: &[Results], files: &[PathBuf]) -> Vec<(String, Results)> {
+    series_names(all, files)
+        .into_iter()
+        .zip(all)
+        .flat_map(|(name, r)| match r.series() {
+            parts if parts.len() > 1 => parts,
+            _ => vec![(name, r.clone())],
+        })
+        .collect()
 }
 
 /// Each run's name in figures: its label, or its file name when it has none; runs sharing a label get the file
@@ -96,15 +99,4 @@ fn series_names(all: &[Results], files: &[PathBuf]) -> Vec<String> {
             }
         })
         .collect()
-}
-
-fn emit(path: Option<&Path>, text: &str) -> Result<()> {
-    match path {
-        None => Ok(()),
-        Some(p) if p == Path::new("-") => {
-            print!("{text}");
-            Ok(())
-        }
-        Some(p) => export::write_atomic(p, text.as_bytes()),
-    }
 }

@@ -1,13 +1,13 @@
 //! `kvxfer send`: connect to a receiver and drive the run.
 
 use super::common::{self, configure, Configured};
-use super::recorder::Recorder;
 use crate::cli::{OutputArgs, SendArgs};
 use crate::control::peer::client_hello;
 use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results};
 use crate::mem::MemKind;
+use crate::output::Recorder;
 use crate::plan::RunConfig;
 use crate::run::sender::SenderSession;
 use crate::transport::{Context, DeviceChoice};

@@ -2,9 +2,9 @@
 //! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
 
 use super::common::{self, check_host_support, configure, default_outputs, loopback_receiver, Configured};
-use super::recorder::Recorder;
 use super::send::{drive, SendJob};
 use crate::cli::SweepArgs;
+use crate::output::Recorder;
 use crate::run::receiver::ReceiverLimits;
 use anyhow::Result;
 

@@ -4,12 +4,12 @@
 //! interrupted sweep can be continued with `--resume`.
 
 use super::common::{check_host_support, configure, default_outputs, loopback_devices, Configured};
-use super::recorder::Recorder;
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
 use crate::cli::{Cli, Command, SweepArgs};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
+use crate::output::Recorder;
 use crate::plan::order::schedule;
 use crate::plan::sweep_file::{describe, flags, session_key, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;

@@ -1,6 +1,7 @@
 //! `--csv`: one row per case, flat columns for spreadsheets and pandas.
 
 use super::json::Results;
+use super::Exporter;
 use anyhow::Result;
 
 const HEADER: &[&str] = &[
@@ -78,4 +79,13 @@ pub fn render(all: &[Results]) -> Result<String> {
         }
     }
     Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+/// `--csv`: one row per case of every run.
+pub struct CsvExporter;
+
+impl Exporter for CsvExporter {
+    fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>> {
+        Ok(render(runs)?.into_bytes())
+    }
 }

@@ -1,5 +1,6 @@
 //! The results JSON (`kvxfer/results/v1`): the contract users script against. Extend, never rename.
 
+use super::Exporter;
 use crate::env::Env;
 use crate::stats::CaseResult;
 use anyhow::{bail, Context, Result};
@@ -160,10 +161,11 @@ impl Results {
         }
     }
 
-    pub fn write(&self, path: &Path) -> Result<()> {
+    /// The file's bytes: pretty JSON and a final newline.
+    pub fn to_json(&self) -> Result<Vec<u8>> {
         let mut bytes = serde_json::to_vec_pretty(self)?;
         bytes.push(b'\n');
-        super::write_atomic(path, &bytes)
+        Ok(bytes)
     }
 
     /// Read a results file; errors are usage errors naming the file.
@@ -239,6 +241,18 @@ impl Results {
         self.cases = std::mem::take(&mut self.cases).into_iter().map(CaseResult::with_derived).collect();
         if self.ceiling_gbps.is_none() {
             self.update_ceiling();
+        }
+    }
+}
+
+/// `--json`: the results file of one run.
+pub struct JsonExporter;
+
+impl Exporter for JsonExporter {
+    fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>> {
+        match runs {
+            [run] => run.to_json(),
+            _ => bail!("a results JSON holds one run, not {}", runs.len()),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! `--md`: a Markdown table per run, the form users paste into reports and issues.
 
+use super::cells::{case_cells, notes, CASE_HEADER};
+use super::compare;
 use super::json::Results;
-use crate::output::compare;
-use crate::output::table::{case_cells, notes, CASE_HEADER};
+use super::Exporter;
+use anyhow::Result;
 
 pub fn render(all: &[Results]) -> String {
     let mut out = String::new();
@@ -40,10 +42,24 @@ pub fn render(all: &[Results]) -> String {
             out.push_str(&format!("\nThe run stopped early: {e}\n"));
         }
         out.push('\n');
-        let series: Vec<Results> = r.series().into_iter().map(|(_, s)| s).collect();
+        let series = compare::series_of(std::slice::from_ref(r));
         if series.len() > 1 {
             out.push_str(&compare::markdown(&series));
         }
     }
     out
+}
+
+/// `--md`: a section per run; several runs (`report a.json b.json`) get one side-by-side table across all of them
+/// after their sections.
+pub struct MarkdownExporter;
+
+impl Exporter for MarkdownExporter {
+    fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>> {
+        let mut md = render(runs);
+        if runs.len() > 1 {
+            md.push_str(&compare::markdown(&compare::series_of(runs)));
+        }
+        Ok(md.into_bytes())
+    }
 }

@@ -1,6 +1,12 @@
-//! Writing results: one file per format. Every writer goes through [`write_atomic`], so an interrupted run leaves
-//! either the previous complete file or the new complete file, never half of one.
+//! Writing results: one file per format. One interface for all of them (modelled on hyperfine's `Exporter` and
+//! `ExportManager`): each format is an [`Exporter`] turning runs into the bytes of its file, [`Format`] lists the
+//! formats once, and an [`ExportManager`] holds the formats a command was asked for and writes them all; the live
+//! run (`output::Recorder`) and `kvxfer report` both write through it. Every file goes through [`write_atomic`], so
+//! an interrupted run leaves either the previous complete file or the new complete file, never half of one.
 
+pub mod args;
+pub mod cells;
+pub mod compare;
 pub mod csv;
 pub mod events;
 pub mod json;
@@ -8,7 +14,9 @@ pub mod markdown;
 pub mod plot;
 
 use anyhow::{Context, Result};
-use std::path::Path;
+use args::OutputArgs;
+use json::Results;
+use std::path::{Path, PathBuf};
 
 /// Write `bytes` to `path` via a temporary file in the same directory and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -41,5 +49,125 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
         Err(e) => {
             Err(crate::error::usage(format!("{flag} {}: cannot write in {}: {e}", path.display(), dir.display())))
         }
+    }
+}
+
+/// One results format: the whole file for these runs.
+pub trait Exporter {
+    fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>>;
+}
+
+/// Every results format kvxfer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `--json`: the results file (`kvxfer/results/v1`) of one run.
+    Json,
+    /// `--csv`: one row per case.
+    Csv,
+    /// `--md`: a Markdown section per run, and a side-by-side table when there are several.
+    Markdown,
+    /// `report --csv` with several runs: the side-by-side table next to the CSV (`FILE.compare.csv`).
+    CompareCsv,
+}
+
+impl Format {
+    /// The flag that asks for it (named when its file cannot be written).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Format::Json => "--json",
+            Format::Csv | Format::CompareCsv => "--csv",
+            Format::Markdown => "--md",
+        }
+    }
+
+    /// What the closing lines call its file (`results: run.json`).
+    pub fn what(self) -> &'static str {
+        match self {
+            Format::Json => "results",
+            Format::Csv => "csv",
+            Format::Markdown => "markdown",
+            Format::CompareCsv => "side-by-side csv",
+        }
+    }
+
+    fn exporter(self) -> Box<dyn Exporter> {
+        match self {
+            Format::Json => Box::new(json::JsonExporter),
+            Format::Csv => Box::new(csv::CsvExporter),
+            Format::Markdown => Box::new(markdown::MarkdownExporter),
+            Format::CompareCsv => Box::new(compare::CompareCsvExporter),
+        }
+    }
+}
+
+/// Where a format goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    File(PathBuf),
+    /// `report --md -`: printed as it is, nothing added.
+    Stdout,
+}
+
+impl Target {
+    /// `-` is stdout (for `report`), anything else a file.
+    pub fn file_or_stdout(path: &Path) -> Target {
+        if path == Path::new("-") {
+            Target::Stdout
+        } else {
+            Target::File(path.to_path_buf())
+        }
+    }
+}
+
+/// The formats one command writes, in the order given.
+#[derive(Default)]
+pub struct ExportManager {
+    exports: Vec<(Format, Target)>,
+}
+
+impl ExportManager {
+    /// The results files of a run (`--json`, `--csv`, `--md`), each rewritten whole after every size.
+    pub fn for_run(out: &OutputArgs) -> ExportManager {
+        let mut m = ExportManager::default();
+        for (format, path) in [(Format::Json, &out.json), (Format::Csv, &out.csv), (Format::Markdown, &out.md)] {
+            if let Some(p) = path {
+                m.add(format, Target::File(p.clone()));
+            }
+        }
+        m
+    }
+
+    pub fn add(&mut self, format: Format, target: Target) {
+        self.exports.push((format, target));
+    }
+
+    /// The target of `format`, if it was asked for.
+    pub fn target(&self, format: Format) -> Option<&Target> {
+        self.exports.iter().find(|(f, _)| *f == format).map(|(_, t)| t)
+    }
+
+    /// The files, with what each holds, in the order given.
+    pub fn files(&self) -> impl Iterator<Item = (Format, &Path)> {
+        self.exports.iter().filter_map(|(f, t)| match t {
+            Target::File(p) => Some((*f, p.as_path())),
+            Target::Stdout => None,
+        })
+    }
+
+    /// Fail early (a usage error naming the flag) when a file could not be written: call before measuring.
+    pub fn check_writable(&self) -> Result<()> {
+        self.files().try_for_each(|(f, p)| check_writable(f.flag(), p))
+    }
+
+    /// Write every format: files atomically, stdout as the text is.
+    pub fn write(&self, runs: &[Results]) -> Result<()> {
+        for (format, target) in &self.exports {
+            let bytes = format.exporter().serialize(runs)?;
+            match target {
+                Target::File(p) => write_atomic(p, &bytes)?,
+                Target::Stdout => print!("{}", String::from_utf8_lossy(&bytes)),
+            }
+        }
+        Ok(())
     }
 }

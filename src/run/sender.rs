@@ -6,8 +6,8 @@ use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{RunConfig, TransferPlan};
-use crate::stats::gbps;
 use crate::transport::{self, Context, Landing, Source, TransferHooks, TransportDetail};
+use crate::units::gbps;
 use anyhow::{bail, Result};
 use std::time::Instant;
 

@@ -12,5 +12,5 @@ pub use case::CaseResult;
 pub use ceiling::{ceiling, Ceiling};
 pub use confidence::MedianCi;
 pub use modes::Bimodality;
-pub use summary::{gbps, RateSummary, Summary};
-pub use warnings::Warning;
+pub use summary::{RateSummary, Summary};
+pub use warnings::{Warning, WarningKind};

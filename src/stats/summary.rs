@@ -57,14 +57,6 @@ impl Summary {
     }
 }
 
-/// Bandwidth in GB/s (10^9 bytes per second).
-pub fn gbps(bytes: u64, ms: f64) -> f64 {
-    if ms <= 0.0 {
-        return f64::INFINITY;
-    }
-    bytes as f64 / (ms * 1e-3) / 1e9
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,11 +70,5 @@ mod tests {
         assert!((s.stdev - 1.2909944487358056).abs() < 1e-12);
         let one = Summary::of(&[7.0]);
         assert_eq!((one.p50, one.p99, one.stdev), (7.0, 7.0, 0.0));
-    }
-
-    #[test]
-    fn bandwidth_is_decimal_gigabytes() {
-        assert!((gbps(1_000_000_000, 1000.0) - 1.0).abs() < 1e-12);
-        assert!((gbps(96 << 20, 10.0) - 10.066329600).abs() < 1e-9);
     }
 }

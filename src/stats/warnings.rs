@@ -15,14 +15,43 @@ pub const COLD_FACTOR: f64 = 1.20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Warning {
-    /// `high_cv`, `few_reps`, `cold_first_rep` or `bimodal`.
-    pub kind: String,
+    pub kind: WarningKind,
     /// The same in words, with the numbers.
     pub message: String,
 }
 
-fn warn(kind: &str, message: String) -> Warning {
-    Warning { kind: kind.into(), message }
+/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep` or `bimodal`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningKind {
+    /// The transfer times' coefficient of variation is above [`MAX_CV`].
+    HighCv,
+    /// Fewer measured reps than [`MIN_REPS`].
+    FewReps,
+    /// The first measured rep was the slowest, by more than [`COLD_FACTOR`] of the others' median.
+    ColdFirstRep,
+    /// The reps' bandwidth fell into two modes.
+    Bimodal,
+    /// A kind this version does not know (a newer kvxfer wrote the file), kept as written.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl WarningKind {
+    /// The kind in words, for counts under tables ("high CV 2, cold first rep 1").
+    pub fn label(&self) -> String {
+        match self {
+            WarningKind::HighCv => "high CV".into(),
+            WarningKind::FewReps => "few reps".into(),
+            WarningKind::ColdFirstRep => "cold first rep".into(),
+            WarningKind::Bimodal => "bimodal".into(),
+            WarningKind::Other(kind) => kind.replace('_', " "),
+        }
+    }
+}
+
+fn warn(kind: WarningKind, message: String) -> Warning {
+    Warning { kind, message }
 }
 
 /// The warnings of one case from its measured transfer times (in rep order) and its bimodality.
@@ -31,21 +60,21 @@ pub fn of(transfer_ms: &[f64], bimodal: &Bimodality) -> Vec<Warning> {
     let n = transfer_ms.len();
     let c = cv(transfer_ms);
     if c > MAX_CV {
-        out.push(warn("high_cv", format!("CV {:.0}% > {:.0}%", c * 100.0, MAX_CV * 100.0)));
+        out.push(warn(WarningKind::HighCv, format!("CV {:.0}% > {:.0}%", c * 100.0, MAX_CV * 100.0)));
     }
     if n < MIN_REPS {
-        out.push(warn("few_reps", format!("n = {n} < {MIN_REPS}")));
+        out.push(warn(WarningKind::FewReps, format!("n = {n} < {MIN_REPS}")));
     }
     if let Some((first, rest)) = transfer_ms.split_first().filter(|(_, r)| r.len() >= 2) {
         let mut sorted = rest.to_vec();
         sorted.sort_by(f64::total_cmp);
         let median = quantile_sorted(&sorted, 0.5);
         if *first > sorted[sorted.len() - 1] && *first > median * COLD_FACTOR {
-            out.push(warn("cold_first_rep", format!("first rep {:.1}× the others' median", first / median)));
+            out.push(warn(WarningKind::ColdFirstRep, format!("first rep {:.1}× the others' median", first / median)));
         }
     }
     if let Some(modes) = bimodal.describe() {
-        out.push(warn("bimodal", format!("bimodal {modes}")));
+        out.push(warn(WarningKind::Bimodal, format!("bimodal {modes}")));
     }
     out
 }
@@ -62,7 +91,7 @@ pub fn describe(w: &[Warning]) -> String {
 mod tests {
     use super::*;
 
-    fn kinds(t: &[f64]) -> Vec<String> {
+    fn kinds(t: &[f64]) -> Vec<WarningKind> {
         let gbps: Vec<f64> = t.iter().map(|ms| 1.0 / ms).collect();
         of(t, &Bimodality::of(&gbps)).into_iter().map(|w| w.kind).collect::<Vec<_>>()
     }
@@ -73,18 +102,38 @@ mod tests {
         // A slow first rep within 20% of the rest is not cold.
         assert!(kinds(&[11.5, 10.2, 9.9, 10.1, 10.0]).is_empty());
         // A slow rep that is not the first is not cold either.
-        assert!(!kinds(&[10.0, 10.2, 13.0, 10.1, 10.0]).contains(&"cold_first_rep".to_string()));
+        assert!(!kinds(&[10.0, 10.2, 13.0, 10.1, 10.0]).contains(&WarningKind::ColdFirstRep));
     }
 
     #[test]
     fn fire_when_they_should() {
-        assert_eq!(kinds(&[10.0, 10.1, 10.0]), vec!["few_reps"]);
-        assert_eq!(kinds(&[10.0, 14.0, 7.0, 12.0, 9.0]), vec!["high_cv"]);
+        assert_eq!(kinds(&[10.0, 10.1, 10.0]), vec![WarningKind::FewReps]);
+        assert_eq!(kinds(&[10.0, 14.0, 7.0, 12.0, 9.0]), vec![WarningKind::HighCv]);
         let cold = kinds(&[16.0, 10.2, 9.9, 10.1, 10.0]);
-        assert!(cold.contains(&"cold_first_rep".to_string()), "{cold:?}");
+        assert!(cold.contains(&WarningKind::ColdFirstRep), "{cold:?}");
         let two = kinds(&[10.0, 25.0, 10.1, 24.8, 10.05, 25.1]);
-        assert!(two.contains(&"bimodal".to_string()) && two.contains(&"high_cv".to_string()), "{two:?}");
+        assert!(two.contains(&WarningKind::Bimodal) && two.contains(&WarningKind::HighCv), "{two:?}");
         let w = of(&[16.0, 10.2, 9.9, 10.1, 10.0], &Bimodality::default());
         assert!(describe(&w).starts_with("⚠ CV"), "{}", describe(&w));
+    }
+
+    #[test]
+    fn kinds_are_stored_as_the_strings_of_earlier_files() {
+        let stored = ["high_cv", "few_reps", "cold_first_rep", "bimodal", "from_a_newer_kvxfer"];
+        let kinds = [
+            WarningKind::HighCv,
+            WarningKind::FewReps,
+            WarningKind::ColdFirstRep,
+            WarningKind::Bimodal,
+            WarningKind::Other("from_a_newer_kvxfer".into()),
+        ];
+        for (text, kind) in stored.iter().zip(&kinds) {
+            let json = format!("{{\"kind\":\"{text}\",\"message\":\"m\"}}");
+            let w: Warning = serde_json::from_str(&json).unwrap();
+            assert_eq!(&w.kind, kind);
+            assert_eq!(serde_json::to_string(&w).unwrap(), json, "written back as read");
+        }
+        assert_eq!(WarningKind::HighCv.label(), "high CV");
+        assert_eq!(WarningKind::Other("some_new_kind".into()).label(), "some new kind");
     }
 }

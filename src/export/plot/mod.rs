@@ -105,6 +105,15 @@ pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine])
     Ok(written)
 }
 
+/// `--fig`: draw the series (named, in order) into `dir` and name every file written on stderr.
+pub fn draw_series(series: &[(String, Results)], dir: &Path, lines: &[RefLine]) -> Result<()> {
+    let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
+    for f in write_figures(&named, dir, lines)? {
+        eprintln!("figure: {}", f.display());
+    }
+    Ok(())
+}
+
 /// A figure that draws on any plotters backend, so one description gives both PNG and SVG.
 trait Figure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB>;

@@ -1,21 +1,19 @@
 //! The sink of a running sender: prints a row per size as it finishes, moves the progress bar, and rewrites every
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
-use crate::cli::{FigArgs, OutputArgs};
-use crate::export::{self, events::EventsFile, json::Results};
-use crate::output::{compare, progress::Progress, table};
+use super::{compare, progress::Progress, table};
+use crate::export::args::{FigArgs, OutputArgs};
+use crate::export::cells::{ceiling_note, ci_note, warning_summary};
+use crate::export::{self, events::EventsFile, json::Results, ExportManager};
 use crate::plan::{sizes::format_size, RunConfig};
 use crate::run::{CaseRecord, RepRecord, RunSink};
 use crate::stats::CaseResult;
 use anyhow::Result;
-use std::path::PathBuf;
 
 pub struct Recorder {
     pub results: Results,
     progress: Progress,
-    json: Option<PathBuf>,
-    csv: Option<PathBuf>,
-    md: Option<PathBuf>,
+    exports: ExportManager,
     events: Option<EventsFile>,
     verify: bool,
     fig: FigArgs,
@@ -24,10 +22,9 @@ pub struct Recorder {
 impl Recorder {
     /// Check every output path (a missing directory is a usage error): call before connecting to anything.
     pub fn check_outputs(out: &OutputArgs) -> Result<()> {
-        for (flag, p) in [("--json", &out.json), ("--csv", &out.csv), ("--md", &out.md), ("--events", &out.events)] {
-            if let Some(p) = p {
-                export::check_writable(flag, p)?;
-            }
+        ExportManager::for_run(out).check_writable()?;
+        if let Some(p) = &out.events {
+            export::check_writable("--events", p)?;
         }
         export::plot::parse_lines(&out.fig.lines)?;
         if let Some(dir) = &out.fig.fig {
@@ -45,31 +42,12 @@ impl Recorder {
         let events = out.events.as_deref().map(EventsFile::create).transpose()?;
         let progress = Progress::new(total);
         progress.println(&table::live_header());
-        Ok(Recorder {
-            results,
-            progress,
-            json: out.json.clone(),
-            csv: out.csv.clone(),
-            md: out.md.clone(),
-            events,
-            verify,
-            fig: out.fig.clone(),
-        })
+        Ok(Recorder { results, progress, exports: ExportManager::for_run(out), events, verify, fig: out.fig.clone() })
     }
 
     /// Rewrite every requested file from the current results.
     pub fn save(&self) -> Result<()> {
-        let all = std::slice::from_ref(&self.results);
-        if let Some(p) = &self.json {
-            self.results.write(p)?;
-        }
-        if let Some(p) = &self.csv {
-            export::write_atomic(p, export::csv::render(all)?.as_bytes())?;
-        }
-        if let Some(p) = &self.md {
-            export::write_atomic(p, export::markdown::render(all).as_bytes())?;
-        }
-        Ok(())
+        self.exports.write(std::slice::from_ref(&self.results))
     }
 
     /// Record why the run stopped (kept in the JSON next to the completed cases) and close the bar.
@@ -79,15 +57,15 @@ impl Recorder {
             self.results.error = Some(format!("{e:#}"));
         }
         self.save()?;
-        let series: Vec<Results> = self.results.series().into_iter().map(|(_, s)| s).collect();
+        let series = export::compare::series_of(std::slice::from_ref(&self.results));
         if series.len() > 1 {
             println!("\nSide by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&series));
         }
-        if let Some(line) = table::ceiling_note(&self.results.cases) {
+        if let Some(line) = ceiling_note(&self.results.cases) {
             println!("{line}");
         }
-        println!("{}", table::warning_summary(&self.results.cases));
-        if let Some(line) = table::ci_note(&self.results.cases) {
+        println!("{}", warning_summary(&self.results.cases));
+        if let Some(line) = ci_note(&self.results.cases) {
             println!("{line}");
         }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
@@ -97,10 +75,8 @@ impl Recorder {
         if self.results.cases.iter().any(|c| c.layout == "paged") {
             println!("p paged layout: block = one piece (--block-tokens tokens of one layer's K or V); the JSON has pieces and writes");
         }
-        for (what, p) in [("results", &self.json), ("csv", &self.csv), ("markdown", &self.md)] {
-            if let Some(p) = p {
-                eprintln!("{what}: {}", p.display());
-            }
+        for (format, p) in self.exports.files() {
+            eprintln!("{}: {}", format.what(), p.display());
         }
         self.write_figures()
     }
@@ -113,12 +89,7 @@ impl Recorder {
             return Ok(());
         }
         let lines = export::plot::parse_lines(&self.fig.lines)?;
-        let series = self.results.figure_series();
-        let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
-        for f in export::plot::write_figures(&named, dir, &lines)? {
-            eprintln!("figure: {}", f.display());
-        }
-        Ok(())
+        export::plot::draw_series(&self.results.figure_series(), dir, &lines)
     }
 }
 

@@ -1,0 +1,34 @@
+//! The flags naming a run's output files and figures, shared by `send` and `sweep` (flattened into their clap
+//! structs in `cli`, which re-exports them). They live here, next to what writes those files, so the layers below
+//! `cli` (the run's `Recorder` in `output`) can take them.
+
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Write the results JSON here (updated atomically as each size completes)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per size here
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write a Markdown table here
+    #[arg(long, value_name = "FILE")]
+    pub md: Option<PathBuf>,
+    /// Write per-rep stage timestamps of both ends here (JSON lines)
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    #[command(flatten)]
+    pub fig: FigArgs,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct FigArgs {
+    /// Write figures here (PNG and SVG; created if its parent exists): time and bandwidth vs size, per-rep GB/s
+    #[arg(long, value_name = "DIR")]
+    pub fig: Option<PathBuf>,
+    /// A reference line on the bandwidth figure, LABEL=GBPS; repeatable: --line "NIC 25 GB/s=25"
+    #[arg(long = "line", value_name = "LABEL=GBPS", requires = "fig")]
+    pub lines: Vec<String>,
+}

@@ -1,0 +1,163 @@
+//! The per-size table's cells and the notes under it: one text for the results Markdown, and (through `output`)
+//! the live console rows and `report`'s boxed tables.
+
+use crate::plan::sizes::{format_size, format_tokens};
+use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult, WarningKind};
+
+pub const CASE_HEADER: &[&str] =
+    &["size", "tokens", "n", "p50 ms", "95% CI ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block", "verified"];
+
+fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+pub fn case_cells(c: &CaseResult) -> Vec<String> {
+    vec![
+        format_size(c.size_bytes),
+        c.tokens.map(format_tokens).unwrap_or_else(|| "-".into()),
+        c.n.to_string(),
+        ms(c.transfer_ms.p50),
+        // The median's interval (stats::confidence); `~` marks one below 95% coverage (n ≤ 5).
+        match &c.p50_ci {
+            Some(ci) => format!(
+                "{}{}–{}",
+                if ci.coverage < ci.level { "~" } else { "" },
+                ms(ci.transfer_ms[0]),
+                ms(ci.transfer_ms[1])
+            ),
+            None => "-".into(),
+        },
+        ms(c.transfer_ms.min),
+        ms(c.transfer_ms.max),
+        format!("{:.2}", c.gbps.p50),
+        format!("{:.2}", c.gbps.max),
+        // Paged cases (issue F) are marked `p`: their block is one piece of one layer's K or V.
+        format!(
+            "{}{}",
+            format_size(c.block_size),
+            if c.block_clamped {
+                "*"
+            } else if c.layout == "paged" {
+                " p"
+            } else {
+                ""
+            }
+        ),
+        match (c.verified, c.mismatched_bytes) {
+            (Some(true), _) => "ok".into(),
+            (Some(false), Some(n)) => format!("{n} bad"),
+            _ => "-".into(),
+        },
+    ]
+}
+
+/// "gather 6.511 + copy 32.676 + scatter 6.528 ms" for a `--staging gather` case.
+pub fn staged_text(c: &CaseResult) -> Option<String> {
+    let s = c.staged_p50.as_ref()?;
+    Some(format!("gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms))
+}
+
+/// "96 RDMA WRITEs for 1536 writes (SGE lists)" when verbs posted a different number of work requests: fewer when
+/// SGE lists gathered writes, more when writes were cut at registration or message-size boundaries.
+pub fn work_requests_text(c: &CaseResult) -> Option<String> {
+    let wr = c.work_requests.filter(|&wr| wr != c.writes as u64)?;
+    let why = if wr < c.writes as u64 { "SGE lists" } else { "cut at MR or message-size boundaries" };
+    Some(format!("{wr} RDMA WRITEs for {} writes ({why})", c.writes))
+}
+
+/// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count;
+/// then how staged cases split their time (p50) and how many work requests SGE gathering left.
+pub fn notes(cases: &[CaseResult]) -> Vec<String> {
+    let others = cases.iter().filter_map(|c| {
+        let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != WarningKind::Bimodal).cloned().collect();
+        (!rest.is_empty()).then(|| format!("{} at {}", warnings::describe(&rest), case_name(c)))
+    });
+    ceiling_note(cases)
+        .into_iter()
+        .chain(cases.iter().filter_map(bimodal_note))
+        .chain(others)
+        .chain(std::iter::once(warning_summary(cases)))
+        .chain(ci_note(cases))
+        .chain(cases.iter().filter_map(|c| staged_text(c).map(|t| format!("staged at {}: {t} (p50)", case_name(c)))))
+        .chain(cases.iter().filter_map(|c| work_requests_text(c).map(|t| format!("{}: {t}", case_name(c)))))
+        .collect()
+}
+
+/// "3 of 9 cases carry warnings (high CV 2, cold first rep 1)", or that none do.
+pub fn warning_summary(cases: &[CaseResult]) -> String {
+    let warned = cases.iter().filter(|c| !c.warnings.is_empty()).count();
+    if warned == 0 {
+        return format!("{} case(s), none with warnings", cases.len());
+    }
+    let mut kinds: Vec<(&WarningKind, usize)> = Vec::new();
+    for w in cases.iter().flat_map(|c| &c.warnings) {
+        match kinds.iter_mut().find(|(k, _)| **k == w.kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((&w.kind, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {n}", k.label())).collect();
+    format!("⚠ {warned} of {} case(s) carry warnings ({})", cases.len(), kinds.join(", "))
+}
+
+/// Explains `~` in the CI column when some case has too few reps for a 95% interval.
+pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
+    cases.iter().filter_map(|c| c.p50_ci.as_ref()).any(|ci| ci.coverage < ci.level).then(|| {
+        "~ fewer than 6 reps: the CI is [min, max] and covers the median with less than 95% (93.8% at n = 5)".into()
+    })
+}
+
+/// The size, and the sweep case's name when it has one.
+fn case_name(c: &CaseResult) -> String {
+    match &c.case_label {
+        Some(l) => format!("{} ({l})", format_size(c.size_bytes)),
+        None => format_size(c.size_bytes),
+    }
+}
+
+/// "ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)", when the run has a plateau.
+pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
+    // A sweep over several configurations has one curve per configuration, not one ceiling.
+    if cases.iter().any(|c| c.case_label != cases[0].case_label) {
+        return None;
+    }
+    ceiling(cases).map(|c| {
+        format!(
+            "ceiling {} GB/s (p50 flat within ±5% from {} to {})",
+            format_gbps(c.gbps),
+            format_size(c.first_size),
+            format_size(c.last_size)
+        )
+    })
+}
+
+/// "⚠ bimodal at 12 GiB: 3.41 / 9.70 GB/s (2 + 3 of 5 reps)", when the size is bimodal.
+pub fn bimodal_note(c: &CaseResult) -> Option<String> {
+    let modes = c.bimodal.describe()?;
+    let counts: Vec<String> = c.bimodal.counts.iter().map(|n| n.to_string()).collect();
+    Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", case_name(c), counts.join(" + "), c.n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::json::Results;
+
+    #[test]
+    fn work_request_notes_say_why_the_count_differs() {
+        // A real soft-RoCE run with SGE gathering (results/rxe-paged.json).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/rxe-paged.json");
+        let r = Results::read(&path).unwrap();
+        let mut c = r.cases.iter().find(|c| c.work_requests.is_some_and(|w| w < c.writes as u64)).unwrap().clone();
+        let text = work_requests_text(&c).unwrap();
+        assert!(text.ends_with(&format!("for {} writes (SGE lists)", c.writes)), "{text}");
+        c.work_requests = Some(c.writes as u64 + 3);
+        assert!(work_requests_text(&c).unwrap().contains("cut at MR or message-size boundaries"));
+        c.work_requests = Some(c.writes as u64);
+        assert_eq!(work_requests_text(&c), None, "equal counts say nothing");
+    }
+}
