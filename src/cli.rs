@@ -1,8 +1,15 @@
 //! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
 
+use crate::mem::MemKind;
+pub use crate::plan::layout::PagedArgs;
+use crate::plan::sizes::{parse_size, SizeList, TokenList};
+use crate::plan::{CopyMode, CqMode, Staging, TransportKind};
+use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use std::ffi::OsStr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 // The output flags belong to the layer that writes the files (`Recorder` lives below `cli`).
 pub use crate::export::args::{FigArgs, OutputArgs};
@@ -63,14 +70,81 @@ pub enum Command {
     Devices(DevicesArgs),
 }
 
+/// `--transport`: a transport by name, or `auto` (chosen from the memory kinds of the ends; command line only, a
+/// run configuration always names one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    Auto,
+    Named(TransportKind),
+}
+
+/// Parses `--transport` against [`TransportKind`]'s names plus `auto`, naming the choices in the error line itself.
+#[derive(Debug, Clone, Copy)]
+pub struct TransportChoiceParser;
+
+impl TransportChoiceParser {
+    fn values() -> impl Iterator<Item = PossibleValue> {
+        let named = TransportKind::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+        std::iter::once(PossibleValue::new("auto")).chain(named)
+    }
+}
+
+impl TypedValueParser for TransportChoiceParser {
+    type Value = TransportChoice;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<TransportChoice, clap::Error> {
+        let parse = |text: &str| -> Result<TransportChoice, String> {
+            if text == "auto" {
+                return Ok(TransportChoice::Auto);
+            }
+            TransportKind::from_str(text, false).map(TransportChoice::Named).map_err(|_| {
+                let names: Vec<String> = Self::values().map(|v| v.get_name().to_string()).collect();
+                format!("unknown transport; choose one of {}", names.join(", "))
+            })
+        };
+        parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(Self::values()))
+    }
+}
+
+/// `--connect-timeout`, `--io-timeout`: `5s`, `500ms`, `2m` or a plain number of seconds; positive.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = if text.chars().all(|c| c.is_ascii_digit()) && !text.is_empty() {
+        text.parse::<u64>().map(Duration::from_secs).ok()
+    } else {
+        humantime::parse_duration(text).ok()
+    };
+    match d {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err("expected a positive duration like 5s, 500ms or 2m".to_string()),
+    }
+}
+
+/// `--mr-chunk`, `--dst-mr-chunk`: a size that is a whole number of 4 KiB pages (pages are registered whole).
+fn parse_page_multiple(text: &str) -> anyhow::Result<u64> {
+    let n = parse_size(text)?;
+    if n % 4096 != 0 {
+        crate::bail_usage!("must be a multiple of 4 KiB (pages are registered whole)");
+    }
+    Ok(n)
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
     #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
-    pub sizes: Option<String>,
+    pub sizes: Option<SizeList>,
     /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
-    pub tokens: Option<String>,
+    pub tokens: Option<TokenList>,
     /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
     #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
     pub model: Option<String>,
@@ -91,25 +165,25 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
     /// How bytes move: tcp, verbs, cuda, or auto (cuda when both ends are GPUs, tcp otherwise; says which)
-    #[arg(long, default_value = "auto", value_name = "NAME")]
-    pub transport: String,
+    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser)]
+    pub transport: TransportChoice,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
-    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
-    pub block_size: Option<String>,
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = parse_size)]
+    pub block_size: Option<u64>,
     /// Parallel connections (tcp) or CUDA streams (cuda)
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
     /// cuda transport: copy engine (ce: cuMemcpyAsync per write; batch: one cuMemcpyBatchAsync for all writes,
     /// driver ≥ 12.8, else ce with a note), SM kernel (sm: one launch for all pieces of a paged transfer), or auto
     /// (ce for contiguous transfers, sm for transfers of many small pieces; fastest measured)
-    #[arg(long, default_value = "auto", value_parser = ["auto", "ce", "batch", "sm"])]
-    pub copy: String,
+    #[arg(long, default_value = "auto")]
+    pub copy: CopyMode,
     /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the
     /// pieces into a staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination
     /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported; the middle copy
     /// is the SM copy kernel with --copy sm, else the copy engine)
-    #[arg(long, default_value = "none", value_parser = ["none", "gather"])]
-    pub staging: String,
+    #[arg(long, default_value = "none")]
+    pub staging: Staging,
 
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]
@@ -129,11 +203,11 @@ pub struct RunArgs {
     pub paged: PagedArgs,
     /// Keep trying to reach the receiver this long while nothing listens there yet (e.g. 60s, 500ms): a launcher
     /// may start the sender first
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub connect_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
     /// Give up when the peer is silent this long (e.g. 60s)
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub io_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub io_timeout: Duration,
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
@@ -154,18 +228,18 @@ pub struct VerbsArgs {
     pub signal_every: u32,
     /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB; a size given
     /// here may pass 2GiB, up to max_mr_size)
-    #[arg(long, value_name = "SIZE")]
-    pub mr_chunk: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
+    pub mr_chunk: Option<u64>,
     /// Register the receiver's memory in pieces of at most this size, up to the device's max_mr_size (default:
     /// --mr-chunk); the destination-MR-size axis of sweeps/mr-cliff.toml
-    #[arg(long, value_name = "SIZE")]
-    pub dst_mr_chunk: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
+    pub dst_mr_chunk: Option<u64>,
     /// Register the send buffer inside every rep and include it in the transfer time
     #[arg(long)]
     pub reg_per_rep: bool,
     /// Completion handling: poll (busy-poll) or event (completion channel, sleeps)
-    #[arg(long, default_value = "poll", value_parser = ["poll", "event"])]
-    pub cq_mode: String,
+    #[arg(long, default_value = "poll")]
+    pub cq_mode: CqMode,
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
     #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
     pub ack_timeout: u8,
@@ -173,34 +247,6 @@ pub struct VerbsArgs {
     /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub max_sge: u32,
-}
-
-/// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
-/// them.
-#[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "KV layout")]
-pub struct PagedArgs {
-    /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
-    /// needs --tokens with --model or --model-config)
-    #[arg(long, default_value = "contiguous", value_parser = ["contiguous", "paged"])]
-    pub layout: String,
-    /// Paged: tokens per block [default: 16]
-    #[arg(long, value_name = "N", allow_hyphen_values = true)]
-    pub block_tokens: Option<String>,
-    /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
-    #[arg(long, value_name = "N", allow_hyphen_values = true)]
-    pub pool_tokens: Option<String>,
-    /// Paged: merge pieces adjacent on both sides into one write
-    #[arg(long)]
-    pub coalesce: bool,
-    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
-    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
-    /// [default: random]
-    #[arg(long, value_name = "HOW", value_parser = ["random", "sequential"])]
-    pub dst_placement: Option<String>,
-    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
-    #[arg(long, hide = true)]
-    pub test_fault_swap_dests: bool,
 }
 
 /// Which RDMA device and port this end uses (`--transport verbs`).
@@ -231,21 +277,21 @@ pub struct ServeArgs {
     pub once: bool,
     /// Where the receive buffer lives: host, pinned or gpu:N (`--transport cuda` from another process needs gpu:N)
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub mem: String,
+    pub mem: MemKind,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Refuse transfers larger than this (default: the memory available when a sender asks)
-    #[arg(long, value_name = "SIZE")]
-    pub max_size: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
     /// Most data connections a sender may open
     #[arg(long, default_value_t = 64)]
     pub max_streams: u32,
     /// Accepted for symmetry with send (the receiver dials nothing, so it has no effect here)
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub connect_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
     /// Give up on a sender that is silent this long mid-session (e.g. 60s)
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    pub io_timeout: String,
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub io_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -258,7 +304,7 @@ pub struct SendArgs {
     pub token: Option<String>,
     /// Where the send buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub mem: String,
+    pub mem: MemKind,
     #[command(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
@@ -283,10 +329,10 @@ pub struct SweepArgs {
     pub resume: Option<PathBuf>,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub src: String,
+    pub src: MemKind,
     /// Where the receiver's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    pub dst: String,
+    pub dst: MemKind,
     /// The sender's RDMA device (-d) and port; the receiver uses --peer-device (default: the same device)
     #[command(flatten)]
     pub device: DeviceArgs,
@@ -349,4 +395,35 @@ pub struct DevicesArgs {
     /// Print JSON instead of text
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_the_parser_with_the_reason() {
+        let err = |args: &[&str]| Cli::try_parse_from(args).unwrap_err().to_string();
+        let e = err(&["kvxfer", "send", "--peer", "x:1", "--transport", "pigeon"]);
+        assert!(e.contains("'pigeon'") && e.contains("auto, tcp, verbs, cuda"), "{e}");
+        let e = err(&["kvxfer", "send", "--peer", "x:1", "--mr-chunk", "5000"]);
+        assert!(e.contains("--mr-chunk") && e.contains("multiple of 4 KiB"), "{e}");
+        let e = err(&["kvxfer", "sweep", "--src", "gpu:x"]);
+        assert!(e.contains("--src") && e.contains("gpu:N"), "{e}");
+        let e = err(&["kvxfer", "sweep", "--sizes", "1MiB,,2MiB"]);
+        assert!(e.contains("element 2 of 3 is empty"), "{e}");
+        let ok = Cli::try_parse_from(["kvxfer", "sweep", "--tokens", "1k,2k", "--io-timeout", "2s"]).unwrap();
+        let Command::Sweep(a) = ok.command else { panic!("sweep") };
+        assert_eq!(a.sizes.tokens, Some(TokenList(vec![1024, 2048])));
+        assert_eq!((a.run.io_timeout, a.run.connect_timeout), (Duration::from_secs(2), Duration::from_secs(60)));
+        assert_eq!((a.run.transport, a.src), (TransportChoice::Auto, MemKind::Host));
+    }
 }

@@ -1,5 +1,6 @@
 //! `kvxfer send`: connect to a receiver and drive the run.
 
+use super::common::{self, configure, Configured};
 use crate::cli::{OutputArgs, SendArgs};
 use crate::control::peer::client_hello;
 use crate::control::{ControlChannel, Timeouts};
@@ -27,14 +28,10 @@ pub struct SendJob<'a> {
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
-    let src = MemKind::parse("--mem", &a.mem)?;
-    let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let mut cfg = super::run_config(&a.run, cases, &[src])?;
-    cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
-    super::check_memory(&cfg, &[src])?;
-    let device = super::device_choice(&a.device)?;
-    super::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
+    let src = a.mem;
+    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
+    let device = common::device_choice(&a.device)?;
+    common::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
     drive(SendJob {
         peer: &a.peer,
         token: a.token.as_deref().unwrap_or(""),
@@ -42,7 +39,7 @@ pub fn run(a: SendArgs) -> Result<()> {
         timeouts,
         out: &a.out,
         label: a.run.label.clone(),
-        model: geometry.map(|g| g.name),
+        model,
         role: "send",
         src,
         device,
@@ -69,46 +66,59 @@ pub fn connect(
     Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
 }
 
-/// `config` of the results file for a session of `cfg`.
-pub fn config_json(
-    cfg: &RunConfig,
-    session: &SenderSession,
-    model: Option<String>,
-    peer: &str,
-    role: &str,
-    src: MemKind,
-) -> ConfigJson {
-    ConfigJson {
-        transport: cfg.transport.clone(),
-        block_size: cfg.block_size,
-        streams: cfg.streams,
-        reps: cfg.reps,
-        warmup: cfg.warmup,
-        verify: cfg.verify,
-        seed: cfg.seed,
-        hugepages: cfg.hugepages,
-        model,
-        peer: peer.to_string(),
-        role: role.to_string(),
-        copy: cfg.copy.clone(),
-        staging: cfg.staging.clone(),
-
-        src_mem: src.to_string(),
-        dst_mem: session.dst_mem.clone(),
-        verbs: (cfg.transport == "verbs").then(|| cfg.verbs.clone()),
-        transport_detail: session.transport_detail.clone(),
-    }
-}
-
 /// Connect, handshake, run every case, and keep the output files current. Returns the results.
 pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
     let (session, receiver_host) = connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src)?;
-    let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport));
-    let config = config_json(&job.cfg, &session, job.model, job.peer, job.role, job.src);
+    let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
+    let detail = session.transport_detail.to_json();
+    let config = ConfigJson::from_run(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
     let results = Results::new(label, &Env::capture(), config);
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
     let outcome = session.run(&mut rec);
     rec.finish(outcome.as_ref().err())?;
     outcome.map(|()| rec.results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{CopyMode, CudaConfig, SizeCase, Staging, TransportConfig, VerbsConfig};
+
+    fn run_config(transport: TransportConfig) -> RunConfig {
+        RunConfig {
+            transport,
+            block_size: 1 << 20,
+            streams: 2,
+            reps: 3,
+            warmup: 1,
+            verify: true,
+            seed: 9,
+            hugepages: false,
+            block_size_default: false,
+            src_mem: "gpu:0".into(),
+            cases: vec![SizeCase { size_bytes: 1 << 20, tokens: None, bytes_per_token: None }],
+            paged: None,
+        }
+    }
+
+    #[test]
+    fn the_results_config_keeps_its_keys_and_values() {
+        let cuda = run_config(TransportConfig::Cuda(CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather }));
+        let detail = serde_json::json!({ "sender": { "gpu": 0 } });
+        let c = ConfigJson::from_run(&cuda, Some("qwen3-8b".into()), "h:1", "send", "gpu:1".into(), detail);
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"transport":"cuda","block_size":1048576,"streams":2,"reps":3,"warmup":1,"verify":true,"seed":9,"hugepages":false,"model":"qwen3-8b","peer":"h:1","role":"send","copy":"sm","staging":"gather","src_mem":"gpu:0","dst_mem":"gpu:1","transport_detail":{"sender":{"gpu":0}}}"#
+        );
+        let verbs = run_config(TransportConfig::Verbs(VerbsConfig::default()));
+        let c = ConfigJson::from_run(&verbs, None, "loopback", "sweep", "host".into(), serde_json::Value::Null);
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            (v["transport"].as_str(), v["copy"].as_str(), v["staging"].as_str()),
+            (Some("verbs"), Some("auto"), Some("none"))
+        );
+        assert_eq!(v["verbs"]["cq_mode"], "poll");
+        assert!(v.get("transport_detail").is_none());
+    }
 }

@@ -1,12 +1,12 @@
 //! `kvxfer serve`: the receiver's accept loop. One sender at a time; a failed session is reported and the loop
 //! goes on (with `--once`, the exit code is that session's).
 
+use super::common::{bind, device_choice};
 use crate::cli::ServeArgs;
-use crate::plan::sizes::parse_size;
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::{bail_usage, transport};
 use anyhow::{anyhow, Context, Result};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 
 pub fn run(a: ServeArgs) -> Result<()> {
     let addr: SocketAddr = a
@@ -20,15 +20,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         );
     }
     let limits = ReceiverLimits {
-        max_size: a
-            .max_size
-            .as_deref()
-            .map(|s| parse_size(s).map_err(|e| crate::error::usage(format!("--max-size: {e}"))))
-            .transpose()?,
+        max_size: a.max_size,
         max_streams: a.max_streams.max(1),
-        timeouts: super::timeouts(&a.connect_timeout, &a.io_timeout)?,
-        mem: crate::mem::MemKind::parse("--mem", &a.mem)?,
-        device: super::device_choice(&a.device)?,
+        timeouts: crate::control::Timeouts { connect: a.connect_timeout, io: a.io_timeout },
+        mem: a.mem,
+        device: device_choice(&a.device)?,
     };
     if limits.mem != crate::mem::MemKind::Host {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;
@@ -52,15 +48,4 @@ pub fn run(a: ServeArgs) -> Result<()> {
             return outcome.with_context(|| format!("sender {peer}"));
         }
     }
-}
-
-pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-            "; is another kvxfer serve running? pick another port with --listen"
-        } else {
-            ""
-        };
-        anyhow!("cannot listen on {addr}: {e}{hint}")
-    })
 }

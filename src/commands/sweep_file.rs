@@ -3,12 +3,12 @@
 //! round runs every case once, in a fresh seeded shuffle), and the results are saved after every rep, so an
 //! interrupted sweep can be continued with `--resume`.
 
+use super::common::{check_host_support, configure, default_outputs, loopback_devices, Configured};
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
 use crate::cli::{Cli, Command, SweepArgs};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
-use crate::mem::MemKind;
 use crate::output::Recorder;
 use crate::plan::order::schedule;
 use crate::plan::sweep_file::{describe, flags, session_key, Params, SweepFile, SIZE_KEYS};
@@ -30,7 +30,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         out.json.get_or_insert_with(|| r.clone());
         out.md.get_or_insert_with(|| r.with_extension("md"));
     }
-    super::sweep::default_outputs(&mut out, &a.out_dir)?;
+    default_outputs(&mut out, &a.out_dir)?;
     Recorder::check_outputs(&out)?;
 
     // Which case ids are done, and the reps kept of the ones that are not.
@@ -55,57 +55,8 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         );
     }
 
-    let env = Env::capture();
-    let mut results = match previous {
-        Some(mut prev) => {
-            let diffs = crate::env::differences(&prev.env, &serde_json::to_value(&env)?);
-            for d in diffs {
-                eprintln!("warning: resume: this host differs from the interrupted run's: {d}");
-            }
-            prev.error = None;
-            let s = prev.sweep.as_mut().expect("resumable() checked");
-            s.resumed_at.push(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
-            prev
-        }
-        None => {
-            // --label on the command line beats the file's label.
-            let label = (a.run.label.clone().or_else(|| sweep.label.clone()))
-                .unwrap_or_else(|| format!("{} on {}", sweep.name, crate::env::hostname()));
-            let mut r = Results::new(label, &env, config_json(&plans));
-            r.sweep = Some(SweepJson {
-                file: sweep.path.display().to_string(),
-                name: sweep.name.clone(),
-                description: sweep.description.clone(),
-                order: sweep.order.name().into(),
-                seed: sweep.seed,
-                reps: sweep.reps,
-                warmup: sweep.warmup,
-                sets: a.sets.clone(),
-                case_list: Vec::new(),
-                sessions: Vec::new(),
-                rounds: Vec::new(),
-                resumed_at: Vec::new(),
-                session_opens: 0,
-            });
-            r
-        }
-    };
-    let s = results.sweep.as_mut().expect("set above");
-    s.case_list = sweep
-        .cases
-        .iter()
-        .map(|c| SweepCaseJson { case_id: c.id, label: c.label.clone(), params: c.params.clone() })
-        .collect();
-    s.sessions = plans
-        .iter()
-        .map(|p| SessionJson {
-            case_ids: p.case_ids.clone(),
-            transport: p.cfg.transport.clone(),
-            src_mem: p.src.to_string(),
-            dst_mem: p.dst.to_string(),
-            transport_detail: serde_json::Value::Null,
-        })
-        .collect();
+    let mut results = sweep_results(&a, &sweep, &plans, previous)?;
+    let s = results.sweep.as_mut().expect("a sweep's results");
     // A resumed run reshuffles with a seed of its own, still reproducible from the file's seed.
     let seed = sweep.seed.wrapping_add(s.resumed_at.len() as u64);
     let rounds = schedule(sweep.order, &need, seed);
@@ -141,6 +92,68 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     let outcome = outcome.and(closed);
     rec.finish(outcome.as_ref().err())?;
     outcome
+}
+
+/// The results the sweep writes into: the interrupted run's (`--resume`, said when this host differs) or fresh
+/// ones; either way with this sweep's case list and sessions.
+fn sweep_results(
+    a: &SweepArgs,
+    sweep: &SweepFile,
+    plans: &[SessionPlan],
+    previous: Option<Results>,
+) -> Result<Results> {
+    let env = Env::capture();
+    let mut results = match previous {
+        Some(mut prev) => {
+            let diffs = crate::env::differences(&prev.env, &serde_json::to_value(&env)?);
+            for d in diffs {
+                eprintln!("warning: resume: this host differs from the interrupted run's: {d}");
+            }
+            prev.error = None;
+            let s = prev.sweep.as_mut().expect("resumable() checked");
+            s.resumed_at.push(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
+            prev
+        }
+        None => {
+            // --label on the command line beats the file's label.
+            let label = (a.run.label.clone().or_else(|| sweep.label.clone()))
+                .unwrap_or_else(|| format!("{} on {}", sweep.name, crate::env::hostname()));
+            let mut r = Results::new(label, &env, config_json(plans));
+            r.sweep = Some(SweepJson {
+                file: sweep.path.display().to_string(),
+                name: sweep.name.clone(),
+                description: sweep.description.clone(),
+                order: sweep.order.name().into(),
+                seed: sweep.seed,
+                reps: sweep.reps,
+                warmup: sweep.warmup,
+                sets: a.sets.clone(),
+                case_list: Vec::new(),
+                sessions: Vec::new(),
+                rounds: Vec::new(),
+                resumed_at: Vec::new(),
+                session_opens: 0,
+            });
+            r
+        }
+    };
+    let s = results.sweep.as_mut().expect("set above");
+    s.case_list = sweep
+        .cases
+        .iter()
+        .map(|c| SweepCaseJson { case_id: c.id, label: c.label.clone(), params: c.params.clone() })
+        .collect();
+    s.sessions = plans
+        .iter()
+        .map(|p| SessionJson {
+            case_ids: p.case_ids.clone(),
+            transport: p.cfg.transport.kind().to_string(),
+            src_mem: p.src.to_string(),
+            dst_mem: p.dst.to_string(),
+            transport_detail: serde_json::Value::Null,
+        })
+        .collect();
+    Ok(results)
 }
 
 /// Run the measured reps round by round (each case's warm-ups right before its first measured rep in a session),
@@ -256,61 +269,28 @@ fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
             bail_usage!("{line}");
         }
     };
-    let src = MemKind::parse("src", &a.src)?;
-    let dst = MemKind::parse("dst", &a.dst)?;
-    let (cases, geometry) = super::resolve_cases(&a.sizes)?;
-    let mut cfg = super::run_config(&a.run, cases, &[src, dst])?;
-    cfg.paged = super::layout::paged_config(&a.run, geometry.as_ref(), &cfg.cases)?;
-    let timeouts = super::timeouts(&a.run.connect_timeout, &a.run.io_timeout)?;
-    super::check_memory(&cfg, &[src, dst])?;
-    let device = super::device_choice(&a.device)?;
-    let mut peer_device = device.clone();
-    if a.peer_device.is_some() {
-        peer_device.name = a.peer_device.clone();
-    }
-    super::check_host_support(&cfg, &[("src", src), ("dst", dst)], &[&device, &peer_device])?;
-    Ok(SessionPlan {
-        case_ids: ids.to_vec(),
-        cfg,
-        src,
-        dst,
-        device,
-        peer_device,
-        timeouts,
-        model: geometry.map(|g| g.name),
-    })
+    let (src, dst) = (a.src, a.dst);
+    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
+    let (device, peer_device) = loopback_devices(&a.device, &a.peer_device)?;
+    check_host_support(&cfg, &[("src", src), ("dst", dst)], &[&device, &peer_device])?;
+    Ok(SessionPlan { case_ids: ids.to_vec(), cfg, src, dst, device, peer_device, timeouts, model })
 }
 
 /// `config` of a sweep's results: the first session's, with every transport named when they differ (each case's
 /// own configuration is in its `params`).
 fn config_json(plans: &[SessionPlan]) -> ConfigJson {
     let p = &plans[0];
-    let mut transports: Vec<&str> = Vec::new();
+    let mut transports: Vec<String> = Vec::new();
     for q in plans {
-        if !transports.contains(&q.cfg.transport.as_str()) {
-            transports.push(&q.cfg.transport);
+        let name = q.cfg.transport.kind().to_string();
+        if !transports.contains(&name) {
+            transports.push(name);
         }
     }
-    ConfigJson {
-        transport: transports.join("+"),
-        block_size: p.cfg.block_size,
-        streams: p.cfg.streams,
-        reps: p.cfg.reps,
-        warmup: p.cfg.warmup,
-        verify: p.cfg.verify,
-        seed: p.cfg.seed,
-        hugepages: p.cfg.hugepages,
-        model: p.model.clone(),
-        peer: "loopback".into(),
-        role: "sweep".into(),
-        copy: p.cfg.copy.clone(),
-        staging: p.cfg.staging.clone(),
-
-        src_mem: p.src.to_string(),
-        dst_mem: p.dst.to_string(),
-        verbs: (p.cfg.transport == "verbs").then(|| p.cfg.verbs.clone()),
-        transport_detail: serde_json::Value::Null,
-    }
+    let null = serde_json::Value::Null;
+    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", "sweep", p.dst.to_string(), null);
+    config.transport = transports.join("+");
+    config
 }
 
 /// Read a results file to resume: it must come from a sweep file, and every case in it must be one of this

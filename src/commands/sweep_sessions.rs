@@ -3,7 +3,7 @@
 //! interleave, so sessions stay open between visits while their buffers fit in memory together; when they do not,
 //! the least recently used one is closed first and reopened later (its cases then warm up again).
 
-use super::sweep::loopback_receiver;
+use super::common::loopback_receiver;
 use crate::control::Timeouts;
 use crate::mem::{host::available_memory, MemKind};
 use crate::plan::RunConfig;
@@ -127,7 +127,7 @@ impl<'a> Pool<'a> {
                     return Err(e);
                 }
             };
-            self.details[g].get_or_insert_with(|| (session.dst_mem.clone(), session.transport_detail.clone()));
+            self.details[g].get_or_insert_with(|| (session.dst_mem.clone(), session.transport_detail.to_json()));
             self.opens += 1;
             self.open[g] = Some(Open { session, receiver });
         }

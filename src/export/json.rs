@@ -41,6 +41,41 @@ pub struct ConfigJson {
     pub transport_detail: serde_json::Value,
 }
 
+impl ConfigJson {
+    /// `config` of a results file for a run of `cfg`: the configuration as the user set it (cuda's `copy` and
+    /// `staging` at their defaults when another transport ran, `verbs` only for verbs), who ran it against whom, the
+    /// receiver's memory kind and what the sender's transport reported while connecting.
+    pub fn from_run(
+        cfg: &crate::plan::RunConfig,
+        model: Option<String>,
+        peer: &str,
+        role: &str,
+        dst_mem: String,
+        transport_detail: serde_json::Value,
+    ) -> ConfigJson {
+        let cuda = cfg.transport.all_knobs().cuda;
+        ConfigJson {
+            transport: cfg.transport.kind().to_string(),
+            block_size: cfg.block_size,
+            streams: cfg.streams,
+            reps: cfg.reps,
+            warmup: cfg.warmup,
+            verify: cfg.verify,
+            seed: cfg.seed,
+            hugepages: cfg.hugepages,
+            model,
+            peer: peer.to_string(),
+            role: role.to_string(),
+            copy: cuda.copy.to_string(),
+            staging: cuda.staging.to_string(),
+            src_mem: cfg.src_mem.clone(),
+            dst_mem,
+            verbs: cfg.transport.verbs().cloned(),
+            transport_detail,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
     pub schema: String,

@@ -30,8 +30,11 @@ impl fmt::Display for MemKind {
     }
 }
 
-impl MemKind {
-    pub fn parse(flag: &str, text: &str) -> Result<MemKind> {
+/// As `--mem`, `--src` and `--dst` take it (clap parses those flags with this).
+impl std::str::FromStr for MemKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<MemKind, String> {
         let t = text.trim().to_ascii_lowercase();
         let kind = match t.as_str() {
             "host" => Some(MemKind::Host),
@@ -39,7 +42,7 @@ impl MemKind {
             "gpu" => Some(MemKind::Gpu(0)),
             _ => t.strip_prefix("gpu:").and_then(|n| n.parse().ok()).map(MemKind::Gpu),
         };
-        kind.ok_or_else(|| crate::error::usage(format!("{flag} {text:?}: expected host, pinned or gpu:N (e.g. gpu:0)")))
+        kind.ok_or_else(|| "expected host, pinned or gpu:N (e.g. gpu:0)".to_string())
     }
 }
 
@@ -183,12 +186,12 @@ mod tests {
 
     #[test]
     fn parses_memory_kinds() {
-        assert_eq!(MemKind::parse("--mem", "host").unwrap(), MemKind::Host);
-        assert_eq!(MemKind::parse("--mem", "Pinned").unwrap(), MemKind::Pinned);
-        assert_eq!(MemKind::parse("--mem", "gpu:1").unwrap(), MemKind::Gpu(1));
-        assert_eq!(MemKind::parse("--mem", "gpu").unwrap(), MemKind::Gpu(0));
+        assert_eq!("host".parse(), Ok(MemKind::Host));
+        assert_eq!("Pinned".parse(), Ok(MemKind::Pinned));
+        assert_eq!("gpu:1".parse(), Ok(MemKind::Gpu(1)));
+        assert_eq!("gpu".parse(), Ok(MemKind::Gpu(0)));
         for bad in ["gpu:", "gpu:x", "cuda", ""] {
-            assert_eq!(crate::error::exit_code(&MemKind::parse("--mem", bad).unwrap_err()), 2);
+            assert!(bad.parse::<MemKind>().unwrap_err().contains("gpu:N"), "{bad}");
         }
         assert_eq!(MemKind::Gpu(3).to_string(), "gpu:3");
     }

@@ -1,14 +1,18 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
 pub mod kv;
+pub mod layout;
 pub mod order;
 pub mod paged;
 pub mod sizes;
 pub mod sweep_file;
+pub mod transport;
+mod wire;
 
 use anyhow::Result;
-use paged::{PagedConfig, PagedPlan};
+use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
+pub use transport::{CopyMode, CqMode, CudaConfig, Staging, TcpConfig, TransportConfig, TransportKind, VerbsConfig};
 
 /// One size to measure, with its token count when the user asked in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,10 +22,13 @@ pub struct SizeCase {
     pub bytes_per_token: Option<u64>,
 }
 
-/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated.
+/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated. Its JSON (the
+/// `Config` message) keeps the shape older peers know: see `wire`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "wire::RunConfigWire", from = "wire::RunConfigWire")]
 pub struct RunConfig {
-    pub transport: String,
+    /// The transport and its own knobs.
+    pub transport: TransportConfig,
     pub block_size: u64,
     pub streams: u32,
     pub reps: u32,
@@ -31,90 +38,12 @@ pub struct RunConfig {
     pub seed: u64,
     pub hugepages: bool,
     /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
-    #[serde(default)]
     pub block_size_default: bool,
-    /// cuda transport: copy engine (`ce`), SM copy kernel (`sm`) or `auto`.
-    #[serde(default = "default_copy")]
-    pub copy: String,
-    /// cuda transport: `none`, or `gather` (pack → one contiguous copy → unpack).
-    #[serde(default = "default_staging")]
-    pub staging: String,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
-    #[serde(default = "default_mem")]
     pub src_mem: String,
-    /// RDMA verbs knobs (ignored by the other transports).
-    #[serde(default)]
-    pub verbs: VerbsConfig,
     pub cases: Vec<SizeCase>,
     /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paged: Option<PagedConfig>,
-}
-
-fn default_copy() -> String {
-    "auto".into()
-}
-
-fn default_staging() -> String {
-    "none".into()
-}
-
-fn default_mem() -> String {
-    "host".into()
-}
-
-impl Default for VerbsConfig {
-    /// The CLI's defaults.
-    fn default() -> Self {
-        VerbsConfig {
-            qps: 4,
-            batch: 16,
-            inflight: 128,
-            signal_every: 16,
-            mr_chunk: None,
-            dst_mr_chunk: None,
-            reg_per_rep: false,
-            cq_mode: "poll".into(),
-            ack_timeout: default_ack_timeout(),
-            max_sge: default_max_sge(),
-        }
-    }
-}
-
-/// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerbsConfig {
-    pub qps: u32,
-    /// Work requests linked into one post.
-    pub batch: u32,
-    /// Outstanding work requests per queue pair (send queue depth).
-    pub inflight: u32,
-    /// Signal every Nth work request (and always the last).
-    pub signal_every: u32,
-    /// Register memory in pieces of at most this many bytes (None: the device's max_mr_size, at most 2 GiB).
-    pub mr_chunk: Option<u64>,
-    /// The receiver's pieces, when they differ from `mr_chunk` (the destination-MR axis of sweeps/mr-cliff.toml).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst_mr_chunk: Option<u64>,
-    /// Register the sender's memory inside every rep (as an on-demand KV connector would) and time it.
-    pub reg_per_rep: bool,
-    /// `poll` (busy-poll the completion queue) or `event` (completion channel).
-    pub cq_mode: String,
-    /// Local ACK timeout exponent (4.096 µs × 2^N) of the queue pairs.
-    #[serde(default = "default_ack_timeout")]
-    pub ack_timeout: u8,
-    /// Most scatter entries per RDMA WRITE when gathering paged pieces whose destinations are back to back (1: one
-    /// WRITE per piece); clamped to the device's max_sge.
-    #[serde(default = "default_max_sge")]
-    pub max_sge: u32,
-}
-
-fn default_ack_timeout() -> u8 {
-    14
-}
-
-fn default_max_sge() -> u32 {
-    16
 }
 
 impl RunConfig {
@@ -130,12 +59,12 @@ impl RunConfig {
         }
     }
 
-    /// `contiguous` or `paged`, as results and tables name the layout.
-    pub fn layout(&self) -> &'static str {
+    /// The layout the run moves: paged when it carries a paged configuration.
+    pub fn layout(&self) -> Layout {
         if self.paged.is_some() {
-            "paged"
+            Layout::Paged
         } else {
-            "contiguous"
+            Layout::Contiguous
         }
     }
 }
@@ -211,6 +140,90 @@ mod tests {
         assert_eq!(p.writes.len(), 1);
     }
 
+    /// A full configuration as it travels to the receiver in `Config`: this exact JSON is the wire format (an older
+    /// or newer peer parses it), so the types behind it may change but these bytes may not.
+    fn full_config() -> RunConfig {
+        RunConfig {
+            transport: TransportConfig::Verbs(VerbsConfig {
+                qps: 8,
+                batch: 4,
+                inflight: 64,
+                signal_every: 8,
+                mr_chunk: Some(1 << 30),
+                dst_mr_chunk: Some(1 << 21),
+                reg_per_rep: true,
+                cq_mode: CqMode::Event,
+                ack_timeout: 12,
+                max_sge: 4,
+            }),
+            block_size: 65536,
+            streams: 2,
+            reps: 5,
+            warmup: 1,
+            verify: true,
+            seed: 7,
+            hugepages: true,
+            block_size_default: false,
+            src_mem: "gpu:1".into(),
+            cases: vec![SizeCase { size_bytes: 1 << 20, tokens: Some(16), bytes_per_token: Some(65536) }],
+            paged: Some(paged::PagedConfig {
+                block_tokens: 16,
+                pool_tokens: 64,
+                layers: 2,
+                regions_per_layer: 2,
+                region_bytes_per_token: 16384,
+                coalesce: true,
+                dst_placement: paged::DstPlacement::Sequential,
+                fault_swap_dests: false,
+            }),
+        }
+    }
+
+    const FULL_CONFIG_JSON: &str = r#"{"transport":"verbs","block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":false,"copy":"sm","staging":"gather","src_mem":"gpu:1","verbs":{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4},"cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}],"paged":{"block_tokens":16,"pool_tokens":64,"layers":2,"regions_per_layer":2,"region_bytes_per_token":16384,"coalesce":true,"dst_placement":"sequential"}}"#;
+
+    const TCP_CONFIG_JSON: &str = r#"{"transport":"tcp","block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":true,"copy":"auto","staging":"none","src_mem":"host","verbs":{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16},"cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}]}"#;
+
+    #[test]
+    fn run_config_wire_json_is_pinned() {
+        // FULL_CONFIG_JSON was written by the stringly-typed RunConfig: a verbs run that also set cuda's knobs
+        // (which never had an effect there). Read now, those are dropped, and the config writes the same bytes
+        // with cuda's keys at their defaults, as every configuration of one transport always did.
+        let cfg = full_config();
+        let back: RunConfig = serde_json::from_str(FULL_CONFIG_JSON).unwrap();
+        assert_eq!(back, cfg);
+        let without_cuda_knobs =
+            FULL_CONFIG_JSON.replace(r#""copy":"sm","staging":"gather""#, r#""copy":"auto","staging":"none""#);
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), without_cuda_knobs);
+        // The same run on cuda with those knobs: verbs' key at its defaults.
+        let mut cuda = full_config();
+        cuda.transport = TransportConfig::Cuda(CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather });
+        let verbs_json = serde_json::to_string(&VerbsConfig::default()).unwrap();
+        let cuda_json = FULL_CONFIG_JSON.replace(r#""transport":"verbs""#, r#""transport":"cuda""#).replace(
+            r#"{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4}"#,
+            &verbs_json,
+        );
+        assert_eq!(serde_json::to_string(&cuda).unwrap(), cuda_json);
+        assert_eq!(serde_json::from_str::<RunConfig>(&cuda_json).unwrap(), cuda);
+        // The CLI's defaults with tcp: cuda's and verbs' keys travel too, at their defaults (byte for byte).
+        let mut tcp = full_config();
+        tcp.transport = TransportConfig::Tcp(TcpConfig {});
+        tcp.src_mem = "host".into();
+        tcp.block_size_default = true;
+        tcp.paged = None;
+        assert_eq!(serde_json::to_string(&tcp).unwrap(), TCP_CONFIG_JSON);
+        assert_eq!(serde_json::from_str::<RunConfig>(TCP_CONFIG_JSON).unwrap(), tcp);
+    }
+
+    #[test]
+    fn an_older_peers_config_without_cuda_or_verbs_keys_still_parses() {
+        let old = r#"{"transport":"tcp","block_size":1048576,"streams":1,"reps":3,"warmup":0,"verify":false,"seed":1,"hugepages":false,"cases":[{"size_bytes":1048576,"tokens":null,"bytes_per_token":null}]}"#;
+        let cfg: RunConfig = serde_json::from_str(old).unwrap();
+        assert_eq!((cfg.transport.kind(), cfg.block_size, cfg.reps), (TransportKind::Tcp, 1 << 20, 3));
+        assert!(cfg.paged.is_none() && !cfg.block_size_default);
+        assert_eq!(serde_json::to_value(&cfg).unwrap()["copy"], "auto");
+        assert_eq!(serde_json::to_value(&cfg).unwrap()["verbs"]["cq_mode"], "poll");
+    }
+
     #[test]
     fn run_config_without_a_layout_is_contiguous_and_the_fault_never_travels() {
         let g = crate::plan::kv::preset("qwen3-8b").unwrap();
@@ -226,7 +239,7 @@ mod tests {
         };
         let bpt = g.bytes_per_token();
         let mut cfg = RunConfig {
-            transport: "tcp".into(),
+            transport: TransportConfig::Tcp(TcpConfig {}),
             block_size: 1 << 20,
             streams: 1,
             reps: 1,
@@ -235,18 +248,14 @@ mod tests {
             seed: 3,
             hugepages: false,
             block_size_default: false,
-            copy: "ce".into(),
-            staging: "none".into(),
             src_mem: "host".into(),
-
-            verbs: VerbsConfig::default(),
             cases: vec![SizeCase { size_bytes: 32 * bpt, tokens: Some(32), bytes_per_token: Some(bpt) }],
             paged: None,
         };
         let old = serde_json::to_value(&cfg).unwrap();
         assert!(old.get("paged").is_none(), "contiguous configs look as they did before layouts");
         let back: RunConfig = serde_json::from_value(old).unwrap();
-        assert_eq!((back.paged.is_none(), back.layout(), back.buffer_bytes()), (true, "contiguous", 32 * bpt));
+        assert_eq!((back.paged.is_none(), back.layout(), back.buffer_bytes()), (true, Layout::Contiguous, 32 * bpt));
         cfg.paged = Some(paged);
         let text = serde_json::to_string(&cfg).unwrap();
         assert!(!text.contains("swap_dests"), "{text}");

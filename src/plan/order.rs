@@ -6,7 +6,7 @@ use crate::bail_usage;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// Round r runs every case that still needs a rep once, in a fresh seeded shuffle.
@@ -19,11 +19,9 @@ pub enum Order {
 
 impl Order {
     pub fn parse(text: &str) -> Result<Order> {
-        match text {
-            "interleaved" => Ok(Order::Interleaved),
-            "random" => Ok(Order::Random),
-            "sequential" => Ok(Order::Sequential),
-            other => bail_usage!("order {other:?}: choose interleaved, random or sequential"),
+        match <Order as clap::ValueEnum>::from_str(text, false) {
+            Ok(order) => Ok(order),
+            Err(_) => bail_usage!("order {text:?}: choose interleaved, random or sequential"),
         }
     }
 

@@ -36,35 +36,39 @@ pub const MAX_PIECES: u64 = 16 << 20;
 const SRC_SALT: u64 = 0x7372_635f_736c_6f74; // "src_slot"
 const DST_SALT: u64 = 0x6473_745f_736c_6f74; // "dst_slot"
 
+/// `--layout`: how a transfer's bytes sit in each side's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    // One buffer, written in blocks of --block-size.
+    #[default]
+    Contiguous,
+    // Per-layer K/V blocks scattered over a pool on each side.
+    Paged,
+}
+
 /// Where the receiver's blocks go (`--dst-placement`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DstPlacement {
-    /// A seeded random permutation, independent of the source's (a fragmented cache).
+    // A seeded random permutation, independent of the source's (a fragmented cache).
     #[default]
     Random,
-    /// Block b in slot b (a fresh or defragmented pool).
+    // Block b in slot b (a fresh or defragmented pool).
     Sequential,
 }
 
-impl DstPlacement {
-    pub const NAMES: [&'static str; 2] = ["random", "sequential"];
-
-    pub fn parse(name: &str) -> Option<DstPlacement> {
-        match name {
-            "random" => Some(DstPlacement::Random),
-            "sequential" => Some(DstPlacement::Sequential),
-            _ => None,
-        }
-    }
-
+impl Layout {
+    /// `contiguous` or `paged`, as results and tables name the layout.
     pub fn name(self) -> &'static str {
         match self {
-            DstPlacement::Random => "random",
-            DstPlacement::Sequential => "sequential",
+            Layout::Contiguous => "contiguous",
+            Layout::Paged => "paged",
         }
     }
+}
 
+impl DstPlacement {
     fn is_random(&self) -> bool {
         *self == DstPlacement::Random
     }
@@ -519,10 +523,10 @@ mod tests {
         let text = serde_json::to_string(&cfg).unwrap();
         assert!(text.contains(r#""dst_placement":"sequential""#), "{text}");
         assert_eq!(serde_json::from_str::<PagedConfig>(&text).unwrap(), cfg);
-        for n in DstPlacement::NAMES {
-            assert_eq!(DstPlacement::parse(n).unwrap().name(), n);
+        for (v, n) in [(DstPlacement::Random, "random"), (DstPlacement::Sequential, "sequential")] {
+            assert_eq!(serde_json::to_value(v).unwrap(), n);
+            assert_eq!(<DstPlacement as clap::ValueEnum>::from_str(n, false), Ok(v));
         }
-        assert_eq!(DstPlacement::parse("diagonal"), None);
     }
 
     #[test]

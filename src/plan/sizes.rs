@@ -85,6 +85,31 @@ pub fn parse_token_list(text: &str) -> Result<Vec<u64>> {
     split_list(text, "--tokens")?.into_iter().map(parse_tokens).collect()
 }
 
+/// `--sizes`: a comma-separated list of sizes, parsed by clap (one value, so not a clap list: an empty element is
+/// named as such).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeList(pub Vec<u64>);
+
+impl std::str::FromStr for SizeList {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> Result<SizeList> {
+        parse_size_list(text).map(SizeList)
+    }
+}
+
+/// `--tokens`: a comma-separated list of token counts, parsed by clap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenList(pub Vec<u64>);
+
+impl std::str::FromStr for TokenList {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> Result<TokenList> {
+        parse_token_list(text).map(TokenList)
+    }
+}
+
 /// `-1MiB`, `-2k`: a minus sign before a number (not a stray flag such as `--reps`).
 fn is_negative(t: &str) -> bool {
     t.strip_prefix('-').is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit() || c == '.'))

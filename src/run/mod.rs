@@ -32,15 +32,9 @@ pub struct RepRecord {
     pub total_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatched_bytes: Option<u64>,
-    /// Memory registration inside this rep (verbs `--reg-per-rep`), part of `transfer_ms`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reg_ms: Option<f64>,
-    /// Work requests posted when that differs from the writes (verbs SGE gathering).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_requests: Option<u64>,
-    /// `--staging gather`: gather, copy and scatter times, which add up to `transfer_ms`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staged: Option<crate::transport::StagedMs>,
+    /// What the transport measured besides the times (`reg_ms`, `work_requests`, `staged`: keys of the rep).
+    #[serde(flatten)]
+    pub extras: crate::transport::TransferExtras,
     #[serde(skip)]
     pub sender: StageTimes,
     #[serde(skip)]
@@ -69,4 +63,22 @@ pub struct CaseRecord {
 pub trait RunSink {
     fn rep_done(&mut self, case: &CaseRecord, rep: &RepRecord, warmup: bool);
     fn case_done(&mut self, case: &CaseRecord) -> anyhow::Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reps_transport_extras_keep_their_keys() {
+        let text = r#"{"i":0,"transfer_ms":2.0,"gbps":1.0,"setup_ms":0.1,"notify_ms":0.2,"total_ms":2.5,"reg_ms":0.5,"work_requests":7,"staged":{"gather_ms":0.5,"copy_ms":1.0,"scatter_ms":0.5}}"#;
+        let rep: RepRecord = serde_json::from_str(text).unwrap();
+        assert_eq!((rep.extras.reg_ms, rep.extras.work_requests), (Some(0.5), Some(7)));
+        assert_eq!(rep.extras.staged.map(|s| s.copy_ms), Some(1.0));
+        assert_eq!(serde_json::to_string(&rep).unwrap(), text);
+        let plain = r#"{"i":1,"transfer_ms":2.0,"gbps":1.0,"setup_ms":0.1,"notify_ms":0.2,"total_ms":2.5}"#;
+        let rep: RepRecord = serde_json::from_str(plain).unwrap();
+        assert_eq!(rep.extras, crate::transport::TransferExtras::default());
+        assert_eq!(serde_json::to_string(&rep).unwrap(), plain);
+    }
 }

@@ -7,7 +7,7 @@ use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
 use crate::mem::{host::available_memory, Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
-use crate::transport::{self, Context};
+use crate::transport::{self, Context, Landing};
 use anyhow::{bail, Result};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -30,13 +30,6 @@ pub struct ReceiverLimits {
 /// something this receiver refuses.
 pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
     let usage = |m: String| crate::error::usage(m);
-    if !transport::TRANSPORTS.contains(&cfg.transport.as_str()) {
-        return Err(usage(format!(
-            "transport {:?} is not supported by this receiver (it has: {})",
-            cfg.transport,
-            transport::TRANSPORTS.join(", ")
-        )));
-    }
     if cfg.cases.is_empty() || cfg.cases.iter().any(|c| c.size_bytes == 0) {
         return Err(usage("the run has no sizes or a zero size".into()));
     }
@@ -88,9 +81,14 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
     let peer_ip = stream.peer_addr()?.ip();
     let mut ch = ControlChannel::new(stream, "the sender", limits.timeouts.io)?;
     server_hello(&mut ch, token)?;
-    let cfg = match ch.recv("Config")? {
-        Msg::Config { config } => *config,
-        other => bail!("the sender sent {} instead of Config", other.name()),
+    // A configuration this receiver cannot read (e.g. a transport it does not have) is answered, not just dropped.
+    let cfg = match ch.recv("Config") {
+        Ok(Msg::Config { config }) => *config,
+        Ok(other) => bail!("the sender sent {} instead of Config", other.name()),
+        Err(e) => {
+            ch.send_error(&e);
+            return Err(e);
+        }
     };
     if let Err(e) = validate(&cfg, limits) {
         ch.send_error(&e);
@@ -133,7 +131,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                 target.arm(size_bytes)?;
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
-                let landed = if target.landed_by_control() {
+                let landed = if transport::landing(cfg.transport.kind()) == Landing::Announced {
                     match ch.recv("Landed")? {
                         Msg::Landed => Instant::now(),
                         other => bail!("the sender sent {} instead of Landed", other.name()),

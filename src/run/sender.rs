@@ -6,7 +6,7 @@ use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{RunConfig, TransferPlan};
-use crate::transport::{self, Context, Source, TransferHooks};
+use crate::transport::{self, Context, Landing, Source, TransferHooks, TransportDetail};
 use crate::units::gbps;
 use anyhow::{bail, Result};
 use std::time::Instant;
@@ -68,7 +68,7 @@ pub struct SenderSession {
     /// The receiver's memory kind, as it reported it.
     pub dst_mem: String,
     /// What the transport chose and measured while connecting (for the results file).
-    pub transport_detail: serde_json::Value,
+    pub transport_detail: TransportDetail,
     started: Instant,
 }
 
@@ -165,7 +165,7 @@ impl SenderSession {
                 && plan.block_size < self.cfg.block_size
                 && !self.cfg.block_size_default,
             writes: plan.writes.len(),
-            layout: self.cfg.layout(),
+            layout: self.cfg.layout().name(),
             pieces: plan.pieces(),
             reps: Vec::new(),
             warmups: Vec::new(),
@@ -266,7 +266,7 @@ impl SenderSession {
             }
             Err(e) => return Err(e),
         };
-        if self.source.sends_landed_message() {
+        if transport::landing(self.cfg.transport.kind()) == Landing::Announced {
             self.ch.send(&Msg::Landed)?;
         }
         let report = match self.ch.recv("RepDone")? {
@@ -284,10 +284,7 @@ impl SenderSession {
             notify_ms: report.notify_ms,
             total_ms: ms_since(t0, t_done),
             mismatched_bytes: report.mismatched_bytes,
-            reg_ms: times.reg_ms,
-            work_requests: times.work_requests,
-            staged: times.staged,
-
+            extras: times.extras,
             sender: StageTimes {
                 t_setup_start_ms: ms_since(s0, t0),
                 t_ready_ms: ms_since(s0, t_ready),

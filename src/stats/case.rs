@@ -115,7 +115,7 @@ impl CaseResult {
             layout: rec.layout.to_string(),
             pieces: rec.pieces,
             piece_bytes: rec.block_size,
-            work_requests: rec.reps.iter().filter_map(|r| r.work_requests).max(),
+            work_requests: rec.reps.iter().filter_map(|r| r.extras.work_requests).max(),
             staged_p50: staged_medians(&rec.reps),
 
             reps: rec.reps.clone(),
@@ -154,7 +154,7 @@ impl CaseResult {
 
 /// The median of each staged step over the reps that report them.
 fn staged_medians(reps: &[RepRecord]) -> Option<StagedMs> {
-    let staged: Vec<StagedMs> = reps.iter().filter_map(|r| r.staged).collect();
+    let staged: Vec<StagedMs> = reps.iter().filter_map(|r| r.extras.staged).collect();
     if staged.is_empty() {
         return None;
     }

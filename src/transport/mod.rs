@@ -12,22 +12,64 @@ pub mod tcp;
 pub mod verbs;
 
 use crate::mem::Buffer;
+use crate::plan::transport::value_name;
 use crate::plan::{RunConfig, Write};
+pub use crate::plan::{TransportConfig, TransportKind};
 use anyhow::Result;
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-/// Names accepted by `--transport`.
-pub const TRANSPORTS: &[&str] = &["tcp", "verbs", "cuda"];
+/// The transports this build has, as `--transport` names them (derived from [`TransportKind`]).
+pub static TRANSPORTS: LazyLock<Vec<String>> =
+    LazyLock::new(|| TransportKind::value_variants().iter().map(value_name).collect());
 
 /// Each transport's default block size when the user gives none.
-pub fn default_block_size(transport: &str) -> u64 {
+pub fn default_block_size(transport: TransportKind) -> u64 {
     match transport {
-        "cuda" => cuda::DEFAULT_BLOCK_SIZE,
-        "verbs" => verbs::DEFAULT_BLOCK_SIZE,
-        _ => tcp::DEFAULT_BLOCK_SIZE,
+        TransportKind::Cuda => cuda::DEFAULT_BLOCK_SIZE,
+        TransportKind::Verbs => verbs::DEFAULT_BLOCK_SIZE,
+        TransportKind::Tcp => tcp::DEFAULT_BLOCK_SIZE,
     }
+}
+
+/// How the receiver learns that a rep's bytes have landed. Declared once per transport ([`landing`]) and read by
+/// both ends, so the sender's and the receiver's view of a rep's end cannot disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landing {
+    /// The target observes it ([`Target::wait_landed`]): TCP counts the bytes, verbs sees WRITE_WITH_IMMs.
+    Observed,
+    /// The target cannot see the data arrive: the sender sends `Landed` on the control channel once its transfer
+    /// completed.
+    Announced,
+}
+
+/// How transport `kind` signals that a rep landed.
+pub fn landing(kind: TransportKind) -> Landing {
+    match kind {
+        TransportKind::Tcp | TransportKind::Verbs => Landing::Observed,
+        TransportKind::Cuda => Landing::Announced,
+    }
+}
+
+/// Fail before connecting when this host lacks what the transport needs (the memory kinds are checked apart):
+/// the CUDA driver (cuda), or RDMA and each of `devices` (verbs: opening a device checks the library, its name,
+/// the port and the GID index at once).
+pub fn check_host(kind: TransportKind, devices: &[&DeviceChoice]) -> Result<()> {
+    match kind {
+        TransportKind::Tcp => {}
+        TransportKind::Cuda => {
+            crate::mem::cuda::driver().map_err(|e| e.context("--transport cuda"))?;
+        }
+        TransportKind::Verbs => {
+            for d in devices {
+                verbs::device::open(d).map_err(|e| e.context("--transport verbs"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// When the first byte of a transfer was posted and the last completion was seen (sender clock).
@@ -35,25 +77,53 @@ pub fn default_block_size(transport: &str) -> u64 {
 pub struct TransferTimes {
     pub first_post: Instant,
     pub last_complete: Instant,
-    /// Memory registration done inside this transfer (verbs `--reg-per-rep`), included in the transfer time.
-    pub reg_ms: Option<f64>,
-    /// Work requests the transport issued when that differs from the writes (verbs: SGE lists gather pieces
-    /// whose destinations are adjacent into one RDMA WRITE).
-    pub work_requests: Option<u64>,
-    /// `--staging gather`: how the transfer time splits into its three steps.
-    pub staged: Option<StagedMs>,
+    /// What this transport measured besides the times.
+    pub extras: TransferExtras,
 }
 
 impl TransferTimes {
     pub fn new(first_post: Instant, last_complete: Instant) -> TransferTimes {
-        TransferTimes { first_post, last_complete, reg_ms: None, work_requests: None, staged: None }
+        TransferTimes { first_post, last_complete, extras: TransferExtras::default() }
+    }
+}
+
+/// What a transport reports about one transfer besides its times; each rep of the results carries these keys
+/// (flattened, left out when absent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransferExtras {
+    /// Memory registration done inside this transfer (verbs `--reg-per-rep`), included in the transfer time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reg_ms: Option<f64>,
+    /// Work requests the transport issued when that differs from the writes (verbs: SGE lists gather pieces
+    /// whose destinations are adjacent into one RDMA WRITE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_requests: Option<u64>,
+    /// `--staging gather`: how the transfer time splits into its three steps, which add up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<StagedMs>,
+}
+
+/// What the sender's transport chose and measured while connecting, stored in the results under
+/// `config.transport_detail`: each transport's own type, serialized as its JSON object.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum TransportDetail {
+    Tcp(tcp::TcpDetail),
+    Verbs(Box<verbs::VerbsDetail>),
+    Cuda(cuda::CudaDetail),
+}
+
+impl TransportDetail {
+    /// As the results file holds it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("transport details are plain data")
     }
 }
 
 /// The steps of a staged transfer (`--staging gather`), GPU-timed, in ms: pack the pieces into a contiguous
 /// staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination GPU, unpack them
 /// into their slots there.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StagedMs {
     pub gather_ms: f64,
     pub copy_ms: f64,
@@ -65,14 +135,8 @@ pub trait Source: Send {
     /// What the receiver needs to finish the connection (sent in `Connect`).
     fn answer(&self) -> serde_json::Value;
     /// What this end chose and measured while connecting (device, GID, MTU, registration time...), stored in the
-    /// results under `transport`.
-    fn describe(&self) -> serde_json::Value {
-        serde_json::Value::Null
-    }
-    /// Whether the receiver only learns that data landed from a `Landed` control message sent after `transfer`.
-    fn sends_landed_message(&self) -> bool {
-        false
-    }
+    /// results under `transport_detail`.
+    fn describe(&self) -> TransportDetail;
     /// Called once after the receiver accepted the connection, before the first rep: a transport may measure here
     /// how best to send on this machine (TCP picks its send path). Not timed as part of any rep.
     fn prepare(&mut self, _mem: &Buffer) -> Result<()> {
@@ -98,16 +162,11 @@ pub trait Target: Send {
     fn offer(&self) -> serde_json::Value;
     /// Finish connecting with the sender's answer.
     fn accept(&mut self, answer: serde_json::Value) -> Result<()>;
-    /// True when this target cannot observe data landing itself and waits for the sender's `Landed` message
-    /// instead of [`Target::wait_landed`].
-    fn landed_by_control(&self) -> bool {
-        false
-    }
     /// Expect one rep of `size_bytes`.
     fn arm(&mut self, size_bytes: u64) -> Result<()>;
-    /// Block until the armed rep has landed; return when that was observed.
-    /// Block until the armed rep has landed and return when that was observed, or return `None` as soon as
-    /// `control_ready()` says the control connection has something to say (the sender failed or vanished).
+    /// Block until the armed rep has landed (transports whose [`landing`] is [`Landing::Observed`]) and return when
+    /// that was observed, or return `None` as soon as `control_ready()` says the control connection has something
+    /// to say (the sender failed or vanished).
     fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>>;
 }
 
@@ -130,12 +189,11 @@ pub struct DeviceChoice {
 }
 
 pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
-    match cfg.transport.as_str() {
-        "tcp" => Ok(Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?)),
-        "cuda" => Ok(Box::new(cuda::CudaTarget::open(buf)?)),
-        "verbs" => Ok(Box::new(verbs::VerbsTarget::open(cfg, buf, ctx)?)),
-        other => Err(unknown_transport(other)),
-    }
+    Ok(match &cfg.transport {
+        TransportConfig::Tcp(_) => Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?),
+        TransportConfig::Cuda(_) => Box::new(cuda::CudaTarget::open(buf)?),
+        TransportConfig::Verbs(v) => Box::new(verbs::VerbsTarget::open(v, buf, ctx)?),
+    })
 }
 
 pub fn connect_source(
@@ -144,14 +202,43 @@ pub fn connect_source(
     offer: serde_json::Value,
     ctx: &Context,
 ) -> Result<Box<dyn Source>> {
-    match cfg.transport.as_str() {
-        "tcp" => Ok(Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?)),
-        "cuda" => Ok(Box::new(cuda::CudaSource::connect(cfg, buf, offer, ctx)?)),
-        "verbs" => Ok(Box::new(verbs::VerbsSource::connect(cfg, buf, offer, ctx)?)),
-        other => Err(unknown_transport(other)),
-    }
+    Ok(match &cfg.transport {
+        TransportConfig::Tcp(_) => Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?),
+        TransportConfig::Cuda(c) => Box::new(cuda::CudaSource::connect(c, cfg, buf, offer, ctx)?),
+        TransportConfig::Verbs(v) => Box::new(verbs::VerbsSource::connect(v, cfg, buf, offer, ctx)?),
+    })
 }
 
-fn unknown_transport(name: &str) -> anyhow::Error {
-    crate::error::usage(format!("--transport {name:?}: unknown transport; choose one of {}", TRANSPORTS.join(", ")))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{CopyMode, Staging};
+
+    #[test]
+    fn details_serialize_as_results_files_hold_them() {
+        let sender = cuda::CudaSenderDetail { gpu: 1, streams: 2, copy: CopyMode::Ce, staging: Staging::Gather };
+        let detail = TransportDetail::Cuda(cuda::CudaDetail { sender });
+        let json = r#"{"sender":{"copy":"ce","gpu":1,"staging":"gather","streams":2}}"#;
+        assert_eq!(detail.to_json().to_string(), json);
+        let sender = tcp::TcpSenderDetail {
+            streams: 1,
+            send: tcp::SendPath::Splice,
+            send_choice: tcp::ChosenBy::Calibration,
+            send_gbps: Some(tcp::SendRates { splice: 3.5, write: 3.0 }),
+        };
+        let mut detail = tcp::TcpDetail { sender };
+        let json = r#"{"sender":{"send":"splice","send_choice":"calibration","send_gbps":{"splice":3.5,"write":3.0},"streams":1}}"#;
+        assert_eq!(TransportDetail::Tcp(detail.clone()).to_json().to_string(), json);
+        (detail.sender.send, detail.sender.send_choice, detail.sender.send_gbps) =
+            (tcp::SendPath::Write, tcp::ChosenBy::NoPipe, None);
+        let json = r#"{"sender":{"send":"write","send_choice":"no pipe","streams":1}}"#;
+        assert_eq!(TransportDetail::Tcp(detail).to_json().to_string(), json);
+    }
+
+    #[test]
+    fn extras_are_left_out_when_absent() {
+        assert_eq!(serde_json::to_string(&TransferExtras::default()).unwrap(), "{}");
+        let e = TransferExtras { reg_ms: Some(1.5), work_requests: Some(3), staged: None };
+        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"reg_ms":1.5,"work_requests":3}"#);
+    }
 }

@@ -8,9 +8,10 @@
 
 mod staging;
 
-use super::{Context, Source, Target, TransferHooks, TransferTimes};
+use super::{Context, Source, Target, TransferHooks, TransferTimes, TransportDetail};
 use crate::mem::cuda::{self, check, context, enable_peer_access, IpcMapping, OrDriverError};
 use crate::mem::{kernels, Buffer, MemKind};
+pub use crate::plan::{CopyMode, CudaConfig, Staging};
 use crate::plan::{RunConfig, Write};
 use anyhow::{bail, Context as _, Result};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
@@ -71,10 +72,6 @@ impl Target for CudaTarget {
         Ok(())
     }
 
-    fn landed_by_control(&self) -> bool {
-        true
-    }
-
     fn arm(&mut self, _size_bytes: u64) -> Result<()> {
         Ok(())
     }
@@ -84,15 +81,41 @@ impl Target for CudaTarget {
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Engine {
-    /// The copy engine (cuMemcpyAsync per write).
-    Ce,
-    Sm,
-    /// The copy engine for few large writes, one SM kernel for many small ones.
-    Auto,
-    /// Every write in one cuMemcpyBatchAsync call (copy engine, one API call).
-    Batch,
+/// `transport_detail` of a cuda run: the copy the sender actually uses (`--copy batch` falls back to `ce` on an
+/// old driver) on which GPU.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CudaDetail {
+    pub sender: CudaSenderDetail,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CudaSenderDetail {
+    pub gpu: u32,
+    pub streams: usize,
+    pub copy: CopyMode,
+    pub staging: Staging,
+}
+
+/// The copy `--copy` gets on this driver: `batch` needs cuMemcpyBatchAsync (driver 12.8 or newer) and is `ce`
+/// without it (said once on stderr; `describe` records the copy in use).
+fn copy_in_use(copy: CopyMode) -> Result<CopyMode> {
+    Ok(match copy {
+        CopyMode::Batch => {
+            let v = cuda::driver()?;
+            if v < 12080 {
+                // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
+                eprintln!(
+                    "note: --copy batch: cuMemcpyBatchAsync needs CUDA driver 12.8 or newer, this one is {}.{}; copying each write with cuMemcpyAsync instead",
+                    v / 1000,
+                    v % 1000 / 10
+                );
+                CopyMode::Ce
+            } else {
+                CopyMode::Batch
+            }
+        }
+        other => other,
+    })
 }
 
 /// Above this many writes in a transfer, `auto` copies with one SM kernel: per-write copies cost a few µs each,
@@ -103,7 +126,8 @@ pub struct CudaSource {
     ctx: Arc<CudaContext>,
     ordinal: u32,
     streams: Vec<Arc<CudaStream>>,
-    engine: Engine,
+    /// The copy in use: `--copy`, except `batch` on a driver without cuMemcpyBatchAsync (then `ce`).
+    engine: CopyMode,
     dst: u64,
     dst_len: u64,
     start: CudaEvent,
@@ -117,7 +141,13 @@ pub struct CudaSource {
 }
 
 impl CudaSource {
-    pub fn connect(cfg: &RunConfig, src: &Buffer, offer: serde_json::Value, _ctx: &Context) -> Result<CudaSource> {
+    pub fn connect(
+        knobs: &CudaConfig,
+        cfg: &RunConfig,
+        src: &Buffer,
+        offer: serde_json::Value,
+        _ctx: &Context,
+    ) -> Result<CudaSource> {
         cuda::driver()?;
         let offer: Offer = serde_json::from_value(offer).context("the receiver's cuda offer is malformed")?;
         if offer.boot_id != boot_id() {
@@ -138,7 +168,7 @@ impl CudaSource {
             )));
         };
         let ctx = context(ordinal)?;
-        let staged = cfg.staging == "gather";
+        let staged = knobs.staging == Staging::Gather;
         let staging_dst = match (staged, src_gpu, offer.ordinal) {
             (false, ..) => None,
             (true, Some(_), Some(d)) => Some(d),
@@ -174,26 +204,8 @@ impl CudaSource {
         };
         let staging = staging_dst.map(|d| staging::Staging::new(ordinal, d)).transpose()?;
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
-        let engine = match cfg.copy.as_str() {
-            "sm" => Engine::Sm,
-            "ce" => Engine::Ce,
-            "batch" => {
-                let v = cuda::driver()?;
-                if v < 12080 {
-                    // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
-                    eprintln!(
-                        "note: --copy batch: cuMemcpyBatchAsync needs CUDA driver 12.8 or newer, this one is {}.{}; copying each write with cuMemcpyAsync instead",
-                        v / 1000,
-                        v % 1000 / 10
-                    );
-                    Engine::Ce
-                } else {
-                    Engine::Batch
-                }
-            }
-            _ => Engine::Auto,
-        };
-        if matches!(engine, Engine::Sm | Engine::Auto) {
+        let engine = copy_in_use(knobs.copy)?;
+        if matches!(engine, CopyMode::Sm | CopyMode::Auto) {
             kernels::kernels(ordinal)?; // compile before the first timed rep
         }
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -222,10 +234,10 @@ impl CudaSource {
         match self.engine {
             // SAFETY: both ranges were bounds-checked against their buffers by the caller; with unified addressing
             // the driver resolves host, local and peer pointers; the stream belongs to the current context.
-            Engine::Ce | Engine::Auto | Engine::Batch => {
+            CopyMode::Ce | CopyMode::Auto | CopyMode::Batch => {
                 check(unsafe { sys::cuMemcpyAsync(dst, src, len as usize, stream.cu_stream()) }, "cuMemcpyAsync")
             }
-            Engine::Sm => kernels::kernels(self.ordinal)?.copy(stream, dst, src, len),
+            CopyMode::Sm => kernels::kernels(self.ordinal)?.copy(stream, dst, src, len),
         }
     }
 }
@@ -259,12 +271,15 @@ impl CudaSource {
     /// chain and `staged` splits it.
     fn transfer_staged(&mut self, src: u64, writes: &[Write]) -> Result<TransferTimes> {
         let staging = self.staging.as_mut().expect("checked by the caller");
-        let s =
-            staging::SourceStream { stream: &self.streams[0], start: &self.start, sm_copy: self.engine == Engine::Sm };
+        let s = staging::SourceStream {
+            stream: &self.streams[0],
+            start: &self.start,
+            sm_copy: self.engine == CopyMode::Sm,
+        };
         let posted = Instant::now();
         staging.enqueue(&s, src, self.dst, writes)?;
         let mut times = self.finish_on_stream0(posted)?;
-        times.staged = Some(self.staging.as_ref().expect("checked by the caller").split(&self.start)?);
+        times.extras.staged = Some(self.staging.as_ref().expect("checked by the caller").split(&self.start)?);
         Ok(times)
     }
 
@@ -314,21 +329,15 @@ impl Source for CudaSource {
         serde_json::json!({ "gpu": self.ordinal, "streams": self.streams.len() })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        let copy = match self.engine {
-            Engine::Ce => "ce",
-            Engine::Sm => "sm",
-            Engine::Auto => "auto",
-            Engine::Batch => "batch",
-        };
-        serde_json::json!({
-            "sender": { "gpu": self.ordinal, "streams": self.streams.len(), "copy": copy,
-                        "staging": if self.staging.is_some() { "gather" } else { "none" } },
+    fn describe(&self) -> TransportDetail {
+        TransportDetail::Cuda(CudaDetail {
+            sender: CudaSenderDetail {
+                gpu: self.ordinal,
+                streams: self.streams.len(),
+                copy: self.engine,
+                staging: if self.staging.is_some() { Staging::Gather } else { Staging::None },
+            },
         })
-    }
-
-    fn sends_landed_message(&self) -> bool {
-        true
     }
 
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
@@ -349,11 +358,11 @@ impl Source for CudaSource {
         if self.staging.is_some() {
             return self.transfer_staged(src, writes);
         }
-        if self.engine == Engine::Batch {
+        if self.engine == CopyMode::Batch {
             return self.transfer_batch(src, writes);
         }
         let many = writes.len() > AUTO_SM_WRITES;
-        if (self.engine == Engine::Sm && writes.len() > 1) || (self.engine == Engine::Auto && many) {
+        if (self.engine == CopyMode::Sm && writes.len() > 1) || (self.engine == CopyMode::Auto && many) {
             return self.transfer_pieces(src, writes);
         }
         let s0 = &self.streams[0];

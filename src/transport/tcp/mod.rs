@@ -15,7 +15,7 @@ mod sender;
 mod splice;
 
 pub use receiver::TcpTarget;
-pub use sender::TcpSource;
+pub use sender::{ChosenBy, SendPath, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
 
 use crate::mem::Buffer;
 use anyhow::{anyhow, Result};

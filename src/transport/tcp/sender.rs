@@ -5,7 +5,7 @@ use super::splice::SplicePipe;
 use super::{data_error, need_host_memory, word, Offer, ACK_LEN};
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
-use crate::transport::{Context, Source, TransferHooks, TransferTimes};
+use crate::transport::{Context, Source, TransferHooks, TransferTimes, TransportDetail};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{Read, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -24,9 +24,33 @@ pub struct TcpSource {
     region_len: u64,
 }
 
+/// `transport_detail` of a tcp run: the sender's send path and how it was chosen.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TcpDetail {
+    pub sender: TcpSenderDetail,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TcpSenderDetail {
+    pub streams: usize,
+    pub send: SendPath,
+    pub send_choice: ChosenBy,
+    /// The calibration's rates, when it measured them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_gbps: Option<SendRates>,
+}
+
+/// Calibration rates of both send paths, GB/s.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct SendRates {
+    pub splice: f64,
+    pub write: f64,
+}
+
 /// How large writes leave: through the zero-copy pipe, or copied into socket buffers by plain writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SendPath {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendPath {
     Splice,
     Write,
 }
@@ -53,7 +77,7 @@ struct SendChoice {
 
 /// Why a send path was taken; serialized as `transport_detail.sender.send_choice`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-enum ChosenBy {
+pub enum ChosenBy {
     /// Measured at connection time (still pending until `prepare` has run).
     #[serde(rename = "calibration")]
     Calibration,
@@ -150,15 +174,17 @@ impl Source for TcpSource {
         serde_json::json!({ "streams": self.conns.len() })
     }
 
-    fn describe(&self) -> serde_json::Value {
+    fn describe(&self) -> TransportDetail {
         // A pipe the kernel refused mid-run is dropped: those connections write.
         let path = if self.pipes.iter().all(Option::is_some) { self.send.path } else { SendPath::Write };
-        let mut sender =
-            serde_json::json!({ "streams": self.conns.len(), "send": path.name(), "send_choice": self.send.how });
-        if let Some((splice, write)) = self.send.rates {
-            sender["send_gbps"] = serde_json::json!({ "splice": splice, "write": write });
-        }
-        serde_json::json!({ "sender": sender })
+        TransportDetail::Tcp(TcpDetail {
+            sender: TcpSenderDetail {
+                streams: self.conns.len(),
+                send: path,
+                send_choice: self.send.how,
+                send_gbps: self.send.rates.map(|(splice, write)| SendRates { splice, write }),
+            },
+        })
     }
 
     /// Calibrate the send path (see [`SendChoice`]): interleaved trials of both over the real connections into the

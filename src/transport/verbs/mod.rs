@@ -13,8 +13,9 @@ mod mr;
 mod post;
 mod qp;
 
-use super::{Context, Source, Target, TransferHooks, TransferTimes};
+use super::{Context, Source, Target, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
 use crate::mem::Buffer;
+pub use crate::plan::CqMode;
 use crate::plan::{RunConfig, VerbsConfig, Write};
 use anyhow::{Context as _, Result};
 use cq::Poller;
@@ -29,6 +30,35 @@ use std::time::{Duration, Instant};
 
 /// Mooncake's slice size: small enough to spread over queue pairs, large enough to keep the NIC busy.
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 10;
+
+/// `transport_detail` of a verbs run: each end's port and memory registration, as the sender saw them.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerbsDetail {
+    pub sender: VerbsSenderDetail,
+    pub receiver: VerbsReceiverDetail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerbsSenderDetail {
+    pub port: PortInfo,
+    pub qps: u32,
+    /// Scatter entries per work request in use (`--max-sge` clamped to the device; 1 for contiguous transfers).
+    pub max_sge: u32,
+    pub mr_chunk: u64,
+    /// The first (the "cold") registration of the send buffer.
+    pub reg_ms: f64,
+    pub reg_method: String,
+}
+
+/// What the receiver's offer said about its end.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerbsReceiverDetail {
+    /// Its port, as it described it.
+    pub port: serde_json::Value,
+    pub reg_ms: f64,
+    pub reg_method: String,
+    pub mr_pieces: usize,
+}
 
 #[derive(Serialize, Deserialize)]
 struct Offer {
@@ -90,17 +120,17 @@ pub struct VerbsTarget {
 }
 
 impl VerbsTarget {
-    pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<VerbsTarget> {
+    pub fn open(cfg: &VerbsConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<VerbsTarget> {
         // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens of
         // µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the data.
-        let (mut set, _) = open_set(&cfg.verbs, ctx, 1, 1, RECVS_PER_QP + 1, true)?;
-        let chunk = mr::chunk_size(cfg.verbs.dst_mr_chunk.or(cfg.verbs.mr_chunk), set.port.max_mr_size);
+        let (mut set, _) = open_set(cfg, ctx, 1, 1, RECVS_PER_QP + 1, true)?;
+        let chunk = mr::chunk_size(cfg.dst_mr_chunk.or(cfg.mr_chunk), set.port.max_mr_size);
         // The receiver allows remote writes, never remote reads.
         let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
         set.init(true)?;
         let lander = Lander::new(&set)?;
         let poller = Poller::new(&set);
-        Ok(VerbsTarget { lander, poller, reg, set, rep: 0, ack_timeout: cfg.verbs.ack_timeout, _buf: buf })
+        Ok(VerbsTarget { lander, poller, reg, set, rep: 0, ack_timeout: cfg.ack_timeout, _buf: buf })
     }
 }
 
@@ -151,15 +181,21 @@ pub struct VerbsSource {
     rep: u32,
     stall_timeout: Duration,
     first_reg: (f64, String),
-    receiver: serde_json::Value,
+    receiver: VerbsReceiverDetail,
 }
 
 impl VerbsSource {
-    pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<VerbsSource> {
+    pub fn connect(
+        v: &VerbsConfig,
+        cfg: &RunConfig,
+        buf: &Buffer,
+        offer: serde_json::Value,
+        ctx: &Context,
+    ) -> Result<VerbsSource> {
         let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
-        let v = cfg.verbs.clone();
+        let v = v.clone();
         let want_sge = if cfg.paged.is_some() { v.max_sge } else { 1 };
-        let (mut set, max_sge) = open_set(&v, ctx, v.inflight, want_sge, 1, v.cq_mode == "event")?;
+        let (mut set, max_sge) = open_set(&v, ctx, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
@@ -167,9 +203,12 @@ impl VerbsSource {
         set.init(false)?;
         set.connect(&offer.endpoints, v.ack_timeout)?;
         let poller = Poller::new(&set);
-        let receiver = serde_json::json!({
-            "port": offer.port, "reg_ms": offer.reg_ms, "reg_method": offer.reg_method, "mr_pieces": offer.pieces.len(),
-        });
+        let receiver = VerbsReceiverDetail {
+            port: offer.port,
+            reg_ms: offer.reg_ms,
+            reg_method: offer.reg_method,
+            mr_pieces: offer.pieces.len(),
+        };
         Ok(VerbsSource {
             poster: Poster::new(&v, max_sge),
             poller,
@@ -194,18 +233,18 @@ impl Source for VerbsSource {
         serde_json::to_value(Answer { endpoints: self.set.endpoints() }).expect("answer serializes")
     }
 
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({
-            "sender": {
-                "port": port_json(&self.set.port),
-                "qps": self.cfg.qps,
-                "max_sge": self.max_sge,
-                "mr_chunk": self.chunk,
-                "reg_ms": self.first_reg.0,
-                "reg_method": self.first_reg.1,
+    fn describe(&self) -> TransportDetail {
+        TransportDetail::Verbs(Box::new(VerbsDetail {
+            sender: VerbsSenderDetail {
+                port: self.set.port.clone(),
+                qps: self.cfg.qps,
+                max_sge: self.max_sge,
+                mr_chunk: self.chunk,
+                reg_ms: self.first_reg.0,
+                reg_method: self.first_reg.1.clone(),
             },
-            "receiver": self.receiver,
-        })
+            receiver: self.receiver.clone(),
+        }))
     }
 
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
@@ -243,6 +282,7 @@ impl Source for VerbsSource {
         // Reported when it differs from the writes: SGE gathering (fewer) or pieces split at MR or message-size
         // boundaries (more).
         let work_requests = (self.reqs.len() != writes.len()).then_some(self.reqs.len() as u64);
-        Ok(TransferTimes { reg_ms, work_requests, ..TransferTimes::new(first_post, last) })
+        let extras = TransferExtras { reg_ms, work_requests, staged: None };
+        Ok(TransferTimes { extras, ..TransferTimes::new(first_post, last) })
     }
 }

@@ -1,18 +1,53 @@
-//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: turn the KV layout flags and the
-//! model geometry into the paged configuration both ends plan from, and say what it means before the run.
+//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: the KV layout flags (their clap
+//! definitions live here, with what they mean; `cli` re-exports them), turned with the model geometry into the
+//! paged configuration both ends plan from, said on stderr before the run.
 
+use super::kv::KvGeometry;
+use super::paged::{DstPlacement, Layout, PagedConfig, DEFAULT_BLOCK_TOKENS};
+use super::sizes::{format_size, format_tokens, parse_tokens};
+use super::SizeCase;
 use crate::bail_usage;
-use crate::cli::RunArgs;
-use crate::plan::kv::KvGeometry;
-use crate::plan::paged::{DstPlacement, PagedConfig, DEFAULT_BLOCK_TOKENS};
-use crate::plan::sizes::{format_size, format_tokens, parse_tokens};
-use crate::plan::SizeCase;
 use anyhow::Result;
+use clap::Args;
 
-/// The paged configuration for `--layout paged` (None for contiguous); refuses paged-only flags without it.
-pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCase]) -> Result<Option<PagedConfig>> {
-    let a = &r.paged;
-    if a.layout != "paged" {
+/// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
+/// them.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "KV layout")]
+pub struct PagedArgs {
+    /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
+    /// needs --tokens with --model or --model-config)
+    #[arg(long, default_value = "contiguous")]
+    pub layout: Layout,
+    /// Paged: tokens per block [default: 16]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    pub block_tokens: Option<u64>,
+    /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    pub pool_tokens: Option<u64>,
+    /// Paged: merge pieces adjacent on both sides into one write
+    #[arg(long)]
+    pub coalesce: bool,
+    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
+    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
+    /// [default: random]
+    #[arg(long, value_name = "HOW")]
+    pub dst_placement: Option<DstPlacement>,
+    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
+    #[arg(long, hide = true)]
+    pub test_fault_swap_dests: bool,
+}
+
+/// The paged configuration for `--layout paged` (None for contiguous); refuses paged-only flags without it, and
+/// `--block-size` (`block_size_given`) with it. `seed` places the blocks (the run's `--seed`).
+pub fn paged_config(
+    a: &PagedArgs,
+    block_size_given: bool,
+    seed: u64,
+    geometry: Option<&KvGeometry>,
+    cases: &[SizeCase],
+) -> Result<Option<PagedConfig>> {
+    if a.layout != Layout::Paged {
         for (given, flag) in [
             (a.block_tokens.is_some(), "--block-tokens"),
             (a.pool_tokens.is_some(), "--pool-tokens"),
@@ -31,27 +66,13 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
             "--layout paged needs --tokens with --model NAME or --model-config FILE (it places each layer's K and V blocks); --sizes and --kv-bytes-per-token give no geometry"
         );
     };
-    if r.block_size.is_some() {
+    if block_size_given {
         bail_usage!("--block-size applies to --layout contiguous; a paged write is one block of one layer's K or V (--block-tokens)");
     }
-    let block_tokens = match &a.block_tokens {
-        Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--block-tokens: {e}")))?,
-        None => DEFAULT_BLOCK_TOKENS,
-    };
+    let block_tokens = a.block_tokens.unwrap_or(DEFAULT_BLOCK_TOKENS);
     let max_tokens = cases.iter().filter_map(|c| c.tokens).max().unwrap_or(0);
-    let pool_tokens = match &a.pool_tokens {
-        Some(t) => parse_tokens(t).map_err(|e| crate::error::usage(format!("--pool-tokens: {e}")))?,
-        None => max_tokens.saturating_mul(2),
-    };
-    let dst_placement = match a.dst_placement.as_deref() {
-        None => DstPlacement::Random,
-        Some(name) => DstPlacement::parse(name).ok_or_else(|| {
-            crate::error::usage(format!(
-                "--dst-placement {name:?}: unknown placement; choose one of {}",
-                DstPlacement::NAMES.join(", ")
-            ))
-        })?,
-    };
+    let pool_tokens = a.pool_tokens.unwrap_or(max_tokens.saturating_mul(2));
+    let dst_placement = a.dst_placement.unwrap_or_default();
     let cfg = PagedConfig {
         block_tokens,
         pool_tokens,
@@ -78,7 +99,7 @@ pub fn paged_config(r: &RunArgs, geometry: Option<&KvGeometry>, cases: &[SizeCas
             cfg.pieces(tokens)
         );
         if cfg.coalesce {
-            let writes = cfg.plan(r.seed, tokens).writes(true, cfg.fault_swap_dests).len();
+            let writes = cfg.plan(seed, tokens).writes(true, cfg.fault_swap_dests).len();
             line.push_str(&format!(" → {writes} writes after --coalesce"));
         }
         eprintln!("{line}");

@@ -1,0 +1,315 @@
+//! What several subcommands share: the run flags turned into a checked [`RunConfig`], the host checks, the loopback
+//! receiver of `sweep`, the default output files. Imports no subcommand, so the subcommands import each other one
+//! way only (sweep → sweep_file → sweep_sessions → send).
+
+use crate::bail_usage;
+use crate::cli::{DeviceArgs, OutputArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
+use crate::control::Timeouts;
+use crate::mem::MemKind;
+use crate::plan::kv::{self, KvGeometry};
+use crate::plan::layout::paged_config;
+use crate::plan::paged::Layout;
+use crate::plan::sizes::{format_size, parse_token_list};
+use crate::plan::transport::AllKnobs;
+use crate::plan::{CudaConfig, RunConfig, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig};
+use crate::run::receiver::{serve_session, ReceiverLimits};
+use crate::transport::DeviceChoice;
+use anyhow::{anyhow, Result};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::Path;
+use std::thread::JoinHandle;
+
+/// Sizes when the user gives none: 1k..16k tokens of the seed's model (96 MiB .. 1.5 GiB), seconds on loopback.
+pub const DEFAULT_TOKENS: &str = "1k,2k,4k,8k,16k";
+pub const DEFAULT_MODEL: &str = "qwen3-30b-a3b";
+
+/// Resolve --sizes / --tokens + model into cases; prints where bytes/token came from.
+pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
+    if let Some(list) = &a.sizes {
+        if a.model.is_some() || a.model_config.is_some() || a.kv_bytes_per_token.is_some() {
+            bail_usage!("--model/--model-config/--kv-bytes-per-token go with --tokens, not --sizes");
+        }
+        let cases = list.0.iter().map(|&s| SizeCase { size_bytes: s, tokens: None, bytes_per_token: None }).collect();
+        return Ok((cases, None));
+    }
+    let (tokens, default) = match &a.tokens {
+        Some(t) => (t.0.clone(), false),
+        None => (parse_token_list(DEFAULT_TOKENS)?, true),
+    };
+    let geometry = match (&a.model, &a.model_config, a.kv_bytes_per_token) {
+        (Some(m), _, _) => Some(kv::preset(m)?),
+        (_, Some(p), _) => Some(kv::from_config_file(p)?),
+        (_, _, Some(0)) => bail_usage!("--kv-bytes-per-token must be positive"),
+        (_, _, Some(_)) => None,
+        (None, None, None) if default => Some(kv::preset(DEFAULT_MODEL)?),
+        (None, None, None) => {
+            bail_usage!("--tokens needs a model: --model NAME (e.g. {DEFAULT_MODEL}), --model-config FILE or --kv-bytes-per-token N")
+        }
+    };
+    let bpt = match &geometry {
+        Some(g) => {
+            eprintln!("kv bytes/token: {}", g.describe());
+            g.bytes_per_token()
+        }
+        None => {
+            let n = a.kv_bytes_per_token.expect("matched above");
+            eprintln!("kv bytes/token: {n} B/token (from --kv-bytes-per-token)");
+            n
+        }
+    };
+    let cases = tokens
+        .into_iter()
+        .map(|t| {
+            let size =
+                t.checked_mul(bpt).ok_or_else(|| crate::error::usage(format!("{t} tokens × {bpt} B overflows")))?;
+            Ok(SizeCase { size_bytes: size, tokens: Some(t), bytes_per_token: Some(bpt) })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((cases, geometry))
+}
+
+/// A run's configuration from its flags, checked before anything is allocated or connected.
+pub struct Configured {
+    pub cfg: RunConfig,
+    /// The model the sizes were derived from, if any.
+    pub model: Option<String>,
+    pub timeouts: Timeouts,
+}
+
+/// The size and run flags → the run configuration: cases, transport and its knobs, layout and timeouts, refusing
+/// sizes that cannot fit in host memory here. `ends` are the memory kinds of this command's buffers, the source
+/// first (they choose the transport under `--transport auto`).
+pub fn configure(sizes: &SizeArgs, run: &RunArgs, ends: &[MemKind]) -> Result<Configured> {
+    let (cases, geometry) = resolve_cases(sizes)?;
+    let mut cfg = run_config(run, cases, ends)?;
+    cfg.paged = paged_config(&run.paged, run.block_size.is_some(), run.seed, geometry.as_ref(), &cfg.cases)?;
+    check_memory(&cfg, ends)?;
+    Ok(Configured { cfg, model: geometry.map(|g| g.name), timeouts: timeouts(run) })
+}
+
+/// `--connect-timeout` and `--io-timeout`.
+fn timeouts(r: &RunArgs) -> Timeouts {
+    Timeouts { connect: r.connect_timeout, io: r.io_timeout }
+}
+
+/// `--transport auto`: cuda when every end this command knows of is a GPU, tcp otherwise; said on stderr.
+fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind {
+    if let TransportChoice::Named(kind) = given {
+        return kind;
+    }
+    let gpus = ends.iter().all(|k| matches!(k, MemKind::Gpu(_)));
+    let (kind, why) = if gpus {
+        (TransportKind::Cuda, if ends.len() > 1 { "both ends are GPUs" } else { "the buffer is on a GPU" })
+    } else {
+        (TransportKind::Tcp, "not every end is a GPU")
+    };
+    let names = crate::transport::TRANSPORTS.join("|");
+    eprintln!("transport: {kind} ({why}; --transport {names} to choose)");
+    kind
+}
+
+/// Validate the run flags and build the configuration the receiver will check again. `ends` are the memory kinds
+/// of the buffers this command knows (the source first): they choose the transport under `--transport auto`.
+fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<RunConfig> {
+    let src = ends[0];
+    let transport = resolve_transport(r.transport, ends);
+    if r.reps == 0 {
+        bail_usage!("--reps 0: at least one measured rep is needed");
+    }
+    if r.streams == 0 || r.streams > 64 {
+        bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
+    }
+    if r.staging == Staging::Gather && (transport != TransportKind::Cuda || !matches!(src, MemKind::Gpu(_))) {
+        bail_usage!(
+            "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {transport} from {src} memory"
+        );
+    }
+    let block_size = r.block_size.unwrap_or_else(|| crate::transport::default_block_size(transport));
+    // Every transport's flags are checked, whichever runs (as they always were); the run carries its own.
+    let all = AllKnobs { cuda: CudaConfig { copy: r.copy, staging: r.staging }, verbs: verbs_config(&r.verbs)? };
+    let cfg = RunConfig {
+        transport: TransportConfig::select(transport, all),
+        block_size,
+        streams: r.streams,
+        reps: r.reps,
+        warmup: r.warmup,
+        verify: r.verify,
+        seed: r.seed,
+        hugepages: r.hugepages,
+        block_size_default: r.block_size.is_none(),
+        src_mem: src.to_string(),
+        cases,
+        // Set by `plan::layout::paged_config`, which needs the model geometry.
+        paged: None,
+    };
+    if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == Layout::Contiguous {
+        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), transport);
+    }
+    Ok(cfg)
+}
+
+fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
+    if v.qps == 0 || v.qps > 256 {
+        bail_usage!("--qps {}: give 1 to 256 queue pairs", v.qps);
+    }
+    if v.inflight == 0 || v.inflight > 16384 {
+        bail_usage!("--inflight {}: give 1 to 16384 outstanding work requests per queue pair", v.inflight);
+    }
+    if v.batch == 0 || v.batch > v.inflight {
+        bail_usage!("--batch {}: give 1 to --inflight ({}) work requests per post", v.batch, v.inflight);
+    }
+    if v.signal_every == 0 || v.signal_every > v.inflight {
+        bail_usage!("--signal-every {}: give 1 to --inflight ({})", v.signal_every, v.inflight);
+    }
+    if v.max_sge == 0 || v.max_sge > 64 {
+        bail_usage!("--max-sge {}: give 1 to 64 scatter entries per work request (1 turns gathering off)", v.max_sge);
+    }
+    Ok(VerbsConfig {
+        qps: v.qps,
+        batch: v.batch,
+        inflight: v.inflight,
+        signal_every: v.signal_every,
+        mr_chunk: v.mr_chunk,
+        dst_mr_chunk: v.dst_mr_chunk,
+        reg_per_rep: v.reg_per_rep,
+        cq_mode: v.cq_mode,
+        ack_timeout: v.ack_timeout,
+        max_sge: v.max_sge,
+    })
+}
+
+pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
+    if d.ib_port == 0 {
+        bail_usage!("--ib-port 0: ports are numbered from 1");
+    }
+    Ok(DeviceChoice { name: d.device.clone(), ib_port: d.ib_port, gid_index: d.gid_index })
+}
+
+/// The sender's device and the loopback receiver's: `--peer-device` names the receiver's, else both use one.
+pub fn loopback_devices(d: &DeviceArgs, peer_device: &Option<String>) -> Result<(DeviceChoice, DeviceChoice)> {
+    let device = device_choice(d)?;
+    let mut peer = device.clone();
+    if peer_device.is_some() {
+        peer.name = peer_device.clone();
+    }
+    Ok((device, peer))
+}
+
+/// Fail before connecting when the run needs CUDA (a GPU or pinned buffer) or what its transport needs (see
+/// [`crate::transport::check_host`]) and this host lacks it.
+pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &[&DeviceChoice]) -> Result<()> {
+    if let Some((flag, k)) = kinds.iter().find(|(_, k)| *k != MemKind::Host) {
+        crate::mem::cuda::driver().map_err(|e| e.context(format!("{flag} {k}")))?;
+    }
+    for (flag, kind) in kinds {
+        if let MemKind::Gpu(i) = kind {
+            crate::mem::cuda::check_ordinal(*i).map_err(|e| e.context(format!("{flag} {kind}")))?;
+        }
+    }
+    crate::transport::check_host(cfg.transport.kind(), devices)
+}
+
+/// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that
+/// live in host memory here (both ends' when they run in this process). GPU memory is checked when allocated.
+pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
+    let copies = kinds.iter().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
+    let need = cfg.buffer_bytes().saturating_mul(copies);
+    if let Some(avail) = crate::mem::host::available_memory() {
+        if need > avail {
+            let fix = match &cfg.paged {
+                Some(p) => format!(
+                    "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
+                    p.pool_tokens,
+                    format_size(p.pool_bytes())
+                ),
+                None => "use smaller sizes".to_string(),
+            };
+            bail_usage!(
+                "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; {fix}",
+                format_size(cfg.buffer_bytes()),
+                format_size(need),
+                format_size(avail)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `results/<timestamp>.json` and `.md` for whichever of --json and --md is not given.
+pub fn default_outputs(out: &mut OutputArgs, out_dir: &Path) -> Result<()> {
+    if out.json.is_none() || out.md.is_none() {
+        std::fs::create_dir_all(out_dir)
+            .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", out_dir.display())))?;
+        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .chars()
+            .filter(|c| !matches!(c, '-' | ':'))
+            .collect();
+        out.json.get_or_insert_with(|| out_dir.join(format!("{stamp}.json")));
+        out.md.get_or_insert_with(|| out_dir.join(format!("{stamp}.md")));
+    }
+    Ok(())
+}
+
+/// A receiver for one session in a thread of this process, on a loopback port, with a fresh random token.
+pub fn loopback_receiver(limits: ReceiverLimits) -> Result<(SocketAddr, String, JoinHandle<Result<()>>)> {
+    let listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+    let addr = listener.local_addr()?;
+    let token = random_token()?;
+    let receiver_token = token.clone();
+    let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {
+        let (stream, _) = listener.accept()?;
+        serve_session(stream, &receiver_token, &limits)
+    })?;
+    Ok((addr, token, receiver))
+}
+
+fn random_token() -> Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness for the loopback receiver's token: {e}"))?;
+    Ok(hex::encode(b))
+}
+
+/// Listen on `addr`, naming the usual cause when the port is taken.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "; is another kvxfer serve running? pick another port with --listen"
+        } else {
+            ""
+        };
+        anyhow!("cannot listen on {addr}: {e}{hint}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(tokens: Option<&str>, model: Option<&str>, bpt: Option<u64>) -> SizeArgs {
+        SizeArgs {
+            sizes: None,
+            tokens: tokens.map(|t| t.parse().unwrap()),
+            model: model.map(String::from),
+            model_config: None,
+            kv_bytes_per_token: bpt,
+        }
+    }
+
+    #[test]
+    fn tokens_times_model() {
+        let (c, g) = resolve_cases(&sizes(Some("1k,128k"), Some("qwen3-30b-a3b"), None)).unwrap();
+        assert_eq!(c[0].size_bytes, 96 << 20);
+        assert_eq!(c[1].size_bytes, 12 << 30);
+        assert_eq!(g.unwrap().name, "qwen3-30b-a3b");
+        let (c, _) = resolve_cases(&sizes(Some("2"), None, Some(10))).unwrap();
+        assert_eq!(c[0].size_bytes, 20);
+    }
+
+    #[test]
+    fn tokens_without_model_is_usage_error() {
+        let e = resolve_cases(&sizes(Some("1k"), None, None)).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("--model"));
+    }
+}

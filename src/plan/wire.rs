@@ -1,0 +1,82 @@
+//! [`RunConfig`] as it travels to the receiver in `Config`. The shape predates [`TransportConfig`]: the transport's
+//! name, then cuda's `copy`/`staging` and verbs' `verbs` as keys of every configuration whatever the transport (at
+//! their defaults when another transport runs), so that peers of either age read each other. Older peers may leave
+//! out every key with a serde default here.
+
+use super::paged::PagedConfig;
+use super::transport::{AllKnobs, CopyMode, CudaConfig, Staging, TransportConfig, TransportKind, VerbsConfig};
+use super::{RunConfig, SizeCase};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+pub(super) struct RunConfigWire {
+    transport: TransportKind,
+    block_size: u64,
+    streams: u32,
+    reps: u32,
+    warmup: u32,
+    verify: bool,
+    seed: u64,
+    hugepages: bool,
+    #[serde(default)]
+    block_size_default: bool,
+    #[serde(default)]
+    copy: CopyMode,
+    #[serde(default)]
+    staging: Staging,
+    #[serde(default = "default_mem")]
+    src_mem: String,
+    #[serde(default)]
+    verbs: VerbsConfig,
+    cases: Vec<SizeCase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    paged: Option<PagedConfig>,
+}
+
+fn default_mem() -> String {
+    "host".into()
+}
+
+impl From<RunConfig> for RunConfigWire {
+    fn from(c: RunConfig) -> RunConfigWire {
+        let AllKnobs { cuda, verbs } = c.transport.all_knobs();
+        RunConfigWire {
+            transport: c.transport.kind(),
+            block_size: c.block_size,
+            streams: c.streams,
+            reps: c.reps,
+            warmup: c.warmup,
+            verify: c.verify,
+            seed: c.seed,
+            hugepages: c.hugepages,
+            block_size_default: c.block_size_default,
+            copy: cuda.copy,
+            staging: cuda.staging,
+            src_mem: c.src_mem,
+            verbs,
+            cases: c.cases,
+            paged: c.paged,
+        }
+    }
+}
+
+impl From<RunConfigWire> for RunConfig {
+    fn from(w: RunConfigWire) -> RunConfig {
+        let all = AllKnobs { cuda: CudaConfig { copy: w.copy, staging: w.staging }, verbs: w.verbs };
+        let transport = TransportConfig::select(w.transport, all);
+        RunConfig {
+            transport,
+            block_size: w.block_size,
+            streams: w.streams,
+            reps: w.reps,
+            warmup: w.warmup,
+            verify: w.verify,
+            seed: w.seed,
+            hugepages: w.hugepages,
+            block_size_default: w.block_size_default,
+            src_mem: w.src_mem,
+            cases: w.cases,
+            paged: w.paged,
+        }
+    }
+}
