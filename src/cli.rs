@@ -3,10 +3,12 @@
 use crate::mem::MemKind;
 pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::{parse_size, SizeList, TokenList};
+use crate::plan::text;
 use crate::plan::{CopyMode, CqMode, Staging, TransportKind};
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Deserializer};
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -98,15 +100,7 @@ impl TypedValueParser for TransportChoiceParser {
         arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<TransportChoice, clap::Error> {
-        let parse = |text: &str| -> Result<TransportChoice, String> {
-            if text == "auto" {
-                return Ok(TransportChoice::Auto);
-            }
-            TransportKind::from_str(text, false).map(TransportChoice::Named).map_err(|_| {
-                let names: Vec<String> = Self::values().map(|v| v.get_name().to_string()).collect();
-                format!("unknown transport; choose one of {}", names.join(", "))
-            })
-        };
+        let parse = |text: &str| text.parse::<TransportChoice>();
         parse.parse_ref(cmd, arg, value)
     }
 
@@ -137,26 +131,74 @@ fn parse_page_multiple(text: &str) -> anyhow::Result<u64> {
     Ok(n)
 }
 
-#[derive(Args, Debug, Clone)]
+impl std::str::FromStr for TransportChoice {
+    type Err = String;
+
+    /// As `--transport` reads it (a sweep file's `transport` key too).
+    fn from_str(text: &str) -> Result<TransportChoice, String> {
+        if text == "auto" {
+            return Ok(TransportChoice::Auto);
+        }
+        <TransportKind as ValueEnum>::from_str(text, false).map(TransportChoice::Named).map_err(|_| {
+            let names: Vec<String> = TransportChoiceParser::values().map(|v| v.get_name().to_string()).collect();
+            format!("unknown transport; choose one of {}", names.join(", "))
+        })
+    }
+}
+
+/// `--ack-timeout`: the exponent of the local ACK timeout, 1 to 31 (the verbs attribute has five bits).
+fn parse_ack_timeout(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(n @ 1..=31) => Ok(n),
+        _ => Err(format!("{text} is not in 1..=31")),
+    }
+}
+
+// A sweep file's parameters deserialize into the structs below with the flags' own parsers (see `plan::text`).
+fn some_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    text::parsed_some(d, parse_size)
+}
+
+fn some_page_multiple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    text::parsed_some(d, parse_page_multiple)
+}
+
+fn ack_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    text::parsed(d, parse_ack_timeout)
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    text::parsed(d, parse_duration)
+}
+
+text::defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, DeviceArgs, SweepArgs);
+
+#[derive(Args, Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
     #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
+    #[serde(deserialize_with = "text::some_from_str")]
     pub sizes: Option<SizeList>,
     /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
+    #[serde(deserialize_with = "text::some_from_str")]
     pub tokens: Option<TokenList>,
     /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
     #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
+    #[serde(deserialize_with = "text::some_text")]
     pub model: Option<String>,
     /// A Hugging Face config.json to derive KV bytes per token from
     #[arg(long, value_name = "PATH", conflicts_with = "kv_bytes_per_token")]
+    #[serde(deserialize_with = "text::some_text")]
     pub model_config: Option<PathBuf>,
     /// KV bytes per token, given directly
     #[arg(long, value_name = "N")]
     pub kv_bytes_per_token: Option<u64>,
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Deserialize)]
+#[serde(default)]
 pub struct RunArgs {
     /// Measured reps per size
     #[arg(long, default_value_t = 5)]
@@ -166,9 +208,11 @@ pub struct RunArgs {
     pub warmup: u32,
     /// How bytes move: tcp, verbs, cuda, or auto (cuda when both ends are GPUs, tcp otherwise; says which)
     #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser)]
+    #[serde(deserialize_with = "text::from_str")]
     pub transport: TransportChoice,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = parse_size)]
+    #[serde(deserialize_with = "some_size")]
     pub block_size: Option<u64>,
     /// Parallel connections (tcp) or CUDA streams (cuda)
     #[arg(long, default_value_t = 1)]
@@ -196,22 +240,28 @@ pub struct RunArgs {
     pub hugepages: bool,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
+    #[serde(skip)]
     pub label: Option<String>,
     #[command(flatten)]
+    #[serde(flatten)]
     pub verbs: VerbsArgs,
     #[command(flatten)]
+    #[serde(flatten)]
     pub paged: PagedArgs,
     /// Keep trying to reach the receiver this long while nothing listens there yet (e.g. 60s, 500ms): a launcher
     /// may start the sender first
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration")]
     pub connect_timeout: Duration,
     /// Give up when the peer is silent this long (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration")]
     pub io_timeout: Duration,
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Deserialize)]
+#[serde(default)]
 #[command(next_help_heading = "RDMA verbs (--transport verbs)")]
 pub struct VerbsArgs {
     /// RC queue pairs; writes are spread over them round-robin
@@ -229,10 +279,12 @@ pub struct VerbsArgs {
     /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB; a size given
     /// here may pass 2GiB, up to max_mr_size)
     #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
+    #[serde(deserialize_with = "some_page_multiple")]
     pub mr_chunk: Option<u64>,
     /// Register the receiver's memory in pieces of at most this size, up to the device's max_mr_size (default:
     /// --mr-chunk); the destination-MR-size axis of sweeps/mr-cliff.toml
     #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
+    #[serde(deserialize_with = "some_page_multiple")]
     pub dst_mr_chunk: Option<u64>,
     /// Register the send buffer inside every rep and include it in the transfer time
     #[arg(long)]
@@ -241,7 +293,8 @@ pub struct VerbsArgs {
     #[arg(long, default_value = "poll")]
     pub cq_mode: CqMode,
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
-    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    #[arg(long, default_value_t = 14, value_parser = parse_ack_timeout)]
+    #[serde(deserialize_with = "ack_timeout")]
     pub ack_timeout: u8,
     /// Paged layout: gather up to N pieces whose destinations are back to back into one RDMA WRITE (an SGE list;
     /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
@@ -250,11 +303,13 @@ pub struct VerbsArgs {
 }
 
 /// Which RDMA device and port this end uses (`--transport verbs`).
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Deserialize)]
+#[serde(default)]
 #[command(next_help_heading = "RDMA device")]
 pub struct DeviceArgs {
     /// RDMA device name, e.g. mlx5_0 or rxe0 (default: the first with an active port)
     #[arg(short = 'd', long = "device", value_name = "NAME")]
+    #[serde(deserialize_with = "text::some_text")]
     pub device: Option<String>,
     /// Port of the device
     #[arg(long, default_value_t = 1)]
@@ -315,42 +370,55 @@ pub struct SendArgs {
     pub out: OutputArgs,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Deserialize)]
+#[serde(default)]
 pub struct SweepArgs {
     /// A sweep file (sweeps/*.toml): its cases, reps and order replace the size and run flags
     #[arg(value_name = "FILE.toml")]
+    #[serde(skip)]
     pub file: Option<PathBuf>,
     /// Override a key of the sweep file, repeatable: --set transport=tcp --set tokens=1k,2k
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "file")]
+    #[serde(skip)]
     pub sets: Vec<String>,
     /// Continue an interrupted sweep: keep the completed cases (and measured reps) of this results file, run the
     /// rest, and write back into it (unless --json says otherwise)
     #[arg(long, value_name = "FILE.json", requires = "file")]
+    #[serde(skip)]
     pub resume: Option<PathBuf>,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
+    #[serde(deserialize_with = "text::from_str")]
     pub src: MemKind,
     /// Where the receiver's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
+    #[serde(deserialize_with = "text::from_str")]
     pub dst: MemKind,
     /// The sender's RDMA device (-d) and port; the receiver uses --peer-device (default: the same device)
     #[command(flatten)]
+    #[serde(flatten)]
     pub device: DeviceArgs,
     /// The receiver's RDMA device (default: the sender's, i.e. loopback through one NIC)
     #[arg(long, value_name = "NAME")]
+    #[serde(deserialize_with = "text::some_text")]
     pub peer_device: Option<String>,
     #[command(flatten)]
+    #[serde(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]
+    #[serde(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
+    #[serde(skip)]
     pub out: OutputArgs,
     /// Where the default results/<timestamp>.json and .md go when --json/--md are not given
     #[arg(long, default_value = "results", value_name = "DIR")]
+    #[serde(skip)]
     pub out_dir: PathBuf,
     /// The ids of the flags given on the command line (filled by [`Cli::parse_args`]): a sweep file refuses
     /// parameter flags by whether they were given, not by whether their value differs from the default.
     #[arg(skip)]
+    #[serde(skip)]
     pub explicit: Vec<String>,
 }
 

@@ -25,6 +25,11 @@ pub const DEFAULT_MODEL: &str = "qwen3-30b-a3b";
 
 /// Resolve --sizes / --tokens + model into cases; prints where bytes/token came from.
 pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
+    // The command line refuses these together already; a sweep file's case reaches here without clap.
+    if [a.model.is_some(), a.model_config.is_some(), a.kv_bytes_per_token.is_some()].iter().filter(|g| **g).count() > 1
+    {
+        bail_usage!("give one of --model, --model-config and --kv-bytes-per-token");
+    }
     if let Some(list) = &a.sizes {
         if a.model.is_some() || a.model_config.is_some() || a.kv_bytes_per_token.is_some() {
             bail_usage!("--model/--model-config/--kv-bytes-per-token go with --tokens, not --sizes");

@@ -6,22 +6,22 @@
 use super::common::{check_host_support, configure, default_outputs, loopback_devices, Configured};
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
-use crate::cli::{Cli, Command, SweepArgs};
+use crate::cli::{Cli, SweepArgs};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
 use crate::output::Recorder;
 use crate::plan::order::schedule;
-use crate::plan::sweep_file::{describe, flags, session_key, Params, SweepFile, SIZE_KEYS};
+use crate::plan::sweep_file::{describe, session_key, ParamKeys, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
 use crate::stats::CaseResult;
 use anyhow::{Context, Result};
-use clap::Parser;
+use clap::{ArgAction, CommandFactory};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     reject_parameter_flags(&a)?;
-    let sweep = SweepFile::load(file, &a.sets)?;
+    let sweep = SweepFile::load(file, &a.sets, &param_keys())?;
     let plans = plan_sessions(&sweep)?;
     let previous = a.resume.as_deref().map(|p| resumable(p, &sweep)).transpose()?;
 
@@ -33,14 +33,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     default_outputs(&mut out, &a.out_dir)?;
     Recorder::check_outputs(&out)?;
 
-    // Which case ids are done, and the reps kept of the ones that are not.
-    let mut kept: BTreeMap<usize, CaseResult> = BTreeMap::new();
-    if let Some(prev) = &previous {
-        for c in &prev.cases {
-            let id = sweep.cases.iter().find(|s| Some(&s.params) == c.params.as_ref()).map(|s| s.id);
-            kept.insert(id.expect("resumable() matched every case"), c.clone());
-        }
-    }
+    let kept = kept_cases(previous.as_ref(), &sweep);
     let need: Vec<u32> = sweep
         .cases
         .iter()
@@ -92,6 +85,16 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     let outcome = outcome.and(closed);
     rec.finish(outcome.as_ref().err())?;
     outcome
+}
+
+/// The cases of a results file being resumed, by case id (complete ones and the reps kept of the others).
+fn kept_cases(previous: Option<&Results>, sweep: &SweepFile) -> BTreeMap<usize, CaseResult> {
+    let mut kept = BTreeMap::new();
+    for c in previous.map_or(&[][..], |p| &p.cases[..]) {
+        let id = sweep.cases.iter().find(|s| Some(&s.params) == c.params.as_ref()).map(|s| s.id);
+        kept.insert(id.expect("resumable() matched every case"), c.clone());
+    }
+    kept
 }
 
 /// The results the sweep writes into: the interrupted run's (`--resume`, said when this host differs) or fresh
@@ -252,23 +255,70 @@ fn plan_sessions(sweep: &SweepFile) -> Result<Vec<SessionPlan>> {
     Ok(plans)
 }
 
+/// Flags a sweep file sets under another name: `seed` is the file's shuffle seed, so `--seed` is `pattern_seed`.
+const RENAMED: &[(&str, &str)] = &[("seed", "pattern_seed")];
+/// Flags a sweep file sets as run keys (one value for the whole sweep), not per case.
+const RUN_FLAGS: &[&str] = &["reps", "warmup", "label"];
+
+fn flag_id(key: &str) -> &str {
+    RENAMED.iter().find(|(_, k)| *k == key).map_or(key, |(id, _)| id)
+}
+
+/// The `kvxfer sweep` command as clap defines it (what sweep-file parameters are checked and named against).
+fn sweep_command() -> clap::Command {
+    let mut cli = Cli::command();
+    cli.build();
+    cli.find_subcommand("sweep").expect("kvxfer has a sweep subcommand").clone()
+}
+
+/// The parameters a sweep file may set: every parameter flag of `kvxfer sweep`, by its id.
+pub fn param_keys() -> ParamKeys {
+    let mut keys = ParamKeys::default();
+    let cmd = sweep_command();
+    for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        let id = arg.get_id().as_str();
+        if FILE_FLAGS.contains(&id) || RUN_FLAGS.contains(&id) || matches!(arg.get_action(), ArgAction::Help) {
+            continue;
+        }
+        let key = RENAMED.iter().find(|(i, _)| *i == id).map_or(id, |(_, k)| k).to_string();
+        match arg.get_action() {
+            ArgAction::SetTrue => keys.switches.push(key),
+            _ => keys.options.push(key),
+        }
+    }
+    keys
+}
+
+/// The `kvxfer sweep` arguments of one session: `params` (its first case's; sizes excepted), the session's sizes
+/// and the file's reps, deserialized into the struct the command line fills, each value read by its flag's own
+/// parser. A bad value is named by its key.
+fn session_args(params: &Params, size_key: &str, sizes: &[&str], reps: u32, warmup: u32) -> Result<SweepArgs> {
+    let switches = param_keys().switches;
+    let sizes = sizes.join(",");
+    let (reps, warmup) = (reps.to_string(), warmup.to_string());
+    let given = params.iter().filter(|(k, _)| !SIZE_KEYS.contains(&k.as_str())).map(|(k, v)| (k.as_str(), v.as_str()));
+    let extra = [(size_key, sizes.as_str()), ("reps", reps.as_str()), ("warmup", warmup.as_str())];
+    let mut map = serde_json::Map::new();
+    for (key, value) in given.chain(extra) {
+        let json = if switches.iter().any(|s| s == key) {
+            serde_json::Value::Bool(value == "true")
+        } else {
+            value.parse::<u64>().map_or_else(|_| value.into(), Into::into)
+        };
+        let one = serde_json::Value::Object([(flag_id(key).to_string(), json.clone())].into_iter().collect());
+        if let Err(e) = serde_json::from_value::<SweepArgs>(one) {
+            bail_usage!("{key} = {value:?}: {e}");
+        }
+        map.insert(flag_id(key).to_string(), json);
+    }
+    Ok(serde_json::from_value(serde_json::Value::Object(map))?)
+}
+
 fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
     let first = &sweep.cases[ids[0]].params;
     let size_key = SIZE_KEYS.iter().find(|k| first.contains_key(**k)).expect("every case has one size key");
     let sizes: Vec<&str> = ids.iter().map(|&i| sweep.cases[i].params[*size_key].as_str()).collect();
-    let mut args: Vec<String> = vec!["kvxfer".into(), "sweep".into()];
-    args.extend(flags(first));
-    args.extend([format!("--{size_key}"), sizes.join(",")]);
-    args.extend(["--reps".into(), sweep.reps.to_string(), "--warmup".into(), sweep.warmup.to_string()]);
-    let a = match Cli::try_parse_from(&args) {
-        Ok(Cli { command: Command::Sweep(a) }) => a,
-        Ok(_) => unreachable!("the arguments name the sweep subcommand"),
-        Err(e) => {
-            let text = e.to_string();
-            let line = text.lines().next().unwrap_or("invalid parameter").trim_start_matches("error: ");
-            bail_usage!("{line}");
-        }
-    };
+    let a = session_args(first, size_key, &sizes, sweep.reps, sweep.warmup)?;
     let (src, dst) = (a.src, a.dst);
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
     let (device, peer_device) = loopback_devices(&a.device, &a.peer_device)?;
@@ -317,4 +367,94 @@ fn resumable(path: &Path, sweep: &SweepFile) -> Result<Results> {
         }
     }
     Ok(prev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `kvxfer sweep ARGS` as the command line parses it.
+    fn from_command_line(args: &[&str]) -> Option<SweepArgs> {
+        match Cli::try_parse_from(["kvxfer", "sweep"].iter().chain(args)) {
+            Ok(Cli { command: crate::cli::Command::Sweep(a) }) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// A sweep file's case of `key = value`, as `session_args` builds it (the size and reps as given).
+    fn from_file(key: &str, value: &str) -> Result<SweepArgs> {
+        let params: Params = [(key.to_string(), value.to_string())].into_iter().collect();
+        session_args(&params, "sizes", &["1MiB"], 5, 1)
+    }
+
+    #[test]
+    fn every_sweep_file_key_is_a_flag_and_sets_what_the_flag_sets() {
+        let cmd = sweep_command();
+        let keys = param_keys();
+        assert!(keys.options.len() > 25 && keys.switches.contains(&"verify".to_string()), "{keys:?}");
+        for key in keys.options.iter().chain(&keys.switches).filter(|k| !SIZE_KEYS.contains(&k.as_str())) {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == flag_id(key)).expect("a key is a flag");
+            let flag = format!("--{}", arg.get_long().expect("parameters are long flags"));
+            let default = format!("{:?}", from_command_line(&["--sizes", "1MiB"]).unwrap());
+            // A value the flag takes that is not its default: another possible value, or the first sample it parses.
+            let possible: Vec<String> = arg.get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
+            let samples: Vec<String> = if matches!(arg.get_action(), ArgAction::SetTrue) {
+                vec!["true".into()]
+            } else if !possible.is_empty() {
+                possible.into_iter().rev().collect()
+            } else {
+                ["3", "2MiB", "7s", "gpu:1", "1k,2k", "mlx5_1"].map(String::from).to_vec()
+            };
+            let found = samples.iter().find_map(|v| {
+                let args: Vec<&str> = match arg.get_action() {
+                    ArgAction::SetTrue => vec![&flag, "--sizes", "1MiB"],
+                    _ => vec![&flag, v, "--sizes", "1MiB"],
+                };
+                let cli = from_command_line(&args).map(|a| format!("{a:?}"))?;
+                (cli != default).then(|| (v.clone(), cli))
+            });
+            let (value, cli) = found.unwrap_or_else(|| panic!("no sample value for {flag}"));
+            let file = from_file(key, &value).unwrap_or_else(|e| panic!("{key} = {value:?}: {e:#}"));
+            assert_eq!(format!("{file:?}"), cli, "{key} = {value:?} in a file must set what {flag} {value} sets");
+        }
+    }
+
+    #[test]
+    fn a_bad_value_in_a_file_is_a_usage_error_naming_the_key() {
+        for (key, value, needle) in [
+            ("streams", "two", "streams = \"two\""),
+            ("block_size", "2MB", "use MiB"),
+            ("transport", "carrier-pigeon", "unknown transport; choose one of auto, tcp"),
+            ("ack_timeout", "40", "not in 1..=31"),
+            ("src", "gpu:x", "gpu:N"),
+            ("connect_timeout", "soon", "positive duration"),
+        ] {
+            let e = from_file(key, value).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+            assert!(e.to_string().contains(needle), "{key} = {value}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_shipped_sweep_file_parses_and_its_sessions_take_their_flags() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "toml") {
+                let f = SweepFile::load(&p, &[], &param_keys()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                assert!(!f.cases.is_empty(), "{}", p.display());
+                for c in &f.cases {
+                    let size_key = SIZE_KEYS.iter().find(|k| c.params.contains_key(**k)).unwrap();
+                    let a = session_args(&c.params, size_key, &[&c.params[*size_key]], f.reps, f.warmup)
+                        .unwrap_or_else(|e| panic!("{}: {}: {e:#}", p.display(), describe(&c.params)));
+                    assert_eq!((a.run.reps, a.run.warmup), (f.reps, f.warmup));
+                }
+                names.push(p.file_stem().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        assert_eq!(names, ["mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "paged-rdma", "smoke"]);
+    }
 }

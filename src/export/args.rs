@@ -5,7 +5,7 @@
 use clap::Args;
 use std::path::PathBuf;
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct OutputArgs {
     /// Write the results JSON here (updated atomically as each size completes)
     #[arg(long, value_name = "FILE")]

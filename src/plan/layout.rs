@@ -9,10 +9,12 @@ use super::SizeCase;
 use crate::bail_usage;
 use anyhow::Result;
 use clap::Args;
+use serde::{Deserialize, Deserializer};
 
 /// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
 /// them.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Deserialize)]
+#[serde(default)]
 #[command(next_help_heading = "KV layout")]
 pub struct PagedArgs {
     /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
@@ -21,9 +23,11 @@ pub struct PagedArgs {
     pub layout: Layout,
     /// Paged: tokens per block [default: 16]
     #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    #[serde(deserialize_with = "some_tokens")]
     pub block_tokens: Option<u64>,
     /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
     #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    #[serde(deserialize_with = "some_tokens")]
     pub pool_tokens: Option<u64>,
     /// Paged: merge pieces adjacent on both sides into one write
     #[arg(long)]
@@ -36,6 +40,13 @@ pub struct PagedArgs {
     /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
     #[arg(long, hide = true)]
     pub test_fault_swap_dests: bool,
+}
+
+super::text::defaults_from_clap!(PagedArgs);
+
+/// A sweep file's `block_tokens` / `pool_tokens`, read as the flags read them.
+fn some_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    super::text::parsed_some(d, parse_tokens)
 }
 
 /// The paged configuration for `--layout paged` (None for contiguous); refuses paged-only flags without it, and
