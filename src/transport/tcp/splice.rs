@@ -6,8 +6,8 @@
 //! says so once on stderr.
 //!
 //! The kernel keeps referencing the pages until TCP is done with them, so the buffer must not change meanwhile: the
-//! sender only rewrites it (`--verify`'s fill) between reps, after the receiver acknowledged every frame — i.e. after
-//! it had read every byte.
+//! sender only rewrites it (`--verify`'s fill, which takes `&mut Buffer` and so cannot overlap a transfer's `&Buffer`)
+//! between reps, after the receiver acknowledged every frame — i.e. after it had read every byte.
 
 use super::iovec::{advance, IoVecs, IOV_MAX};
 use nix::libc;
