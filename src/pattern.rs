@@ -72,39 +72,88 @@ fn fill_at(buf: &mut [u8], base: u64, seed: u64, rep: u64) {
     }
 }
 
-/// Count the bytes of `buf` that differ from the pattern of `(seed, rep)`.
-pub fn count_mismatches(buf: &[u8], seed: u64, rep: u64) -> u64 {
-    count_mismatches_from(buf, 0, seed, rep)
+/// Memory the pattern is checked in. Host memory that a NIC, the kernel or a GPU may be writing implements it with
+/// volatile loads (`mem::region`), so a check never holds a reference to bytes that can change under it; plain
+/// slices implement it too (tests, and any memory Rust owns outright).
+pub trait PatternMemory: Sync {
+    /// How many bytes there are.
+    fn byte_len(&self) -> u64;
+    /// Copy the bytes at `[offset, offset + dst.len())` into `dst` (used for the few bytes around word boundaries).
+    fn read_bytes(&self, offset: u64, dst: &mut [u8]);
+    /// Call `f` with each of the `count` little-endian 8-byte words that start at `offset`, in order.
+    fn for_each_word(&self, offset: u64, count: u64, f: impl FnMut(u64));
 }
 
-/// Count the bytes of `buf`, the transfer's bytes from offset `base` on, that differ from the pattern.
-pub fn count_mismatches_from(buf: &[u8], base: u64, seed: u64, rep: u64) -> u64 {
-    let chunk = chunks_per_thread(buf.len());
+impl PatternMemory for [u8] {
+    fn byte_len(&self) -> u64 {
+        self.len() as u64
+    }
+
+    fn read_bytes(&self, offset: u64, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[offset as usize..offset as usize + dst.len()]);
+    }
+
+    fn for_each_word(&self, offset: u64, count: u64, f: impl FnMut(u64)) {
+        let bytes = &self[offset as usize..(offset + count * 8) as usize];
+        bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).for_each(f);
+    }
+}
+
+/// Count the bytes of `buf` that differ from the pattern of `(seed, rep)`.
+pub fn count_mismatches(buf: &[u8], seed: u64, rep: u64) -> u64 {
+    count_mismatches_in(buf, 0, buf.len() as u64, seed, rep)
+}
+
+/// Count the bytes of `mem`'s `[offset, offset + len)` — the transfer's bytes at those offsets — that differ from
+/// the pattern. The range must lie inside `mem` (panics otherwise).
+pub fn count_mismatches_in<M: PatternMemory + ?Sized>(mem: &M, offset: u64, len: u64, seed: u64, rep: u64) -> u64 {
+    assert!(offset.checked_add(len).is_some_and(|end| end <= mem.byte_len()), "check range outside the memory");
+    let chunk = chunks_per_thread(len as usize) as u64;
     std::thread::scope(|s| {
-        let handles: Vec<_> = buf
-            .chunks(chunk)
-            .enumerate()
-            .map(|(k, part)| s.spawn(move || mismatches_at(part, base + (k * chunk) as u64, seed, rep)))
+        let handles: Vec<_> = (0..len.div_ceil(chunk))
+            .map(|k| {
+                let at = offset + k * chunk;
+                let n = chunk.min(offset + len - at);
+                s.spawn(move || mismatches_in(mem, at, n, at, seed, rep))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().expect("verify thread")).sum()
     })
 }
 
-fn mismatches_at(buf: &[u8], base: u64, seed: u64, rep: u64) -> u64 {
-    let (head, rest) = buf.split_at(head_len(base, buf.len()));
-    let mut bad = head.iter().enumerate().filter(|(i, &b)| b != byte_at(seed, rep, base + *i as u64)).count() as u64;
-    let first = (base + head.len() as u64) / 8;
-    let mut words = rest.chunks_exact(8);
-    for (i, w) in (&mut words).enumerate() {
-        let got = u64::from_le_bytes(w.try_into().unwrap());
-        let diff = got ^ word(seed, rep, first + i as u64);
+/// Mismatches of the `len` bytes of `mem` at `offset`, which hold the transfer's bytes from `logical` on: the bytes
+/// before the first and after the last whole pattern word one by one, the words between as words.
+fn mismatches_in<M: PatternMemory + ?Sized>(mem: &M, offset: u64, len: u64, logical: u64, seed: u64, rep: u64) -> u64 {
+    let head = head_len(logical, len as usize) as u64;
+    let words = (len - head) / 8;
+    let tail = len - head - words * 8;
+    let first = (logical + head) / 8;
+    let mut bad = edge_mismatches(mem, offset, head, logical, seed, rep);
+    let mut index = first;
+    mem.for_each_word(offset + head, words, |got| {
+        let diff = got ^ word(seed, rep, index);
         if diff != 0 {
             bad += diff.to_le_bytes().iter().filter(|&&b| b != 0).count() as u64;
         }
-    }
-    let tail = words.remainder();
-    let want = word(seed, rep, first + (rest.len() / 8) as u64).to_le_bytes();
-    bad + tail.iter().zip(want).filter(|(a, b)| **a != *b).count() as u64
+        index += 1;
+    });
+    let done = head + words * 8;
+    bad + edge_mismatches(mem, offset + done, tail, logical + done, seed, rep)
+}
+
+/// Mismatches of fewer than 8 bytes at `offset` (transfer offset `logical`), compared byte by byte.
+fn edge_mismatches<M: PatternMemory + ?Sized>(
+    mem: &M,
+    offset: u64,
+    len: u64,
+    logical: u64,
+    seed: u64,
+    rep: u64,
+) -> u64 {
+    let mut got = [0u8; 8];
+    let got = &mut got[..len as usize];
+    mem.read_bytes(offset, got);
+    got.iter().enumerate().filter(|(i, &b)| b != byte_at(seed, rep, logical + *i as u64)).count() as u64
 }
 
 // ------------------------------------------------------------------------------------- scattered pieces
@@ -162,19 +211,24 @@ pub fn fill_spans(buf: &mut [u8], spans: &[Span], seed: u64, rep: u64) -> anyhow
 
 /// Count the bytes of the spans of `buf` that differ from the pattern of their logical offsets.
 pub fn count_span_mismatches(buf: &[u8], spans: &[Span], seed: u64, rep: u64) -> anyhow::Result<u64> {
-    check_spans(spans, buf.len() as u64, false)?;
+    count_span_mismatches_in(buf, spans, seed, rep)
+}
+
+/// Count the bytes of the spans of `mem` that differ from the pattern of their logical offsets.
+pub fn count_span_mismatches_in<M: PatternMemory + ?Sized>(
+    mem: &M,
+    spans: &[Span],
+    seed: u64,
+    rep: u64,
+) -> anyhow::Result<u64> {
+    check_spans(spans, mem.byte_len(), false)?;
     let per_thread = spans.len().div_ceil(threads()).max(1);
     Ok(std::thread::scope(|sc| {
         let handles: Vec<_> = spans
             .chunks(per_thread)
             .map(|group| {
                 sc.spawn(move || {
-                    group
-                        .iter()
-                        .map(|s| {
-                            mismatches_at(&buf[s.offset as usize..(s.offset + s.len) as usize], s.logical, seed, rep)
-                        })
-                        .sum::<u64>()
+                    group.iter().map(|s| mismatches_in(mem, s.offset, s.len, s.logical, seed, rep)).sum::<u64>()
                 })
             })
             .collect();

@@ -291,6 +291,32 @@ fn hand_written_sender_completes_a_rep() {
     serve.proc.finish().expect_code(0);
 }
 
+/// A sender that keeps writing into the region after the rep landed, while the receiver verifies it: the receive
+/// thread and verify then touch the same bytes at once, which verify's volatile reads are built for. The count is
+/// whatever it is (the bytes are 0xab anyway); the receiver must answer and keep serving.
+#[test]
+fn writes_racing_the_receivers_verify_only_skew_its_count() {
+    const SIZE: u64 = 16 << 20;
+    let serve = Serve::start(&["--once"]);
+    let mut s = RawSender::hello(&serve.addr);
+    let mut data = s.establish(SIZE);
+    assert_eq!(s.rep_start(SIZE)["type"], "rep_ready");
+    data_write(&mut data, 0, 0, SIZE, SIZE);
+    let mut more = data.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        for i in 1..8 {
+            data_write(&mut more, i, 0, SIZE, SIZE);
+        }
+    });
+    let done = s.recv();
+    assert_eq!(done["type"], "rep_done", "{done}");
+    assert!(done["mismatched_bytes"].as_u64().unwrap() > SIZE / 2, "{done}");
+    writer.join().unwrap();
+    s.send(serde_json::json!({"type": "finish"}));
+    assert_eq!(s.recv()["type"], "bye");
+    serve.proc.finish().expect_code(0);
+}
+
 #[test]
 fn rep_larger_than_the_agreed_buffer_is_refused() {
     let mut serve = Serve::start(&[]);

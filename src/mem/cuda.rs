@@ -197,9 +197,10 @@ pub struct PinnedBuffer {
     ctx: Arc<CudaContext>,
 }
 
-// SAFETY: plain host memory; concurrent access follows the same rules as `HostBuffer`.
+// SAFETY: page-locked host memory owned by this value (portable to every context, freed through the retained
+// context from any thread), so it may move between threads.
 unsafe impl Send for PinnedBuffer {}
-// SAFETY: as above.
+// SAFETY: as for `HostBuffer`: `&PinnedBuffer` yields the address and the length, never a reference to the bytes.
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
@@ -217,6 +218,13 @@ impl PinnedBuffer {
 
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// The bytes, for the owner to fill (see `HostBuffer::as_mut_slice`).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` is `len` writable bytes owned by `self`; `&mut self` excludes other references and, by the
+        // rule of `Buffer::host_ptr`, every writer outside Rust.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 

@@ -14,10 +14,13 @@ pub struct HostBuffer {
     pub huge: bool,
 }
 
-// SAFETY: the buffer is plain memory owned by the mapping; sharing the pointer between threads is sound as long as
-// concurrent writers touch disjoint bytes, which the transports guarantee (and verify only reads between reps).
+// SAFETY: the value owns its mapping outright (no thread-local state), so it may move to, and be unmapped on, any
+// thread.
 unsafe impl Send for HostBuffer {}
-// SAFETY: see `Send`; `&HostBuffer` only hands out shared slices or raw pointers.
+// SAFETY: `&HostBuffer` yields the address and the length, never a reference to the bytes (slices need `&mut`). The
+// bytes are touched only through that address, by writers outside Rust (the kernel, a NIC, each bound to a shared
+// borrow of the owner: see `Buffer::host_ptr`) and by volatile loads (`mem::region`), so sharing the value between
+// threads creates no Rust reference that a concurrent write could invalidate, whatever the writers overlap.
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
@@ -52,13 +55,11 @@ impl HostBuffer {
         self.ptr.as_ptr()
     }
 
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` bytes, readable, and lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
+    /// The bytes, for the owner to fill. There is no shared-borrow counterpart: see the `Sync` note above.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, and `&mut self` guarantees no other reference into the buffer.
+        // SAFETY: the mapping is `len` readable and writable bytes that live as long as `self`; `&mut self` excludes
+        // every other Rust reference, and writers outside Rust only write while they hold a shared borrow of the
+        // owning buffer (`Buffer::host_ptr`), which `&mut` excludes too.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -92,9 +93,9 @@ mod tests {
     fn buffer_is_page_aligned_zeroed_and_writable() {
         let mut b = HostBuffer::new(3 * 4096 + 5, false).unwrap();
         assert_eq!(b.as_ptr() as usize % 4096, 0);
-        assert!(b.as_slice().iter().all(|&x| x == 0));
+        assert!(b.as_mut_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[12292] = 7;
-        assert_eq!(b.as_slice()[12292], 7);
+        assert_eq!(b.as_mut_slice()[12292], 7);
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! Where bytes live: ordinary host memory, pinned (page-locked) host memory, or a GPU's memory. Transports see a
-//! [`Buffer`] and ask it for what they can use (a host slice, a device address); verify fills and checks it where
-//! it lives (GPU buffers with a kernel, never through a host shadow copy).
+//! [`Buffer`] and ask it for what they can use (a raw host region, a device address); verify fills and checks it
+//! where it lives (GPU buffers with a kernel, never through a host shadow copy). A shared `&Buffer` never yields a
+//! reference to its bytes, since a peer or a device may be writing them: see [`region`].
 
 pub mod cuda;
 pub mod host;
 pub mod kernels;
+pub mod region;
 
 pub use host::HostBuffer;
+pub use region::HostRegion;
 
 use crate::pattern::Span;
 use anyhow::Result;
@@ -89,12 +92,26 @@ impl Buffer {
     }
 
     /// Base pointer of host-accessible memory (host or pinned); None for GPU memory.
+    ///
+    /// The one rule for everything that takes this address (or [`Buffer::host_region`]'s): whoever lets a writer
+    /// outside Rust write through it — the kernel (readv), a NIC (an MR with remote write), a GPU copy — keeps a
+    /// shared borrow of the buffer (an `Arc` clone, as every transport target does) until that writer has stopped.
+    /// `&mut Buffer` therefore means nobody else writes the bytes, which the `fill_*` methods rely on; with only
+    /// `&Buffer`, the bytes are read through volatile loads (see [`region`]).
     pub fn host_ptr(&self) -> Option<*mut u8> {
         match self {
             Buffer::Host(h) => Some(h.as_ptr()),
             Buffer::Pinned(p) => Some(p.as_ptr()),
             Buffer::Gpu(_) => None,
         }
+    }
+
+    /// Host-accessible memory (host or pinned) as a raw region borrowed from the buffer; None for GPU memory.
+    pub fn host_region(&self) -> Option<HostRegion<'_>> {
+        let base = std::ptr::NonNull::new(self.host_ptr()?)?;
+        // SAFETY: host kinds are `len` readable bytes that stay mapped while `self` is borrowed; a shared borrow
+        // hands out no references to them (the only slices are made from `&mut self`, which this borrow excludes).
+        Some(unsafe { HostRegion::new(base, self.len()) })
     }
 
     /// The address CUDA copies use: the device pointer, or the host pointer (unified addressing).
@@ -105,24 +122,31 @@ impl Buffer {
         }
     }
 
-    pub fn host_slice(&self) -> Option<&[u8]> {
-        // SAFETY: host kinds are `len` readable bytes owned by `self`.
-        self.host_ptr().map(|p| unsafe { std::slice::from_raw_parts(p, self.len()) })
+    /// The host bytes as a slice to fill. `&mut self` excludes every other reference, and writers outside Rust
+    /// hold a shared borrow while they may write (see [`Buffer::host_ptr`]), so nothing else touches the bytes.
+    fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Buffer::Host(h) => Some(h.as_mut_slice()),
+            Buffer::Pinned(p) => Some(p.as_mut_slice()),
+            Buffer::Gpu(_) => None,
+        }
     }
 
-    fn host_slice_mut(&mut self) -> Option<&mut [u8]> {
-        let len = self.len();
-        // SAFETY: as in `host_slice`, and `&mut self` excludes every other reference into the buffer.
-        self.host_ptr().map(|p| unsafe { std::slice::from_raw_parts_mut(p, len) })
+    /// `[offset, offset + len)` as a usize range, or an error when it is not inside the buffer.
+    fn range(&self, offset: u64, len: u64) -> Result<std::ops::Range<usize>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() as u64 => Ok(offset as usize..end as usize),
+            _ => anyhow::bail!("{len} bytes at offset {offset} fall outside the {}-byte buffer", self.len()),
+        }
     }
 
     /// Fill the first `len` bytes with the `--verify` pattern of (seed, rep), where the memory lives.
     pub fn fill_pattern(&mut self, len: u64, seed: u64, rep: u64) -> Result<()> {
+        let range = self.range(0, len)?;
         match self {
             Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.fill(g.ptr, len, seed, rep),
             _ => {
-                let s = self.host_slice_mut().expect("host kinds");
-                crate::pattern::fill(&mut s[..len as usize], seed, rep);
+                crate::pattern::fill(&mut self.host_bytes_mut().expect("host kinds")[range], seed, rep);
                 Ok(())
             }
         }
@@ -131,28 +155,30 @@ impl Buffer {
     /// Fill host memory `[offset, offset + len)` with the pattern of (seed, rep) — a slice of the transfer, so a
     /// long fill can stop between slices. GPU buffers fill whole (milliseconds): use `fill_pattern`.
     pub fn fill_pattern_range(&mut self, offset: u64, len: u64, seed: u64, rep: u64) -> Result<()> {
-        let Some(s) = self.host_slice_mut() else {
+        let range = self.range(offset, len)?;
+        let Some(s) = self.host_bytes_mut() else {
             anyhow::bail!("fill_pattern_range is for host memory; GPU buffers fill whole");
         };
-        crate::pattern::fill_from(&mut s[offset as usize..(offset + len) as usize], offset, seed, rep);
+        crate::pattern::fill_from(&mut s[range], offset, seed, rep);
         Ok(())
     }
 
     /// Count mismatches in host memory `[offset, offset + len)`, a slice of the transfer (see `fill_pattern_range`).
+    /// Reads through volatile loads: a peer may still be writing (see [`region`]).
     pub fn count_mismatches_range(&self, offset: u64, len: u64, seed: u64, rep: u64) -> Result<u64> {
-        let Some(s) = self.host_slice() else {
+        self.range(offset, len)?;
+        let Some(region) = self.host_region() else {
             anyhow::bail!("count_mismatches_range is for host memory; GPU buffers verify whole");
         };
-        Ok(crate::pattern::count_mismatches_from(&s[offset as usize..(offset + len) as usize], offset, seed, rep))
+        Ok(crate::pattern::count_mismatches_in(&region, offset, len, seed, rep))
     }
 
     /// Count the bytes of the first `len` that differ from the pattern of (seed, rep).
     pub fn count_mismatches(&self, len: u64, seed: u64, rep: u64) -> Result<u64> {
+        self.range(0, len)?;
         match self {
             Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.count_mismatches(g.ptr, len, seed, rep),
-            _ => {
-                Ok(crate::pattern::count_mismatches(&self.host_slice().expect("host kinds")[..len as usize], seed, rep))
-            }
+            _ => self.count_mismatches_range(0, len, seed, rep),
         }
     }
 
@@ -164,7 +190,7 @@ impl Buffer {
                 crate::pattern::check_spans(spans, g.len as u64, true)?;
                 kernels::kernels(g.ordinal)?.fill_spans(g.ptr, spans, seed, rep)
             }
-            _ => crate::pattern::fill_spans(self.host_slice_mut().expect("host kinds"), spans, seed, rep),
+            _ => crate::pattern::fill_spans(self.host_bytes_mut().expect("host kinds"), spans, seed, rep),
         }
     }
 
@@ -175,7 +201,7 @@ impl Buffer {
                 crate::pattern::check_spans(spans, g.len as u64, false)?;
                 kernels::kernels(g.ordinal)?.count_span_mismatches(g.ptr, spans, seed, rep)
             }
-            _ => crate::pattern::count_span_mismatches(self.host_slice().expect("host kinds"), spans, seed, rep),
+            _ => crate::pattern::count_span_mismatches_in(&self.host_region().expect("host kinds"), spans, seed, rep),
         }
     }
 }
@@ -202,6 +228,17 @@ mod tests {
         b.fill_pattern(4099, 1, 2).unwrap();
         assert_eq!(b.count_mismatches(4099, 1, 2).unwrap(), 0);
         assert!(b.count_mismatches(4099, 1, 3).unwrap() > 2000);
+    }
+
+    #[test]
+    fn ranges_past_the_end_are_errors_not_panics() {
+        let mut b = Buffer::alloc(MemKind::Host, 4096, false).unwrap();
+        assert!(b.fill_pattern(4097, 1, 2).is_err());
+        assert!(b.fill_pattern_range(4000, 97, 1, 2).is_err());
+        assert!(b.fill_pattern_range(u64::MAX, 2, 1, 2).is_err());
+        assert!(b.count_mismatches(4097, 1, 2).is_err());
+        assert!(b.count_mismatches_range(1, 4096, 1, 2).is_err());
+        assert!(b.count_span_mismatches(&[Span { offset: 4090, logical: 0, len: 7 }], 1, 2).is_err());
     }
 
     /// Without a GPU (CI, this machine) GPU kinds fail with the driver's sentence, never a panic.

@@ -229,7 +229,8 @@ impl Source for TcpSource {
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
         let streams = self.conns.len();
         let (tx, rx) = mpsc::channel::<Event>();
-        let data = mem.host_slice().expect("checked when the source connected");
+        // The source's bytes as a raw region: the kernel reads them (writev, vmsplice), Rust code never does.
+        let data = mem.host_region().expect("checked when the source connected");
         let frames = frames(writes);
         // Each writer thread owns its connection's pipe for the transfer (none on the plain-write path).
         let mut pipes = std::mem::take(&mut self.pipes);

@@ -6,12 +6,12 @@
 //! says so once on stderr.
 //!
 //! The kernel keeps referencing the pages until TCP is done with them, so the buffer must not change meanwhile: the
-//! sender only rewrites it (`--verify`'s fill) between reps, after the receiver acknowledged every frame — i.e. after
-//! it had read every byte.
+//! sender only rewrites it (`--verify`'s fill, which takes `&mut Buffer` and so cannot overlap a transfer's `&Buffer`)
+//! between reps, after the receiver acknowledged every frame — i.e. after it had read every byte.
 
-use super::iovec::advance;
+use super::iovec::{advance, IoVecs, IOV_MAX};
 use nix::libc;
-use std::io::{ErrorKind, Write as _};
+use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -37,22 +37,21 @@ impl SplicePipe {
         Some(SplicePipe { rd, wr })
     }
 
-    /// Send `payloads` (slices of the sender's buffer) on `sock`, all or an error. Returns `Ok(false)` without
+    /// Send `payloads` (ranges of the sender's buffer) on `sock`, all or an error. Returns `Ok(false)` without
     /// having sent anything more when this kernel refuses vmsplice or splice here (the caller then writes the rest
     /// itself, from `sent` bytes on, and stops using the pipe).
-    pub fn send(&self, sock: &mut TcpStream, payloads: &[&[u8]], sent: &mut usize) -> std::io::Result<bool> {
-        let mut iov: Vec<libc::iovec> =
-            payloads.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
+    pub fn send(&self, sock: &mut TcpStream, payloads: &IoVecs<'_>, sent: &mut usize) -> std::io::Result<bool> {
+        let mut iov: Vec<libc::iovec> = payloads.remaining().to_vec();
         // Bytes of this call's payloads not yet handed to the socket.
-        let mut unsent: usize = payloads.iter().map(|p| p.len()).sum::<usize>() - *sent;
+        let mut unsent: usize = payloads.remaining_len() - *sent;
         let mut at = 0;
         while at < iov.len() {
             if iov[at].iov_len == 0 {
                 at += 1;
                 continue;
             }
-            let n_iov = (iov.len() - at).min(1024);
-            // SAFETY: every iovec points into a live slice of the sender's buffer; vmsplice only reads them (no
+            let n_iov = (iov.len() - at).min(IOV_MAX);
+            // SAFETY: every iovec points into memory `payloads` borrows; vmsplice only reads them (no
             // SPLICE_F_GIFT), and the buffer is not modified until the receiver acknowledged these bytes (see the
             // module comment). The pipe is empty here, so the call takes up to its capacity and returns.
             let m = unsafe { libc::vmsplice(self.wr.as_raw_fd(), iov[at..].as_ptr(), n_iov, 0) };
@@ -114,17 +113,4 @@ impl SplicePipe {
 /// Errors that mean "not here" (no splice support for this file type or kernel), not a broken connection.
 fn refused(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EOPNOTSUPP))
-}
-
-/// Write what is left of `payloads` after the first `sent` bytes with plain writes.
-pub fn write_rest(sock: &mut TcpStream, payloads: &[&[u8]], mut sent: usize) -> std::io::Result<()> {
-    for p in payloads {
-        if sent >= p.len() {
-            sent -= p.len();
-            continue;
-        }
-        sock.write_all(&p[sent..])?;
-        sent = 0;
-    }
-    Ok(())
 }

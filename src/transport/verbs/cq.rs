@@ -20,7 +20,9 @@ pub struct Poller {
     wcs: Vec<ibv_wc>,
 }
 
-// SAFETY: the raw handles belong to a QpSet that outlives the poller and is used from one thread at a time.
+// SAFETY: `cq` and `channel` are handles owned by a QpSet that its owner keeps alive longer (VerbsTarget and
+// VerbsSource declare the poller before the set, so it drops first); libibverbs' CQ and completion-channel calls are
+// thread-safe, so polling from whichever thread the owner moved to is fine. `wcs` holds plain C structs, no pointers.
 unsafe impl Send for Poller {}
 
 impl Poller {

@@ -113,7 +113,9 @@ fn register_piece(
         }
         _ => {
             let base = buf.host_ptr().expect("host kinds have a host pointer");
-            // SAFETY: [base+offset, +len) lies inside the live mapping, which outlives the MR.
+            // SAFETY: [base+offset, +len) lies inside the live mapping, which outlives the MR. With `remote_write`
+            // the peer's NIC writes there: the target holds an `Arc` of the buffer until its MRs are gone (the rule
+            // of `Buffer::host_ptr`), and the receiver reads the bytes only through volatile loads.
             unsafe { pd.reg_mr(base as usize + offset as usize, len as usize, access) }
                 .map(|mr| (mr, "ibv_reg_mr"))
                 .map_err(|e| anyhow!("{}: ibv_reg_mr: {e} (is the memlock limit high enough? see ulimit -l)", what()))

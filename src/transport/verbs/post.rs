@@ -109,8 +109,9 @@ pub struct Poster {
     first_post_of_write: Vec<Option<Instant>>,
 }
 
-// SAFETY: the raw pointers inside the work request array only ever point into the poster's own arrays and are
-// rebuilt before each post.
+// SAFETY: the raw pointers inside the work requests (`next`, `sg_list`) only point into the poster's own heap arrays
+// (`wrs`, `sges`), which move with it without moving their storage, and are rebuilt before each post; the data
+// addresses are plain integers. Nothing else holds them, so the poster may move to another thread.
 unsafe impl Send for Poster {}
 
 impl Poster {

@@ -40,10 +40,6 @@ pub struct QpSet {
     _ctx: Arc<DeviceContext>,
 }
 
-// SAFETY: the verbs objects are used from one thread at a time (the session's); libibverbs objects are
-// thread-safe for that use.
-unsafe impl Send for QpSet {}
-
 /// A random 24-bit packet sequence number, as perftest picks its start PSNs.
 fn random_psn() -> Result<u32> {
     let mut b = [0u8; 4];
