@@ -5,6 +5,7 @@
 //! `pattern` (the --verify byte pattern and the seeded generator) and `error` are leaves every layer may use.
 
 pub mod cli;
+pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod env;
