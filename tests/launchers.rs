@@ -2,8 +2,7 @@
 //! test, OpenMPI's `mpirun`, and Slurm's `srun` on the one-node Slurm of `scripts/slurm up`. Each launch runs
 //! examples/rendezvous (discovery, rendezvous at rank 0, one barrier, one JSON line per rank) on 4 ranks.
 //!
-//! The example is built by cargo with the tests (`cargo test` and `cargo nextest run` build examples); it is found
-//! next to the kvxfer binary. mpirun and srun tests skip, saying why, when the packages or Slurm are missing, and
+//! The example is built by the test itself (see [`example`]), next to the kvxfer binary. mpirun and srun tests skip, saying why, when the packages or Slurm are missing, and
 //! fail instead when `KVXFER_REQUIRE_SLURM=1` (CI, after `scripts/slurm up`).
 
 mod common;
@@ -12,6 +11,7 @@ use common::{free_port, missing_hardware, Out, Proc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const RANKS: usize = 4;
@@ -42,16 +42,33 @@ const LAUNCHER_VARS: &[&str] = &[
     "SLURM_JOB_ID",
 ];
 
-/// target/<profile>/examples/rendezvous, beside the kvxfer binary cargo built for these tests.
+/// target/<profile>/examples/rendezvous, beside the kvxfer binary cargo built for these tests. Built here, once
+/// per test process, with the same cargo and profile: `cargo nextest run --test launchers` selects this test
+/// target alone and would not build (or rebuild) examples; when it is up to date this costs a fraction of a second.
 fn example() -> PathBuf {
-    let kvxfer = PathBuf::from(env!("CARGO_BIN_EXE_kvxfer"));
-    let path = kvxfer.parent().unwrap().join("examples").join("rendezvous");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --examples` (cargo test builds it)",
-        path.display()
-    );
-    path
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let kvxfer = PathBuf::from(env!("CARGO_BIN_EXE_kvxfer"));
+            let profile_dir = kvxfer.parent().unwrap();
+            let mut cargo = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+            cargo.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+                "build",
+                "--quiet",
+                "--locked",
+                "--example",
+                "rendezvous",
+            ]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cargo.arg("--release");
+            }
+            let status = cargo.status().expect("run cargo build --example rendezvous");
+            assert!(status.success(), "cargo build --example rendezvous failed");
+            let path = profile_dir.join("examples").join("rendezvous");
+            assert!(path.exists(), "{} is missing after cargo build --example rendezvous", path.display());
+            path
+        })
+        .clone()
 }
 
 fn clean(mut cmd: Command) -> Command {
