@@ -105,15 +105,11 @@ impl Gathering<'_> {
     /// and noted; an inconsistent rank (wrong world size, duplicate rank) fails the rendezvous.
     fn admit(&mut self, mut stream: TcpStream) -> Result<()> {
         let from = stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|_| "?".into());
-        let (magic, protocol, token, rank, world_size, local_rank, host, addr) = match wire::recv(&mut stream) {
-            Ok(Wire::Join { magic, protocol, token, rank, world_size, local_rank, host, addr }) => {
-                (magic, protocol, token, rank, world_size, local_rank, host, addr)
-            }
-            Ok(_) | Err(_) => {
-                self.refused.push(format!("a connection from {from} that did not join"));
-                return Ok(());
-            }
+        let Ok(Wire::Join(join)) = wire::recv(&mut stream) else {
+            self.refused.push(format!("a connection from {from} that did not join"));
+            return Ok(());
         };
+        let wire::Join { magic, protocol, token, rank, world_size, local_rank, host, addr } = join;
         let refuse = |stream: &mut TcpStream, message: String| {
             let _ = wire::send(stream, &Wire::Error { message: message.clone() });
             message

@@ -65,7 +65,7 @@ pub fn rendezvous(cfg: &RendezvousConfig) -> Result<Group> {
     let at = cfg.coordinator.address();
     let mut stream = connect_with_retry(&at, deadline)?;
     let addr = SocketAddr::new(stream.local_addr()?.ip(), cfg.listen_port).to_string();
-    let join = Wire::Join {
+    let join = Wire::Join(wire::Join {
         magic: wire::MAGIC.into(),
         protocol: wire::PROTOCOL,
         token: cfg.token.clone(),
@@ -74,7 +74,7 @@ pub fn rendezvous(cfg: &RendezvousConfig) -> Result<Group> {
         local_rank: cfg.info.local_rank,
         host: cfg.host.clone(),
         addr,
-    };
+    });
     wire::send(&mut stream, &join).with_context(|| format!("sending this rank's details to rank 0 at {at}"))?;
     stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
     let members = match wire::recv(&mut stream) {

@@ -22,26 +22,24 @@ pub(super) const PROTOCOL: u32 = 1;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub(super) enum Wire {
-    Join {
-        magic: String,
-        protocol: u32,
-        token: String,
-        rank: usize,
-        world_size: usize,
-        local_rank: usize,
-        host: String,
-        /// Where this rank listens for its peers (IP it reached rank 0 from, and its own port).
-        addr: String,
-    },
-    Table {
-        members: Vec<Member>,
-    },
-    Barrier {
-        seq: u64,
-    },
-    Error {
-        message: String,
-    },
+    Join(Join),
+    Table { members: Vec<Member> },
+    Barrier { seq: u64 },
+    Error { message: String },
+}
+
+/// A rank's introduction to rank 0.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Join {
+    pub magic: String,
+    pub protocol: u32,
+    pub token: String,
+    pub rank: usize,
+    pub world_size: usize,
+    pub local_rank: usize,
+    pub host: String,
+    /// Where this rank listens for its peers (the IP it reached rank 0 from, and its own port).
+    pub addr: String,
 }
 
 /// Why a message could not be read.
