@@ -235,6 +235,18 @@ fn a_rank_killed_before_the_table_fails_the_others_naming_it() {
 }
 
 #[test]
+fn rank_0_killed_before_the_table_fails_the_others_naming_it() {
+    let port = free_port();
+    let mut coordinator = rank(0, RANKS, port, false, &["--timeout", "60"]);
+    // Rank 3 never comes: ranks 1 and 2 join and wait for the table until rank 0 is killed.
+    let waiting: Vec<Proc> = (1..3).map(|r| rank(r, RANKS, port, false, &["--timeout", "60"])).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(coordinator.is_running(), "rank 0 exited before the kill: {}", coordinator.stderr.text());
+    coordinator.kill();
+    all_fail_naming(waiting, Duration::from_secs(5), "rank 0 (coordinator at 127.0.0.1:");
+}
+
+#[test]
 fn a_rank_killed_in_a_barrier_fails_the_others_naming_it() {
     let port = free_port();
     let others: Vec<Proc> = (0..3).map(|r| rank(r, RANKS, port, false, &[])).collect();
