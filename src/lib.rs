@@ -6,6 +6,7 @@
 //! [`LAYERS`] declares that order; `tests/layers.rs` holds every `crate::…` path in src/ to it.
 
 pub mod cli;
+pub mod cluster;
 pub mod commands;
 pub mod control;
 pub mod env;

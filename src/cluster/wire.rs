@@ -1,0 +1,69 @@
+//! The rendezvous protocol's messages, framed like the control channel (4-byte length, then JSON; see
+//! `control::frame`), on one TCP connection from each rank to rank 0.
+//!
+//! ```text
+//! rank r (r > 0)                                   rank 0
+//! Join{magic,protocol,token,rank,size,host,addr} ──▶  checks; waits until all N joined
+//!                                               ◀──  Table{members}            | Error
+//! per barrier: Barrier{seq}                      ──▶  waits until all N arrived
+//!                                               ◀──  Barrier{seq}             | Error
+//! ```
+//! Rank 0 sends `Error{message}` to every rank still connected when anything fails, so each rank fails at once
+//! with the same reason (which rank left, which ranks never came).
+
+use super::rendezvous::Member;
+use crate::control::frame::{read_frame, write_frame, FrameError};
+use serde::{Deserialize, Serialize};
+use std::net::TcpStream;
+
+pub(super) const MAGIC: &str = "kvxfer-cluster";
+pub(super) const PROTOCOL: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub(super) enum Wire {
+    Join(Join),
+    Table { members: Vec<Member> },
+    Barrier { seq: u64 },
+    Error { message: String },
+}
+
+/// A rank's introduction to rank 0.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Join {
+    pub magic: String,
+    pub protocol: u32,
+    pub token: String,
+    pub rank: usize,
+    pub world_size: usize,
+    pub local_rank: usize,
+    pub host: String,
+    /// Where this rank listens for its peers (the IP it reached rank 0 from, and its own port).
+    pub addr: String,
+}
+
+/// Why a message could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RecvError {
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    #[error("sent something that is not a kvxfer rendezvous message: {0}")]
+    Garbled(serde_json::Error),
+}
+
+impl RecvError {
+    /// The other end went away (EOF, reset): the process died or gave up.
+    pub(super) fn is_closed(&self) -> bool {
+        matches!(self, RecvError::Frame(FrameError::Closed | FrameError::Truncated))
+    }
+}
+
+pub(super) fn send(stream: &mut TcpStream, msg: &Wire) -> Result<(), FrameError> {
+    let payload = serde_json::to_vec(msg).expect("rendezvous messages always serialize");
+    write_frame(stream, &payload)
+}
+
+pub(super) fn recv(stream: &mut TcpStream) -> Result<Wire, RecvError> {
+    let payload = read_frame(stream)?;
+    serde_json::from_slice(&payload).map_err(RecvError::Garbled)
+}

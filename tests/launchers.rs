@@ -1,0 +1,296 @@
+//! kvxfer::cluster under real launchers, with real processes on loopback: a torchrun-style environment set by this
+//! test, OpenMPI's `mpirun`, and Slurm's `srun` on the one-node Slurm of `scripts/slurm up`. Each launch runs
+//! examples/rendezvous (discovery, rendezvous at rank 0, one barrier, one JSON line per rank) on 4 ranks.
+//!
+//! The example is built by the test itself (see [`example`]), next to the kvxfer binary. mpirun and srun tests skip, saying why, when the packages or Slurm are missing, and
+//! fail instead when `KVXFER_REQUIRE_SLURM=1` (CI, after `scripts/slurm up`).
+
+mod common;
+
+use common::{free_port, missing_hardware, Out, Proc};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const RANKS: usize = 4;
+/// Variables of every launcher: removed from each launch so that the test's own environment (say, the test run
+/// itself under srun) cannot leak into the ranks.
+const LAUNCHER_VARS: &[&str] = &[
+    "KVXFER_RANK",
+    "KVXFER_WORLD_SIZE",
+    "KVXFER_LOCAL_RANK",
+    "KVXFER_TOKEN",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "PMIX_RANK",
+    "PMIX_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_STEP_ID",
+    "SLURM_STEPID",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_ID",
+];
+
+/// target/<profile>/examples/rendezvous, beside the kvxfer binary cargo built for these tests. Built here, once
+/// per test process, with the same cargo and profile: `cargo nextest run --test launchers` selects this test
+/// target alone and would not build (or rebuild) examples; when it is up to date this costs a fraction of a second.
+fn example() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let kvxfer = PathBuf::from(env!("CARGO_BIN_EXE_kvxfer"));
+            let profile_dir = kvxfer.parent().unwrap();
+            let mut cargo = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+            cargo.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+                "build",
+                "--quiet",
+                "--locked",
+                "--example",
+                "rendezvous",
+            ]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cargo.arg("--release");
+            }
+            let status = cargo.status().expect("run cargo build --example rendezvous");
+            assert!(status.success(), "cargo build --example rendezvous failed");
+            let path = profile_dir.join("examples").join("rendezvous");
+            assert!(path.exists(), "{} is missing after cargo build --example rendezvous", path.display());
+            path
+        })
+        .clone()
+}
+
+fn clean(mut cmd: Command) -> Command {
+    for var in LAUNCHER_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// One rank started the way N shells would: `KVXFER_*` variables, or torchrun's when `torchrun` is true.
+fn rank(rank: usize, size: usize, port: u16, torchrun: bool, extra: &[&str]) -> Proc {
+    let mut cmd = clean(Command::new(example()));
+    let (r, s, l) = if torchrun {
+        cmd.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string());
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    } else {
+        cmd.arg("--coordinator").arg(format!("127.0.0.1:{port}"));
+        ("KVXFER_RANK", "KVXFER_WORLD_SIZE", "KVXFER_LOCAL_RANK")
+    };
+    cmd.env(r, rank.to_string()).env(s, size.to_string()).env(l, rank.to_string()).args(extra);
+    Proc::start(&mut cmd, format!("rendezvous rank {rank} of {size}"))
+}
+
+/// The JSON lines of all ranks: 4 ranks 0..3, each with the expected launcher and world size, one identical table
+/// listing ranks 0..3 in order, each rank's local rank as the table has it.
+fn check_launch(stdout: &str, launcher: &str) {
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), RANKS, "one line per rank expected:\n{stdout}");
+    let mut ranks: Vec<u64> = lines.iter().map(|l| l["rank"].as_u64().unwrap()).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2, 3], "{stdout}");
+    let table = &lines[0]["table"];
+    for line in &lines {
+        assert_eq!(line["launcher"], launcher, "{line}");
+        assert_eq!(line["world_size"], RANKS, "{line}");
+        assert_eq!(&line["table"], table, "ranks saw different tables:\n{stdout}");
+        let me = &table[line["rank"].as_u64().unwrap() as usize];
+        assert_eq!(me["local_rank"], line["local_rank"], "{line}");
+    }
+    let table = table.as_array().unwrap();
+    for (i, member) in table.iter().enumerate() {
+        assert_eq!(member["rank"], i, "{member}");
+        let addr: std::net::SocketAddr = member["addr"].as_str().unwrap().parse().unwrap();
+        assert_ne!(addr.port(), 0, "{member}");
+        assert!(!member["host"].as_str().unwrap().is_empty(), "{member}");
+    }
+}
+
+/// Every process exits 0; their stdout, concatenated.
+fn finish_all(procs: Vec<Proc>) -> String {
+    let outs: Vec<Out> = procs.into_iter().map(Proc::finish).collect();
+    outs.iter().map(|o| o.expect_code(0).stdout.clone()).collect::<Vec<_>>().join("")
+}
+
+#[test]
+fn torchrun_style_environment_launch_of_four() {
+    let port = free_port();
+    let procs = (0..RANKS).map(|r| rank(r, RANKS, port, true, &[])).collect();
+    check_launch(&finish_all(procs), "torchrun");
+}
+
+#[test]
+fn kvxfer_variables_launch_of_four_with_a_token() {
+    let port = free_port();
+    let procs = (0..RANKS)
+        .map(|r| {
+            let mut p = clean(Command::new(example()));
+            p.env("KVXFER_TOKEN", "s3cret").env("KVXFER_RANK", r.to_string()).env("KVXFER_WORLD_SIZE", "4");
+            p.args(["--coordinator", &format!("localhost:{port}")]);
+            Proc::start(&mut p, format!("rendezvous rank {r}"))
+        })
+        .collect();
+    check_launch(&finish_all(procs), "kvxfer");
+}
+
+/// `why` when `program` is not on PATH.
+fn missing_program(program: &str) -> Option<String> {
+    let found =
+        Command::new("sh").arg("-c").arg(format!("command -v {program}")).output().is_ok_and(|o| o.status.success());
+    (!found).then(|| format!("{program} is not installed (scripts/slurm up installs openmpi-bin and slurm-wlm)"))
+}
+
+/// Run a launcher command to completion within a minute; its output.
+fn launch(mut cmd: Command, what: &str) -> Out {
+    Proc::start(&mut cmd, what.to_string()).finish()
+}
+
+#[test]
+fn under_mpirun() {
+    if let Some(why) = missing_program("mpirun") {
+        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, &why);
+    }
+    let mut cmd = clean(Command::new("mpirun"));
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "--mca", "oob_tcp_if_include", "lo"]);
+    cmd.args(["--mca", "btl_tcp_if_include", "lo", "-np", "4"]);
+    cmd.arg(example()).args(["--coordinator", &format!("127.0.0.1:{}", free_port())]);
+    let out = launch(cmd, "mpirun -np 4 rendezvous");
+    check_launch(&out.expect_code(0).stdout, "openmpi");
+}
+
+/// SLURM_CONF for the test: the environment's, else the one `scripts/slurm up` writes by default.
+fn slurm_conf() -> Option<PathBuf> {
+    let conf =
+        std::env::var_os("SLURM_CONF").map(PathBuf::from).unwrap_or_else(|| "/tmp/kvxfer-slurm/slurm.conf".into());
+    Path::new(&conf).exists().then_some(conf)
+}
+
+#[test]
+fn under_srun() {
+    if let Some(why) = missing_program("srun") {
+        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, &why);
+    }
+    let Some(conf) = slurm_conf() else {
+        return missing_hardware(
+            "KVXFER_REQUIRE_SLURM",
+            0,
+            "no Slurm running here (run scripts/slurm up, export SLURM_CONF)",
+        );
+    };
+    let up = Command::new("sinfo").args(["-h", "-o", "%t"]).env("SLURM_CONF", &conf).output();
+    if !up.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
+        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, "slurmctld does not answer sinfo (run scripts/slurm up)");
+    }
+    // No --coordinator: the ranks find rank 0 through SLURM_JOB_NODELIST and scontrol.
+    let mut cmd = clean(Command::new("srun"));
+    cmd.env("SLURM_CONF", &conf).args(["-n", "4", "--time", "2"]).arg(example());
+    let out = launch(cmd, "srun -n 4 rendezvous");
+    check_launch(&out.expect_code(0).stdout, "slurm");
+}
+
+/// Wait for each process to exit within `limit` of now; each must fail (exit 1) with an error naming `needle`.
+fn all_fail_naming(procs: Vec<Proc>, limit: Duration, needle: &str) {
+    let start = Instant::now();
+    for mut p in procs {
+        let left = limit.saturating_sub(start.elapsed());
+        let status = p.wait_timeout(left);
+        let (out, err) = (p.stdout.text(), p.stderr.text());
+        let status = status.unwrap_or_else(|| panic!("{} still running {limit:?} after the failure\n{err}", p.what));
+        assert_eq!(status.code(), Some(1), "{}: {out}\n{err}", p.what);
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("error:"))
+            .unwrap_or_else(|| panic!("{}: no error line:\n{err}", p.what));
+        assert!(line.contains(needle), "{}: error does not name {needle:?}: {line}", p.what);
+    }
+}
+
+#[test]
+fn a_rank_killed_before_the_table_fails_the_others_naming_it() {
+    let port = free_port();
+    let mut waiting =
+        vec![rank(0, RANKS, port, false, &["--timeout", "60"]), rank(1, RANKS, port, false, &["--timeout", "60"])];
+    // Rank 2 never comes, so rank 3 joins and waits for the table until it is killed.
+    let mut doomed = rank(3, RANKS, port, false, &["--timeout", "60"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(doomed.is_running() && waiting.iter_mut().all(Proc::is_running), "a rank exited before the kill");
+    doomed.kill();
+    all_fail_naming(waiting, Duration::from_secs(5), "rank 3 on ");
+}
+
+#[test]
+fn rank_0_killed_before_the_table_fails_the_others_naming_it() {
+    let port = free_port();
+    let mut coordinator = rank(0, RANKS, port, false, &["--timeout", "60"]);
+    // Rank 3 never comes: ranks 1 and 2 join and wait for the table until rank 0 is killed.
+    let waiting: Vec<Proc> = (1..3).map(|r| rank(r, RANKS, port, false, &["--timeout", "60"])).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(coordinator.is_running(), "rank 0 exited before the kill: {}", coordinator.stderr.text());
+    coordinator.kill();
+    all_fail_naming(waiting, Duration::from_secs(5), "rank 0 (coordinator at 127.0.0.1:");
+}
+
+#[test]
+fn a_rank_killed_in_a_barrier_fails_the_others_naming_it() {
+    let port = free_port();
+    let others: Vec<Proc> = (0..3).map(|r| rank(r, RANKS, port, false, &[])).collect();
+    let mut doomed = rank(3, RANKS, port, false, &["--hold"]);
+    // --hold prints the rank's line after the rendezvous and stays out of the barrier the others wait in.
+    assert!(doomed.stdout.wait_for("\"table\"", Duration::from_secs(30)), "rank 3: {}", doomed.stderr.text());
+    doomed.kill();
+    all_fail_naming(others, Duration::from_secs(5), "rank 3 on ");
+}
+
+#[test]
+fn a_rank_that_never_comes_is_named_at_the_timeout() {
+    let port = free_port();
+    let procs = (0..2).map(|r| rank(r, 3, port, false, &["--timeout", "2"])).collect();
+    all_fail_naming(procs, Duration::from_secs(10), "rank 2 of 3 did not join within 2 s");
+}
+
+#[test]
+fn a_wrong_token_is_turned_away() {
+    let port = free_port();
+    let mut procs = Vec::new();
+    for (r, token) in [(0, "right"), (1, "wrong")] {
+        let mut cmd = clean(Command::new(example()));
+        cmd.env("KVXFER_RANK", r.to_string()).env("KVXFER_WORLD_SIZE", "2").env("KVXFER_TOKEN", token);
+        cmd.args(["--coordinator", &format!("127.0.0.1:{port}"), "--timeout", "3"]);
+        procs.push(Proc::start(&mut cmd, format!("rank {r}")));
+    }
+    let coordinator = procs.remove(0);
+    all_fail_naming(procs, Duration::from_secs(10), "wrong token");
+    all_fail_naming(vec![coordinator], Duration::from_secs(10), "turned away: rank 1 on ");
+}
+
+#[test]
+fn inconsistent_environments_are_usage_errors() {
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (&[("RANK", "4"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")], "RANK=4"),
+        (&[("OMPI_COMM_WORLD_RANK", "x"), ("OMPI_COMM_WORLD_SIZE", "4")], "OMPI_COMM_WORLD_RANK=\"x\""),
+        (&[("KVXFER_RANK", "1"), ("KVXFER_WORLD_SIZE", "2")], "--coordinator"),
+    ];
+    for (vars, needle) in cases {
+        let mut cmd = clean(Command::new(example()));
+        cmd.envs(vars.iter().copied());
+        let out = launch(cmd, &format!("rendezvous with {vars:?}"));
+        let line = out.expect_code(2).one_error().to_string();
+        assert!(line.contains(needle), "{vars:?}: {line}");
+    }
+}
