@@ -228,7 +228,10 @@ fn a_rank_killed_before_the_table_fails_the_others_naming_it() {
         vec![rank(0, RANKS, port, false, &["--timeout", "60"]), rank(1, RANKS, port, false, &["--timeout", "60"])];
     // Rank 2 never comes, so rank 3 joins and waits for the table until it is killed.
     let mut doomed = rank(3, RANKS, port, false, &["--timeout", "60"]);
-    std::thread::sleep(Duration::from_millis(1500));
+    for r in [1, 3] {
+        let line = format!("rank {r} joined");
+        assert!(waiting[0].stderr.wait_for(&line, Duration::from_secs(30)), "rank 0: {}", waiting[0].stderr.text());
+    }
     assert!(doomed.is_running() && waiting.iter_mut().all(Proc::is_running), "a rank exited before the kill");
     doomed.kill();
     all_fail_naming(waiting, Duration::from_secs(5), "rank 3 on ");
@@ -240,7 +243,10 @@ fn rank_0_killed_before_the_table_fails_the_others_naming_it() {
     let mut coordinator = rank(0, RANKS, port, false, &["--timeout", "60"]);
     // Rank 3 never comes: ranks 1 and 2 join and wait for the table until rank 0 is killed.
     let waiting: Vec<Proc> = (1..3).map(|r| rank(r, RANKS, port, false, &["--timeout", "60"])).collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    for r in [1, 2] {
+        let line = format!("rank {r} joined");
+        assert!(coordinator.stderr.wait_for(&line, Duration::from_secs(30)), "rank 0: {}", coordinator.stderr.text());
+    }
     assert!(coordinator.is_running(), "rank 0 exited before the kill: {}", coordinator.stderr.text());
     coordinator.kill();
     all_fail_naming(waiting, Duration::from_secs(5), "rank 0 (coordinator at 127.0.0.1:");

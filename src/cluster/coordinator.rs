@@ -144,6 +144,10 @@ impl Gathering<'_> {
             bail!(refuse(&mut stream, why));
         }
         let member = Member { rank, local_rank, host: host.clone(), addr };
+        // Rank 0, the ranks in before this one, and this one.
+        let ranks_in = 2 + self.joined.iter().filter(|j| j.is_some()).count();
+        // A progress line per rank: a launch that hangs here shows who is missing (and tests wait on it).
+        eprintln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
         self.joined[rank] = Some((Link { rank, host, stream }, member));
         Ok(())
     }
