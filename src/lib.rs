@@ -40,6 +40,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["transport"],
     // Driving reps on both ends and recording what each took.
     &["run"],
+    // Cluster runs: which rank this process is (from the launcher's environment) and the rendezvous at rank 0.
+    &["cluster"],
     // Turning rep records into the numbers users quote.
     &["stats"],
     // Results files: JSON, CSV, Markdown, events, figures, and the exporter every command writes them with.

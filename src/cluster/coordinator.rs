@@ -2,7 +2,7 @@
 //! table; then release barriers. One thread polls the listener and every connection, so a rank whose connection
 //! closes is noticed while rank 0 still waits for others, and every remaining rank is told why at once.
 
-use super::rendezvous::{Group, Links, Member, RendezvousConfig};
+use super::group::{Group, Link, Links, Member, RendezvousConfig};
 use super::wire::{self, Wire};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -10,13 +10,6 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
-
-/// A connection from one rank to rank 0.
-pub(super) struct Link {
-    pub rank: usize,
-    pub host: String,
-    pub stream: TcpStream,
-}
 
 /// How long one message may take to arrive once its first byte has (a rank that connects and stalls mid-message
 /// must not hold up the others for the whole rendezvous timeout).

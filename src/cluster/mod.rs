@@ -4,9 +4,11 @@
 //! TCP, learn each other's addresses and wait on barriers, as NCCL's bootstrap does.
 
 mod coordinator;
+mod group;
 pub mod launcher;
 pub mod rendezvous;
 mod wire;
 
+pub use group::{Group, Member, RendezvousConfig};
 pub use launcher::{discover, resolve_coordinator, Coordinator, CoordinatorSource, EnvMap, Launcher, RankInfo};
-pub use rendezvous::{rendezvous, Group, Member, RendezvousConfig};
+pub use rendezvous::rendezvous;

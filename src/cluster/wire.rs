@@ -11,7 +11,7 @@
 //! Rank 0 sends `Error{message}` to every rank still connected when anything fails, so each rank fails at once
 //! with the same reason (which rank left, which ranks never came).
 
-use super::rendezvous::Member;
+use super::group::Member;
 use crate::control::frame::{read_frame, write_frame, FrameError};
 use serde::{Deserialize, Serialize};
 use std::net::TcpStream;
