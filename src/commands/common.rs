@@ -11,7 +11,7 @@ use crate::plan::layout::paged_config;
 use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, parse_token_list};
 use crate::plan::transport::AllKnobs;
-use crate::plan::{CudaConfig, RunConfig, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig};
+use crate::plan::{CudaConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig};
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::transport::DeviceChoice;
 use anyhow::{anyhow, Result};
@@ -134,13 +134,15 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
     let all = AllKnobs { cuda: CudaConfig { copy: r.copy, staging: r.staging }, verbs: verbs_config(&r.verbs)? };
     let cfg = RunConfig {
         transport: TransportConfig::select(transport, all),
-        block_size,
-        streams: r.streams,
-        reps: r.reps,
-        warmup: r.warmup,
-        verify: r.verify,
-        seed: r.seed,
-        hugepages: r.hugepages,
+        knobs: RunKnobs {
+            block_size,
+            streams: r.streams,
+            reps: r.reps,
+            warmup: r.warmup,
+            verify: r.verify,
+            seed: r.seed,
+            hugepages: r.hugepages,
+        },
         block_size_default: r.block_size.is_none(),
         src_mem: src.to_string(),
         cases,

@@ -83,18 +83,20 @@ pub fn drive(job: SendJob) -> Result<Results> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{CopyMode, CudaConfig, SizeCase, Staging, TransportConfig, VerbsConfig};
+    use crate::plan::{CopyMode, CudaConfig, RunKnobs, SizeCase, Staging, TransportConfig, VerbsConfig};
 
     fn run_config(transport: TransportConfig) -> RunConfig {
         RunConfig {
             transport,
-            block_size: 1 << 20,
-            streams: 2,
-            reps: 3,
-            warmup: 1,
-            verify: true,
-            seed: 9,
-            hugepages: false,
+            knobs: RunKnobs {
+                block_size: 1 << 20,
+                streams: 2,
+                reps: 3,
+                warmup: 1,
+                verify: true,
+                seed: 9,
+                hugepages: false,
+            },
             block_size_default: false,
             src_mem: "gpu:0".into(),
             cases: vec![SizeCase { size_bytes: 1 << 20, tokens: None, bytes_per_token: None }],

@@ -53,7 +53,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     // A resumed run reshuffles with a seed of its own, still reproducible from the file's seed.
     let seed = sweep.seed.wrapping_add(s.resumed_at.len() as u64);
     let rounds = schedule(sweep.order, &need, seed);
-    let verify = plans.iter().any(|p| p.cfg.verify);
+    let verify = plans.iter().any(|p| p.cfg.knobs.verify);
     let total: u64 = need.iter().map(|&n| n as u64 + if n > 0 { sweep.warmup as u64 } else { 0 }).sum();
     eprintln!(
         "sweep {}: {} cases in {} session(s), {} reps + {} warm-up each, order {} (seed {})",
@@ -204,7 +204,7 @@ fn run_rounds(
             }
             session.next_rep(run, rec)?;
             rec.results.sweep.as_mut().expect("a sweep").rounds.last_mut().expect("pushed").push(id);
-            let mut result = CaseResult::from_record(&run.rec, plans[g].cfg.verify);
+            let mut result = CaseResult::from_record(&run.rec, plans[g].cfg.knobs.verify);
             let case = &sweep.cases[id];
             result.case_id = Some(id);
             result.case_label = (!case.label.is_empty()).then(|| case.label.clone());

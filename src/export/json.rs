@@ -13,13 +13,8 @@ pub const SCHEMA: &str = "kvxfer/results/v1";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConfigJson {
     pub transport: String,
-    pub block_size: u64,
-    pub streams: u32,
-    pub reps: u32,
-    pub warmup: u32,
-    pub verify: bool,
-    pub seed: u64,
-    pub hugepages: bool,
+    #[serde(flatten)]
+    pub knobs: crate::plan::RunKnobs,
     pub model: Option<String>,
     pub peer: String,
     pub role: String,
@@ -56,13 +51,7 @@ impl ConfigJson {
         let cuda = cfg.transport.all_knobs().cuda;
         ConfigJson {
             transport: cfg.transport.kind().to_string(),
-            block_size: cfg.block_size,
-            streams: cfg.streams,
-            reps: cfg.reps,
-            warmup: cfg.warmup,
-            verify: cfg.verify,
-            seed: cfg.seed,
-            hugepages: cfg.hugepages,
+            knobs: cfg.knobs.clone(),
             model,
             peer: peer.to_string(),
             role: role.to_string(),

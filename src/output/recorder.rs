@@ -34,7 +34,12 @@ impl Recorder {
     }
 
     pub fn new(results: Results, cfg: &RunConfig, out: &OutputArgs) -> Result<Recorder> {
-        Recorder::with_total(results, cfg.cases.len() as u64 * (cfg.reps + cfg.warmup) as u64, cfg.verify, out)
+        Recorder::with_total(
+            results,
+            cfg.cases.len() as u64 * (cfg.knobs.reps + cfg.knobs.warmup) as u64,
+            cfg.knobs.verify,
+            out,
+        )
     }
 
     /// A recorder whose progress bar counts `total` reps (warm-ups included).

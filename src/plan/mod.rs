@@ -30,6 +30,21 @@ pub struct SizeCase {
 pub struct RunConfig {
     /// The transport and its own knobs.
     pub transport: TransportConfig,
+    /// What every transport's run is made of (also the results' `config`, which flattens the same struct).
+    pub knobs: RunKnobs,
+    /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
+    pub block_size_default: bool,
+    /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
+    pub src_mem: String,
+    pub cases: Vec<SizeCase>,
+    /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
+    pub paged: Option<PagedConfig>,
+}
+
+/// The settings every run has, whatever its transport: how writes are cut, how many reps, what is checked. One
+/// struct, so the wire `Config` and the results' `config` cannot drift from the run configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunKnobs {
     pub block_size: u64,
     pub streams: u32,
     pub reps: u32,
@@ -38,13 +53,6 @@ pub struct RunConfig {
     /// Seed of the `--verify` pattern.
     pub seed: u64,
     pub hugepages: bool,
-    /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
-    pub block_size_default: bool,
-    /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
-    pub src_mem: String,
-    pub cases: Vec<SizeCase>,
-    /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
-    pub paged: Option<PagedConfig>,
 }
 
 impl RunConfig {
@@ -106,9 +114,9 @@ impl TransferPlan {
     /// The plan of one case of a run, in the run's layout. Both ends call this with the same configuration and get
     /// the same plan (the sender's test-only fault injection aside).
     pub fn for_case(cfg: &RunConfig, case: &SizeCase) -> Result<TransferPlan> {
-        let Some(p) = &cfg.paged else { return Ok(TransferPlan::contiguous(case.size_bytes, cfg.block_size)) };
+        let Some(p) = &cfg.paged else { return Ok(TransferPlan::contiguous(case.size_bytes, cfg.knobs.block_size)) };
         p.validate(std::slice::from_ref(case))?;
-        let plan = p.plan(cfg.seed, case.tokens.expect("validated: paged cases have tokens"));
+        let plan = p.plan(cfg.knobs.seed, case.tokens.expect("validated: paged cases have tokens"));
         let writes = plan.writes(p.coalesce, p.fault_swap_dests);
         Ok(TransferPlan { size_bytes: case.size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) })
     }
@@ -157,13 +165,15 @@ mod tests {
                 ack_timeout: 12,
                 max_sge: 4,
             }),
-            block_size: 65536,
-            streams: 2,
-            reps: 5,
-            warmup: 1,
-            verify: true,
-            seed: 7,
-            hugepages: true,
+            knobs: RunKnobs {
+                block_size: 65536,
+                streams: 2,
+                reps: 5,
+                warmup: 1,
+                verify: true,
+                seed: 7,
+                hugepages: true,
+            },
             block_size_default: false,
             src_mem: "gpu:1".into(),
             cases: vec![SizeCase { size_bytes: 1 << 20, tokens: Some(16), bytes_per_token: Some(65536) }],
@@ -219,7 +229,7 @@ mod tests {
     fn an_older_peers_config_without_cuda_or_verbs_keys_still_parses() {
         let old = r#"{"transport":"tcp","block_size":1048576,"streams":1,"reps":3,"warmup":0,"verify":false,"seed":1,"hugepages":false,"cases":[{"size_bytes":1048576,"tokens":null,"bytes_per_token":null}]}"#;
         let cfg: RunConfig = serde_json::from_str(old).unwrap();
-        assert_eq!((cfg.transport.kind(), cfg.block_size, cfg.reps), (TransportKind::Tcp, 1 << 20, 3));
+        assert_eq!((cfg.transport.kind(), cfg.knobs.block_size, cfg.knobs.reps), (TransportKind::Tcp, 1 << 20, 3));
         assert!(cfg.paged.is_none() && !cfg.block_size_default);
         assert_eq!(serde_json::to_value(&cfg).unwrap()["copy"], "auto");
         assert_eq!(serde_json::to_value(&cfg).unwrap()["verbs"]["cq_mode"], "poll");
@@ -241,13 +251,15 @@ mod tests {
         let bpt = g.bytes_per_token();
         let mut cfg = RunConfig {
             transport: TransportConfig::Tcp(TcpConfig {}),
-            block_size: 1 << 20,
-            streams: 1,
-            reps: 1,
-            warmup: 0,
-            verify: true,
-            seed: 3,
-            hugepages: false,
+            knobs: RunKnobs {
+                block_size: 1 << 20,
+                streams: 1,
+                reps: 1,
+                warmup: 0,
+                verify: true,
+                seed: 3,
+                hugepages: false,
+            },
             block_size_default: false,
             src_mem: "host".into(),
             cases: vec![SizeCase { size_bytes: 32 * bpt, tokens: Some(32), bytes_per_token: Some(bpt) }],

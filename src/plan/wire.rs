@@ -5,19 +5,14 @@
 
 use super::paged::PagedConfig;
 use super::transport::{AllKnobs, CopyMode, CudaConfig, Staging, TransportConfig, TransportKind, VerbsConfig};
-use super::{RunConfig, SizeCase};
+use super::{RunConfig, RunKnobs, SizeCase};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
 pub(super) struct RunConfigWire {
     transport: TransportKind,
-    block_size: u64,
-    streams: u32,
-    reps: u32,
-    warmup: u32,
-    verify: bool,
-    seed: u64,
-    hugepages: bool,
+    #[serde(flatten)]
+    knobs: RunKnobs,
     #[serde(default)]
     block_size_default: bool,
     #[serde(default)]
@@ -42,13 +37,7 @@ impl From<RunConfig> for RunConfigWire {
         let AllKnobs { cuda, verbs } = c.transport.all_knobs();
         RunConfigWire {
             transport: c.transport.kind(),
-            block_size: c.block_size,
-            streams: c.streams,
-            reps: c.reps,
-            warmup: c.warmup,
-            verify: c.verify,
-            seed: c.seed,
-            hugepages: c.hugepages,
+            knobs: c.knobs,
             block_size_default: c.block_size_default,
             copy: cuda.copy,
             staging: cuda.staging,
@@ -66,13 +55,7 @@ impl From<RunConfigWire> for RunConfig {
         let transport = TransportConfig::select(w.transport, all);
         RunConfig {
             transport,
-            block_size: w.block_size,
-            streams: w.streams,
-            reps: w.reps,
-            warmup: w.warmup,
-            verify: w.verify,
-            seed: w.seed,
-            hugepages: w.hugepages,
+            knobs: w.knobs,
             block_size_default: w.block_size_default,
             src_mem: w.src_mem,
             cases: w.cases,

@@ -33,13 +33,13 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
     if cfg.cases.is_empty() || cfg.cases.iter().any(|c| c.size_bytes == 0) {
         return Err(usage("the run has no sizes or a zero size".into()));
     }
-    if cfg.block_size == 0 || cfg.reps == 0 || cfg.streams == 0 {
+    if cfg.knobs.block_size == 0 || cfg.knobs.reps == 0 || cfg.knobs.streams == 0 {
         return Err(usage("block size, reps and streams must be positive".into()));
     }
-    if cfg.streams > limits.max_streams {
+    if cfg.knobs.streams > limits.max_streams {
         return Err(usage(format!(
             "{} streams asked, this receiver allows at most {}",
-            cfg.streams, limits.max_streams
+            cfg.knobs.streams, limits.max_streams
         )));
     }
     if let Some(p) = &cfg.paged {
@@ -109,7 +109,7 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
 }
 
 fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
-    let buf = Arc::new(Buffer::alloc(mem, cfg.buffer_bytes(), cfg.hugepages)?);
+    let buf = Arc::new(Buffer::alloc(mem, cfg.buffer_bytes(), cfg.knobs.hugepages)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
     ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string() })?;
     match ch.recv("Connect")? {
@@ -153,14 +153,14 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                     t_landed_ms: ms(landed),
                     ..RepReport::default()
                 };
-                if cfg.verify {
+                if cfg.knobs.verify {
                     let t = Instant::now();
                     let key = pattern_key(case, rep);
                     let bad = match &cfg.paged {
-                        None => count_watching_the_sender(&buf, ch, size_bytes, cfg.seed, key)?,
+                        None => count_watching_the_sender(&buf, ch, size_bytes, cfg.knobs.seed, key)?,
                         Some(_) => {
                             let spans = paged_dest_spans(&mut dest_spans, cfg, case, size_bytes)?;
-                            buf.count_span_mismatches(spans, cfg.seed, key)?
+                            buf.count_span_mismatches(spans, cfg.knobs.seed, key)?
                         }
                     };
                     report.verify_ms = Some(t.elapsed().as_secs_f64() * 1e3);

@@ -89,7 +89,7 @@ impl SenderSession {
             Msg::Accept { offer, mem } => (offer, mem),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
-        let buf = match Buffer::alloc(src, cfg.buffer_bytes(), cfg.hugepages) {
+        let buf = match Buffer::alloc(src, cfg.buffer_bytes(), cfg.knobs.hugepages) {
             Ok(b) => b,
             Err(e) => {
                 ch.send_error(&e);
@@ -162,7 +162,7 @@ impl SenderSession {
             case,
             block_size: plan.block_size,
             block_clamped: plan.paged.is_none()
-                && plan.block_size < self.cfg.block_size
+                && plan.block_size < self.cfg.knobs.block_size
                 && !self.cfg.block_size_default,
             writes: plan.writes.len(),
             layout: self.cfg.layout().name(),
@@ -171,8 +171,8 @@ impl SenderSession {
             warmups: Vec::new(),
             block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
         };
-        let spans = plan.paged.as_ref().filter(|_| self.cfg.verify).map(|p| p.source_spans());
-        let (warmup, measured_left) = (self.cfg.warmup, self.cfg.reps.saturating_sub(measured_before));
+        let spans = plan.paged.as_ref().filter(|_| self.cfg.knobs.verify).map(|p| p.source_spans());
+        let (warmup, measured_left) = (self.cfg.knobs.warmup, self.cfg.knobs.reps.saturating_sub(measured_before));
         Ok(CaseRun { rec, plan, spans, seq: 0, warmup, warmups_left: warmup, measured_left })
     }
 
@@ -202,12 +202,12 @@ impl SenderSession {
     /// Fill the `--verify` pattern; host memory slice by slice, stopping as soon as the receiver hangs up.
     fn fill_watching_the_receiver(&mut self, size: u64, key: u64) -> Result<()> {
         if self.buf.host_ptr().is_none() {
-            return self.buf.fill_pattern(size, self.cfg.seed, key);
+            return self.buf.fill_pattern(size, self.cfg.knobs.seed, key);
         }
         let mut off = 0;
         while off < size {
             let n = FILL_SLICE.min(size - off);
-            self.buf.fill_pattern_range(off, n, self.cfg.seed, key)?;
+            self.buf.fill_pattern_range(off, n, self.cfg.knobs.seed, key)?;
             off += n;
             if off < size && self.ch.peer_failed() {
                 return Err(match self.ch.recv("RepReady") {
@@ -229,10 +229,10 @@ impl SenderSession {
         rec: &mut CaseRecord,
     ) -> Result<RepRecord> {
         let size = plan.size_bytes;
-        if self.cfg.verify {
+        if self.cfg.knobs.verify {
             // Paged: each source piece holds the pattern of its logical offset in the transfer.
             match paged_spans {
-                Some(spans) => self.buf.fill_spans(spans, self.cfg.seed, pattern_key(case, seq))?,
+                Some(spans) => self.buf.fill_spans(spans, self.cfg.knobs.seed, pattern_key(case, seq))?,
                 None => self.fill_watching_the_receiver(size, pattern_key(case, seq))?,
             }
         }

@@ -210,8 +210,8 @@ impl CudaSource {
         }
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let streams =
-            (0..cfg.streams).map(|_| ctx.new_stream().or_cuda("cuStreamCreate")).collect::<Result<Vec<_>>>()?;
-        let joins = (0..cfg.streams)
+            (0..cfg.knobs.streams).map(|_| ctx.new_stream().or_cuda("cuStreamCreate")).collect::<Result<Vec<_>>>()?;
+        let joins = (0..cfg.knobs.streams)
             .map(|_| ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)).or_cuda("cuEventCreate"))
             .collect::<Result<Vec<_>>>()?;
         Ok(CudaSource {

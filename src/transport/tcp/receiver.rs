@@ -55,7 +55,7 @@ impl TcpTarget {
             listener,
             key: random_key()?,
             buf,
-            streams: cfg.streams,
+            streams: cfg.knobs.streams,
             io_timeout: ctx.timeouts.io,
             shared: Arc::new(Shared { state: Mutex::new(LandState::default()), cv: Condvar::new() }),
             conns: Vec::new(),

@@ -107,7 +107,7 @@ impl TcpSource {
         let key = hex::decode(&offer.session_key).context("the receiver's session key is malformed")?;
         let addr = SocketAddr::new(ctx.peer_ip, offer.data_port);
         let mut conns = Vec::new();
-        for _ in 0..cfg.streams {
+        for _ in 0..cfg.knobs.streams {
             let mut s = TcpStream::connect_timeout(&addr, ctx.timeouts.connect)
                 .with_context(|| format!("cannot open a TCP data connection to {addr}; is that port reachable?"))?;
             s.set_nodelay(true)?;
@@ -145,7 +145,7 @@ impl TcpSource {
             pipes,
             send,
             io_timeout: ctx.timeouts.io,
-            block_size: cfg.block_size,
+            block_size: cfg.knobs.block_size,
             region_len: offer.region_len,
         })
     }
