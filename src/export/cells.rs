@@ -1,6 +1,7 @@
 //! The per-size table's cells and the notes under it: one text for the results Markdown, and (through `output`)
 //! the live console rows and `report`'s boxed tables.
 
+use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, format_tokens};
 use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult, WarningKind};
 
@@ -41,7 +42,7 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
             format_size(c.block_size),
             if c.block_clamped {
                 "*"
-            } else if c.layout == "paged" {
+            } else if c.layout == Layout::Paged {
                 " p"
             } else {
                 ""

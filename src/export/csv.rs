@@ -71,7 +71,7 @@ pub fn render(all: &[Results]) -> Result<String> {
                 lat.map(|l| format!("{:.0}", l.p99)).unwrap_or_default(),
                 c.verified.map(|v| v.to_string()).unwrap_or_default(),
                 opt(c.mismatched_bytes),
-                c.layout.clone(),
+                c.layout.name().to_string(),
                 c.pieces.to_string(),
                 c.piece_bytes.to_string(),
                 c.writes.to_string(),

@@ -4,6 +4,7 @@ use super::cells::{case_cells, notes, CASE_HEADER};
 use super::compare;
 use super::json::Results;
 use super::Exporter;
+use crate::plan::paged::Layout;
 use anyhow::Result;
 
 pub fn render(all: &[Results]) -> String {
@@ -35,7 +36,7 @@ pub fn render(all: &[Results]) -> String {
         if r.cases.iter().any(|c| c.block_clamped) {
             out.push_str("\n\\* block size clamped to the transfer size\n");
         }
-        if r.cases.iter().any(|c| c.layout == "paged") {
+        if r.cases.iter().any(|c| c.layout == Layout::Paged) {
             out.push_str("\np: paged layout, block = one piece (`--block-tokens` tokens of one layer's K or V)\n");
         }
         if let Some(e) = &r.error {

@@ -5,6 +5,7 @@ use super::{compare, progress::Progress, table};
 use crate::export::args::{FigArgs, OutputArgs};
 use crate::export::cells::{ceiling_note, ci_note, warning_summary};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
+use crate::plan::paged::Layout;
 use crate::plan::{sizes::format_size, RunConfig};
 use crate::run::{CaseRecord, RepRecord, RunSink};
 use crate::stats::CaseResult;
@@ -77,7 +78,7 @@ impl Recorder {
         if clamped {
             println!("* block size clamped to the transfer size");
         }
-        if self.results.cases.iter().any(|c| c.layout == "paged") {
+        if self.results.cases.iter().any(|c| c.layout == Layout::Paged) {
             println!("p paged layout: block = one piece (--block-tokens tokens of one layer's K or V); the JSON has pieces and writes");
         }
         for (format, p) in self.exports.files() {

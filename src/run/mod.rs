@@ -50,7 +50,7 @@ pub struct CaseRecord {
     pub block_clamped: bool,
     pub writes: usize,
     /// `contiguous` or `paged`.
-    pub layout: &'static str,
+    pub layout: crate::plan::paged::Layout,
     /// Pieces of the transfer (paged: one per layer, region and block; contiguous: the blocks).
     pub pieces: usize,
     pub reps: Vec<RepRecord>,

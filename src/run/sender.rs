@@ -165,7 +165,7 @@ impl SenderSession {
                 && plan.block_size < self.cfg.knobs.block_size
                 && !self.cfg.block_size_default,
             writes: plan.writes.len(),
-            layout: self.cfg.layout().name(),
+            layout: self.cfg.layout(),
             pieces: plan.pieces(),
             reps: Vec::new(),
             warmups: Vec::new(),

@@ -1,6 +1,7 @@
 //! One size's results as stored in the results JSON (the `cases[]` contract) and rendered in tables.
 
 use super::{confidence, warnings, Bimodality, MedianCi, RateSummary, Summary, Warning};
+use crate::plan::paged::Layout;
 use crate::run::{CaseRecord, RepRecord};
 use crate::transport::StagedMs;
 use serde::{Deserialize, Serialize};
@@ -33,8 +34,8 @@ pub struct CaseResult {
     pub block_clamped: bool,
     pub writes: usize,
     /// `contiguous` or `paged` (issue F); files written before layouts existed read as contiguous.
-    #[serde(default = "contiguous")]
-    pub layout: String,
+    #[serde(default)]
+    pub layout: Layout,
     /// Pieces per transfer (paged: layers × regions × blocks; contiguous: the blocks) and bytes of a full piece;
     /// `writes` counts what was posted after `--coalesce`.
     #[serde(default)]
@@ -83,10 +84,6 @@ fn is_true(b: &bool) -> bool {
     *b
 }
 
-fn contiguous() -> String {
-    "contiguous".into()
-}
-
 impl CaseResult {
     pub fn from_record(rec: &CaseRecord, verify: bool) -> CaseResult {
         let col = |f: fn(&RepRecord) -> f64| Summary::of(&rec.reps.iter().map(f).collect::<Vec<_>>());
@@ -112,7 +109,7 @@ impl CaseResult {
             block_size: rec.block_size,
             block_clamped: rec.block_clamped,
             writes: rec.writes,
-            layout: rec.layout.to_string(),
+            layout: rec.layout,
             pieces: rec.pieces,
             piece_bytes: rec.block_size,
             work_requests: rec.reps.iter().filter_map(|r| r.extras.work_requests).max(),

@@ -81,7 +81,7 @@ mod tests {
             reps: vec![],
             warmup_reps: vec![],
             bimodal: Default::default(),
-            layout: "contiguous".into(),
+            layout: crate::plan::paged::Layout::Contiguous,
             pieces: 1,
             piece_bytes: size_mib << 20,
             work_requests: None,

@@ -12,7 +12,7 @@ use super::qp::QpSet;
 use crate::plan::{VerbsConfig, Write};
 use crate::transport::TransferHooks;
 use anyhow::{anyhow, bail, Result};
-use rdma_mummy_sys::{ibv_post_send, ibv_send_wr, ibv_sge, ibv_wr_opcode};
+use rdma_mummy_sys::{ibv_post_send, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode};
 use std::time::{Duration, Instant};
 
 const IBV_SEND_SIGNALED: u32 = 2;
@@ -200,47 +200,62 @@ impl Poster {
             }
             let now = Instant::now();
             last_progress = now;
-            let mut failure = None;
-            for wc in wcs {
-                let (q, seq) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
-                if wc.status != 0 {
-                    failure = Some(anyhow!(
-                        "RDMA WRITE failed on queue pair {q}: {} (vendor error {:#x})",
-                        wc_status_text(wc.status),
-                        wc.vendor_err
-                    ));
-                    break;
+            last = now;
+            match self.complete(wcs, segs, reqs, &total, now, hooks) {
+                Ok(done) => finished += done,
+                Err(err) => {
+                    // Stop posting; reap what the failed queue pairs flush so nothing is left behind, then report.
+                    drain(poller, &self.posted, &self.completed);
+                    return Err(err);
                 }
-                if q >= nq || seq >= self.posted[q] {
-                    failure = Some(anyhow!("completion for unknown work request {:#x}", wc.wr_id));
-                    break;
-                }
-                // Selective signaling: this completion covers every earlier request of the queue pair.
-                for k in self.completed[q]..=seq {
-                    let r = q + k as usize * nq;
-                    let Some(req) = reqs.get(r) else { continue };
-                    // A request may end several writes, and a write may need several requests (on any queue pair).
-                    for seg in &segs[req.first as usize..(req.first + req.count) as usize] {
-                        let w = seg.write as usize;
-                        self.left_in_write[w] -= 1;
-                        if self.left_in_write[w] == 0 {
-                            (hooks.done)(w, self.first_post_of_write[w].unwrap_or(self.post_time[r]), now);
-                        }
-                    }
-                }
-                self.completed[q] = seq + 1;
-                if self.completed[q] == total[q] {
-                    finished += 1;
-                }
-                last = now;
-            }
-            if let Some(err) = failure {
-                // Stop posting; reap what the failed queue pairs flush so nothing is left behind, then report.
-                drain(poller, &self.posted, &self.completed);
-                return Err(err);
             }
         }
         Ok((first_post.unwrap_or(last), last))
+    }
+
+    /// Account for a batch of completions: each covers every earlier request of its queue pair (selective
+    /// signaling); a write is done when its last piece's request completed. Returns how many queue pairs finished.
+    fn complete(
+        &mut self,
+        wcs: &[ibv_wc],
+        segs: &[Seg],
+        reqs: &[Req],
+        total: &[u64],
+        now: Instant,
+        hooks: &mut TransferHooks,
+    ) -> Result<usize> {
+        let nq = total.len();
+        let mut finished = 0;
+        for wc in wcs {
+            let (q, seq) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
+            if wc.status != 0 {
+                bail!(
+                    "RDMA WRITE failed on queue pair {q}: {} (vendor error {:#x})",
+                    wc_status_text(wc.status),
+                    wc.vendor_err
+                );
+            }
+            if q >= nq || seq >= self.posted[q] {
+                bail!("completion for unknown work request {:#x}", wc.wr_id);
+            }
+            for k in self.completed[q]..=seq {
+                let r = q + k as usize * nq;
+                let Some(req) = reqs.get(r) else { continue };
+                // A request may end several writes, and a write may need several requests (on any queue pair).
+                for seg in &segs[req.first as usize..(req.first + req.count) as usize] {
+                    let w = seg.write as usize;
+                    self.left_in_write[w] -= 1;
+                    if self.left_in_write[w] == 0 {
+                        (hooks.done)(w, self.first_post_of_write[w].unwrap_or(self.post_time[r]), now);
+                    }
+                }
+            }
+            self.completed[q] = seq + 1;
+            if self.completed[q] == total[q] {
+                finished += 1;
+            }
+        }
+        Ok(finished)
     }
 
     /// Post `n` work requests of queue pair `q` as one linked list.
