@@ -20,7 +20,7 @@ use crate::run::receiver::ReceiverLimits;
 use crate::stats::case::ClusterFlow;
 use crate::stats::cluster::{flag_outliers, ClusterJson, StepAggregate};
 use crate::transport::DeviceChoice;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
 pub fn run(a: ClusterArgs) -> Result<()> {
@@ -94,15 +94,16 @@ fn run_steps(group: &mut Group, steps: &[Step], job: &FlowJob, mut collector: Op
         if collector.is_some() {
             eprintln!("step {}/{}: {}", i + 1, steps.len(), describe(step, &job.cfg));
         }
-        let outcomes = run_step(group, step, job)?;
-        let gathered = group.gather(serde_json::to_value(&outcomes)?)?;
+        let at = || format!("step {}/{}", i + 1, steps.len());
+        let outcomes = run_step(group, step, job).with_context(at)?;
+        let gathered = group.gather(serde_json::to_value(&outcomes)?).with_context(at)?;
         if let (Some(c), Some(all)) = (collector.as_deref_mut(), gathered) {
             if let Err(e) = c.record(i + 1, step, all) {
                 group.abort(&format!("{e:#}"));
                 return Err(e);
             }
         }
-        group.barrier()?;
+        group.barrier().with_context(at)?;
     }
     Ok(())
 }

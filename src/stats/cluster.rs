@@ -91,3 +91,66 @@ pub fn flag_outliers(cases: &mut [CaseResult]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Endpoint, Pattern};
+    use crate::stats::case::ClusterFlow;
+
+    fn end(rank: usize) -> Endpoint {
+        Endpoint { rank, host: format!("h{rank}"), gpu: None, nic: None, local_rank: 0 }
+    }
+
+    /// A flow src→dst of 1 MiB whose reps took `ms`.
+    fn flow(src: usize, dst: usize, ms: &[f64]) -> CaseResult {
+        let summary = |v: &[f64]| serde_json::to_value(Summary::of(v)).unwrap();
+        let size = 1u64 << 20;
+        let gbps: Vec<f64> = ms.iter().map(|m| crate::units::gbps(size, *m)).collect();
+        let reps: Vec<serde_json::Value> = ms
+            .iter()
+            .zip(&gbps)
+            .enumerate()
+            .map(|(i, (m, g))| serde_json::json!({"i": i, "transfer_ms": m, "gbps": g, "setup_ms": 0.1, "notify_ms": 0.1, "total_ms": m}))
+            .collect();
+        let v = serde_json::json!({
+            "size_bytes": size, "tokens": null, "bytes_per_token": null, "n": ms.len(),
+            "transfer_ms": summary(ms), "gbps": serde_json::to_value(Summary::of(&gbps).rate()).unwrap(),
+            "setup_ms": summary(ms), "notify_ms": summary(ms), "total_ms": summary(ms),
+            "block_latency_us": null, "verified": null, "mismatched_bytes": null,
+            "block_size": size, "block_clamped": false, "writes": 1, "reps": reps, "warmup_reps": [],
+        });
+        let mut c = serde_json::from_value::<CaseResult>(v).unwrap().with_derived();
+        c.cluster = Some(ClusterFlow {
+            src: end(src),
+            dst: end(dst),
+            pattern: Pattern::Incast,
+            step: 1,
+            flows: 3,
+            outlier: None,
+        });
+        c
+    }
+
+    #[test]
+    fn the_aggregate_is_all_bytes_over_the_slowest_flow_per_rep() {
+        let flows = [flow(1, 0, &[1.0, 2.0]), flow(2, 0, &[4.0, 1.0]), flow(3, 0, &[2.0, 2.0])];
+        let refs: Vec<&CaseResult> = flows.iter().collect();
+        let a = StepAggregate::of(7, &refs).unwrap();
+        assert_eq!((a.step, a.flows, a.bytes), (7, 3, 3 << 20));
+        // Rep 0: slowest 4 ms; rep 1: slowest 2 ms.
+        assert_eq!((a.slowest_transfer_ms.min, a.slowest_transfer_ms.max), (2.0, 4.0));
+        assert!((a.gbps.max - crate::units::gbps(3 << 20, 2.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_slow_link_is_flagged_with_its_pair() {
+        let mut cases =
+            vec![flow(1, 0, &[1.0; 5]), flow(2, 0, &[1.0; 5]), flow(3, 0, &[1.1; 5]), flow(3, 1, &[2.0; 5])];
+        flag_outliers(&mut cases);
+        let marks: Vec<Option<String>> = cases.iter().map(|c| c.cluster.as_ref().unwrap().outlier.clone()).collect();
+        assert!(marks[..3].iter().all(Option::is_none), "{marks:?}");
+        let slow = marks[3].as_deref().unwrap();
+        assert!(slow.starts_with("3→1 at 1 MiB: p50") && slow.contains("median of all 4 links"), "{slow}");
+    }
+}
