@@ -139,14 +139,16 @@ fn rank_device(d: &crate::cli::DeviceArgs, local_rank: usize) -> Result<DeviceCh
     Ok(choice)
 }
 
-/// A member as flows name it: its rank and host, and the GPU and NIC its local rank gets from this command line
-/// (every rank runs the same one).
+/// A member as flows name it: its rank and host, and the GPU and NIC (verbs only) its local rank gets from this
+/// command line (every rank runs the same one).
 fn endpoint(a: &ClusterArgs, m: &Member) -> Endpoint {
     let gpu = match rank_mem(a, m.local_rank) {
         Ok(MemKind::Gpu(i)) => Some(i),
         _ => None,
     };
-    let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.name);
+    // Only verbs uses the RDMA device; a NIC named for a tcp or cuda run would say something untrue.
+    let verbs = matches!(a.run.transport, crate::cli::TransportChoice::Named(crate::plan::TransportKind::Verbs));
+    let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.name).filter(|_| verbs);
     Endpoint { rank: m.rank, host: m.host.clone(), gpu, nic, local_rank: m.local_rank }
 }
 
@@ -300,5 +302,46 @@ impl Collector {
             eprintln!("{}: {}", format.what(), p.display());
         }
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> ClusterArgs {
+        let argv = ["kvxfer", "cluster"].iter().chain(extra);
+        match Cli::parse_from(argv).command {
+            Command::Cluster(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    fn member(rank: usize, local_rank: usize) -> Member {
+        Member { rank, local_rank, host: "h".into(), addr: "127.0.0.1:1".into() }
+    }
+
+    #[test]
+    fn a_rank_takes_the_gpu_and_device_of_its_local_rank() {
+        let a = args(&["--mem", "gpu:0", "--gpu-per-local-rank", "-d", "mlx5_0,mlx5_1", "--transport", "verbs"]);
+        assert_eq!(rank_mem(&a, 3).unwrap(), MemKind::Gpu(3));
+        assert_eq!(rank_device(&a.device, 3).unwrap().name.as_deref(), Some("mlx5_1"));
+        let e = endpoint(&a, &member(5, 2));
+        assert_eq!((e.rank, e.gpu, e.nic.as_deref(), e.local_rank), (5, Some(2), Some("mlx5_0"), 2));
+        // Without the flag every rank uses --mem as given; a tcp run records no NIC.
+        let a = args(&["--mem", "gpu:1", "-d", "mlx5_0", "--transport", "tcp"]);
+        let e = endpoint(&a, &member(1, 1));
+        assert_eq!((e.gpu, e.nic), (Some(1), None));
+        let e = endpoint(&args(&[]), &member(0, 0));
+        assert_eq!((e.gpu, e.nic), (None, None));
+    }
+
+    #[test]
+    fn gpu_per_local_rank_needs_gpu_memory() {
+        let e = rank_mem(&args(&["--gpu-per-local-rank"]), 0).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("--mem gpu:0"), "{e}");
     }
 }
