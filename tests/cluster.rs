@@ -163,8 +163,18 @@ fn pairs_of_four_with_kvxfer_variables() {
 fn pairs_of_four_under_a_torchrun_style_environment() {
     let dir = TempDir::new("cluster-pairs-torchrun");
     let json = dir.arg("r.json");
-    let out = launch_four(Env::Torchrun, &with_json(PAIRS, &json));
+    let figs = dir.arg("figs");
+    let mut args = with_json(PAIRS, &json);
+    args.extend(["--fig", &figs]);
+    let out = launch_four(Env::Torchrun, &args);
     check_pairs(Path::new(&json), &out.stdout, "torchrun");
+    // The heatmap of the links, and the per-link figures.
+    for name in ["cluster-heatmap.png", "cluster-heatmap.svg", "bandwidth-vs-size.png", "bandwidth-vs-size.svg"] {
+        let len = std::fs::metadata(dir.join("figs").join(name)).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 1000, "{name}: {len} bytes\n{}", out.stderr);
+    }
+    let svg = std::fs::read_to_string(dir.join("figs/cluster-heatmap.svg")).unwrap();
+    assert!(svg.contains("0@") && svg.contains("→ 3"), "the heatmap names ranks");
 }
 
 #[test]

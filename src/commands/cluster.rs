@@ -46,8 +46,11 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let device = rank_device(&a.device, info.local_rank)?;
     check_host_support(&cfg, &[("--mem", mem)], &[&device])?;
     let exports = ExportManager::for_run(&a.out);
+    if a.out.events.is_some() {
+        bail_usage!("--events: a cluster run does not write per-rep events (each flow's reps are in the results JSON)");
+    }
     if info.rank == 0 {
-        exports.check_writable()?;
+        crate::output::Recorder::check_outputs(&a.out)?;
     }
     let token = a.token.clone().unwrap_or_default();
     let loopback = resolves_to_loopback(&coordinator.address());
@@ -163,6 +166,7 @@ struct Collector {
     results: Results,
     exports: ExportManager,
     pattern: Pattern,
+    fig: crate::export::args::FigArgs,
 }
 
 impl Collector {
@@ -190,7 +194,7 @@ impl Collector {
             steps_done: 0,
             aggregates: Vec::new(),
         });
-        Collector { results, exports, pattern: a.pattern }
+        Collector { results, exports, pattern: a.pattern, fig: a.out.fig.clone() }
     }
 
     fn cluster(&mut self) -> &mut ClusterJson {
@@ -300,6 +304,10 @@ impl Collector {
         println!("\n{}", cluster_out::markdown(&self.results, &cl));
         for (format, p) in self.exports.files() {
             eprintln!("{}: {}", format.what(), p.display());
+        }
+        if let Some(dir) = &self.fig.fig {
+            let lines = crate::export::plot::parse_lines(&self.fig.lines)?;
+            crate::export::plot::draw_cluster(&self.results, dir, &lines)?;
         }
         outcome
     }

@@ -19,21 +19,31 @@ fn flows(r: &Results) -> impl Iterator<Item = (&CaseResult, usize, usize)> {
     r.cases.iter().filter_map(|c| c.cluster.as_ref().map(|f| (c, f.src.rank, f.dst.rank)))
 }
 
-/// The matrix of the largest size measured: p50 GB/s per (source, destination); `!` marks an outlier. Where a
-/// link ran more than once at that size (bidir, all), the last measurement is shown.
+/// A link's cell in the matrix: p50 GB/s and whether it is flagged as an outlier.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    pub gbps: f64,
+    pub outlier: bool,
+}
+
+/// The largest size measured and, per (source, destination), its cell there (None: not measured, or the
+/// diagonal). Where a link ran more than once at that size (bidir, all), the last measurement counts.
+pub fn matrix_cells(r: &Results, world_size: usize) -> Option<(u64, Vec<Vec<Option<Cell>>>)> {
+    let size = flows(r).map(|(c, _, _)| c.size_bytes).max()?;
+    let mut cells = vec![vec![None; world_size]; world_size];
+    for (c, s, d) in flows(r).filter(|(c, s, d)| c.size_bytes == size && *s < world_size && *d < world_size) {
+        let outlier = c.cluster.as_ref().is_some_and(|f| f.outlier.is_some());
+        cells[s][d] = Some(Cell { gbps: c.gbps.p50, outlier });
+    }
+    Some((size, cells))
+}
+
+/// The matrix of the largest size measured: p50 GB/s per (source, destination); `!` marks an outlier.
 pub fn matrix(r: &Results, cl: &ClusterJson) -> String {
-    let Some(size) = flows(r).map(|(c, _, _)| c.size_bytes).max() else {
+    let n = cl.world_size;
+    let Some((size, cells)) = matrix_cells(r, n) else {
         return "No flow completed.\n".to_string();
     };
-    let n = cl.world_size;
-    let mut cells = vec![vec![String::from("·"); n]; n];
-    for (i, row) in cells.iter_mut().enumerate() {
-        row[i] = "—".into();
-    }
-    for (c, s, d) in flows(r).filter(|(c, s, d)| c.size_bytes == size && *s < n && *d < n) {
-        let flagged = c.cluster.as_ref().is_some_and(|f| f.outlier.is_some());
-        cells[s][d] = format!("{:.2}{}", c.gbps.p50, if flagged { " !" } else { "" });
-    }
     let mut out = format!(
         "p50 GB/s at {} (rows: source, columns: destination; · not measured, ! outlier)\n\n| src \\ dst |",
         format_size(size)
@@ -42,7 +52,16 @@ pub fn matrix(r: &Results, cl: &ClusterJson) -> String {
     out += &format!("\n|---|{}\n", "---:|".repeat(n));
     for (s, row) in cells.iter().enumerate() {
         let name = cl.ranks.get(s).map(rank_name).unwrap_or_else(|| s.to_string());
-        out += &format!("| {name} | {} |\n", row.join(" | "));
+        let texts: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(d, cell)| match cell {
+                _ if d == s => "—".to_string(),
+                None => "·".to_string(),
+                Some(c) => format!("{:.2}{}", c.gbps, if c.outlier { " !" } else { "" }),
+            })
+            .collect();
+        out += &format!("| {name} | {} |\n", texts.join(" | "));
     }
     out
 }
