@@ -192,8 +192,8 @@ fn incast_of_four_with_kvxfer_variables_and_torchrun_style() {
 #[test]
 fn concurrent_patterns_run_their_flows() {
     let dir = TempDir::new("cluster-patterns");
-    // (pattern, flows per step, cases, aggregates)
-    let expected = [("fanout", 3, 3, 1), ("ring", 4, 4, 1), ("all", 12, 12, 1), ("bidir", 4, 12, 3)];
+    // (pattern, flows per step, cases, aggregates: per step, and for bidir per pair too: 3 steps × (1 + 2 pairs))
+    let expected = [("fanout", 3, 3, 1), ("ring", 4, 4, 1), ("all", 12, 12, 1), ("bidir", 4, 12, 9)];
     for (pattern, flows, cases, aggregates) in expected {
         let json = dir.arg(&format!("{pattern}.json"));
         let args =
@@ -207,6 +207,12 @@ fn concurrent_patterns_run_their_flows() {
         let pairs: BTreeSet<(u64, u64)> = list.iter().map(pair).collect();
         assert_eq!(pairs.len(), cases, "{pattern}: a flow twice");
         match pattern {
+            "bidir" => {
+                let per_pair: Vec<&Value> =
+                    r["cluster"]["aggregates"].as_array().unwrap().iter().filter(|a| a["pair"].is_array()).collect();
+                assert_eq!(per_pair.len(), 6, "one per unordered pair");
+                assert!(per_pair.iter().all(|a| a["flows"] == 2));
+            }
             "fanout" => assert!(pairs.iter().all(|(s, _)| *s == 0)),
             "ring" => assert!(pairs.iter().all(|(s, d)| *d == (s + 1) % 4)),
             _ => {}

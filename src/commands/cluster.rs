@@ -19,6 +19,7 @@ use crate::plan::RunConfig;
 use crate::run::receiver::ReceiverLimits;
 use crate::stats::case::ClusterFlow;
 use crate::stats::cluster::{flag_outliers, ClusterJson, StepAggregate};
+use crate::stats::CaseResult;
 use crate::transport::DeviceChoice;
 use anyhow::{anyhow, Context, Result};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
@@ -248,7 +249,7 @@ impl Collector {
     }
 
     /// Flows that ran at once (every pattern but pairs, whose flows are each measured alone): per size, bytes of
-    /// all flows over the slowest one's time.
+    /// all flows over the slowest one's time; for bidir also per pair (its two directions).
     fn add_aggregates(&mut self, number: usize, step: &Step, first_new: usize) {
         if self.pattern == Pattern::Pairs || step.flows.len() < 2 {
             return;
@@ -256,16 +257,30 @@ impl Collector {
         let new = &self.results.cases[first_new..];
         let mut sizes: Vec<u64> = new.iter().map(|c| c.size_bytes).collect();
         sizes.dedup();
-        let aggregates: Vec<StepAggregate> = sizes
-            .into_iter()
-            .filter_map(|size| {
-                let flows: Vec<_> = new.iter().filter(|c| c.size_bytes == size).collect();
-                (flows.len() == step.flows.len()).then(|| StepAggregate::of(number, &flows)).flatten()
-            })
-            .collect();
+        let ends = |c: &CaseResult| c.cluster.as_ref().map(|f| (f.src.rank, f.dst.rank)).unwrap_or_default();
+        let mut groups: Vec<(Option<[usize; 2]>, usize)> = vec![(None, step.flows.len())];
+        if self.pattern == Pattern::Bidir {
+            let pairs = step.flows.iter().filter(|f| f.src < f.dst).map(|f| (Some([f.src, f.dst]), 2));
+            groups.extend(pairs);
+        }
+        let mut aggregates: Vec<StepAggregate> = Vec::new();
+        for size in sizes {
+            for (pair, count) in &groups {
+                let flows: Vec<&CaseResult> = new
+                    .iter()
+                    .filter(|c| c.size_bytes == size)
+                    .filter(|c| pair.is_none_or(|[a, b]| [(a, b), (b, a)].contains(&ends(c))))
+                    .collect();
+                if flows.len() == *count {
+                    aggregates
+                        .extend(StepAggregate::of(number, &flows).map(|agg| StepAggregate { pair: *pair, ..agg }));
+                }
+            }
+        }
         for agg in &aggregates {
+            let pair = agg.pair.map(|[a, b]| format!(" ({a}⇄{b})")).unwrap_or_default();
             eprintln!(
-                "step {number}: {} flows of {} at once: aggregate p50 {:.2} GB/s",
+                "step {number}: {} flows of {} at once{pair}: aggregate p50 {:.2} GB/s",
                 agg.flows,
                 format_size(agg.size_bytes),
                 agg.gbps.p50

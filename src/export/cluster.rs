@@ -99,12 +99,13 @@ pub fn aggregate_rows(cl: &ClusterJson) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "Aggregate = bytes of all flows of a step / the slowest flow's time (per rep, p50 over reps)\n\n| step | size | flows | aggregate GB/s p50 | min | max | slowest flow p50 ms |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+        "Aggregate = bytes of all flows of a step (or of one pair's two directions) / the slowest flow's time (per rep, p50 over reps)\n\n| step | pair | size | flows | aggregate GB/s p50 | min | max | slowest flow p50 ms |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for a in &cl.aggregates {
         out += &format!(
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} |\n",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} |\n",
             a.step,
+            a.pair.map(|[x, y]| format!("{x}⇄{y}")).unwrap_or_else(|| "all".into()),
             format_size(a.size_bytes),
             a.flows,
             a.gbps.p50,

@@ -31,6 +31,9 @@ pub struct StepAggregate {
     pub step: usize,
     pub size_bytes: u64,
     pub flows: usize,
+    /// `bidir`: the two ranks whose flows (one each way) this aggregate is over; absent for the whole step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<[usize; 2]>,
     /// Bytes moved by all flows in one rep.
     pub bytes: u64,
     /// Per rep i: the slowest flow's transfer_ms of its rep i.
@@ -53,6 +56,7 @@ impl StepAggregate {
             step,
             size_bytes: first.size_bytes,
             flows: flows.len(),
+            pair: None,
             bytes,
             slowest_transfer_ms: Summary::of(&slowest),
             gbps: Summary::of(&gbps).rate(),
