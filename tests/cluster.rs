@@ -150,8 +150,18 @@ fn check_incast(json: &Path, launcher: &str) {
 fn pairs_of_four_with_kvxfer_variables() {
     let dir = TempDir::new("cluster-pairs");
     let json = dir.arg("r.json");
-    let out = launch_four(Env::Kvxfer, &with_json(PAIRS, &json));
+    let csv = dir.arg("r.csv");
+    let mut args = with_json(PAIRS, &json);
+    args.extend(["--csv", &csv]);
+    let out = launch_four(Env::Kvxfer, &args);
     check_pairs(Path::new(&json), &out.stdout, "kvxfer");
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.ends_with("src_rank,src_host,src_gpu,dst_rank,dst_host,dst_gpu,pattern,step,flows,outlier"),
+        "{header}"
+    );
+    assert_eq!(csv.lines().count(), 1 + 24);
     assert!(out.stderr.contains("step 3/6: "), "{}", out.stderr);
     assert!(out.stderr.contains("rank 0 of 4 on ") && out.stderr.contains("(launcher: kvxfer"), "{}", out.stderr);
     // The file loads again (`report`), and its Markdown is the same matrix.
