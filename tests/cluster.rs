@@ -63,7 +63,8 @@ fn rank(r: usize, port: u16, env: Env, args: &[&str]) -> Proc {
     cmd.arg("cluster").args(args);
     match env {
         Env::Kvxfer => {
-            cmd.args(["--coordinator", &format!("127.0.0.1:{port}")]);
+            // A name, not an address: it may resolve to ::1 as well as 127.0.0.1.
+            cmd.args(["--coordinator", &format!("localhost:{port}")]);
             cmd.env("KVXFER_RANK", r.to_string()).env("KVXFER_WORLD_SIZE", RANKS.to_string());
         }
         Env::Torchrun => {

@@ -79,7 +79,15 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     if steps.is_empty() {
         bail_usage!("--pattern {} over {} rank(s) has no flow; launch at least 2 ranks", a.pattern, group.world_size());
     }
-    let members = group.members().to_vec();
+    let mut members = group.members().to_vec();
+    if loopback {
+        // Every listener is on 127.0.0.1; a rank that reached rank 0 over ::1 (a name like localhost) advertised ::1.
+        for m in &mut members {
+            if let Ok(addr) = m.addr.parse::<SocketAddr>() {
+                m.addr = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()).to_string();
+            }
+        }
+    }
     let mut collector = (info.rank == 0).then(|| {
         let ranks: Vec<Endpoint> = members.iter().map(|m| endpoint(&a, m)).collect();
         Collector::new(&a, &info, &cfg, model, &coordinator.address(), ranks, steps.len(), exports)
