@@ -338,3 +338,21 @@ fn a_rank_killed_mid_run_fails_the_others_naming_it_and_rank_0_keeps_the_complet
     assert!(r["cases"].as_array().unwrap().len() as u64 >= 2 * done, "{}", r["cases"]);
     assert!(r["error"].as_str().unwrap().contains("rank 3 on "), "{}", r["error"]);
 }
+
+#[test]
+fn mistakes_are_usage_errors_before_anything_listens() {
+    // (world size, arguments, what the error names); every rank is rank 0.
+    let cases: [(&str, &[&str], &str); 4] = [
+        ("2", &["--coordinator", "10.255.255.1:18600"], "KVXFER_TOKEN"),
+        ("1", &["--coordinator", "127.0.0.1:1"], "at least 2 ranks"),
+        ("2", &["--coordinator", "127.0.0.1:1", "--gpu-per-local-rank"], "--mem gpu:0"),
+        ("2", &["--pattern", "star"], "star"),
+    ];
+    for (size, args, needle) in cases {
+        let mut cmd = clean(Command::new(common::bin()));
+        cmd.arg("cluster").args(["--sizes", "1MiB"]).args(args).env("KVXFER_RANK", "0").env("KVXFER_WORLD_SIZE", size);
+        let out = Proc::start(&mut cmd, format!("kvxfer cluster {args:?}")).finish();
+        out.expect_code(2);
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+    }
+}

@@ -53,6 +53,9 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     if info.rank == 0 {
         crate::output::Recorder::check_outputs(&a.out)?;
     }
+    if cluster::schedule(a.pattern, info.world_size, cfg.cases.len()).is_empty() {
+        bail_usage!("--pattern {} over {} rank(s) has no flow; launch at least 2 ranks", a.pattern, info.world_size);
+    }
     let token = a.token.clone().unwrap_or_default();
     let loopback = resolves_to_loopback(&coordinator.address());
     if !loopback && token.is_empty() {
@@ -76,9 +79,6 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let mut group = cluster::rendezvous(&rv)?;
     group.set_timeout(a.step_timeout);
     let steps = cluster::schedule(a.pattern, group.world_size(), cfg.cases.len());
-    if steps.is_empty() {
-        bail_usage!("--pattern {} over {} rank(s) has no flow; launch at least 2 ranks", a.pattern, group.world_size());
-    }
     let mut members = group.members().to_vec();
     if loopback {
         // Every listener is on 127.0.0.1; a rank that reached rank 0 over ::1 (a name like localhost) advertised ::1.
