@@ -166,8 +166,10 @@ fn pairs_of_four_with_kvxfer_variables() {
     assert!(out.stderr.contains("step 3/6: "), "{}", out.stderr);
     assert!(out.stderr.contains("rank 0 of 4 on ") && out.stderr.contains("(launcher: kvxfer"), "{}", out.stderr);
     // The file loads again (`report`), and its Markdown is the same matrix.
-    let report = common::run(&["report", &json, "--md", "-"]);
+    let figs = dir.arg("figs");
+    let report = common::run(&["report", &json, "--md", "-", "--fig", &figs]);
     check_pairs(Path::new(&json), &report.expect_code(0).stdout, "kvxfer");
+    assert!(dir.join("figs/cluster-heatmap.svg").exists(), "report --fig draws the heatmap: {}", report.stderr);
 }
 
 #[test]
