@@ -36,11 +36,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         info.launcher,
         info.local_rank,
         coordinator.address(),
-        match coordinator.source {
-            cluster::CoordinatorSource::Flag => "--coordinator",
-            cluster::CoordinatorSource::MasterAddr => "MASTER_ADDR:MASTER_PORT",
-            cluster::CoordinatorSource::SlurmNodelist => "the first host of SLURM_JOB_NODELIST",
-        }
+        source_name(coordinator.source)
     );
     let mem = rank_mem(&a, info.local_rank)?;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[mem, mem])?;
@@ -79,15 +75,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let mut group = cluster::rendezvous(&rv)?;
     group.set_timeout(a.step_timeout);
     let steps = cluster::schedule(a.pattern, group.world_size(), cfg.cases.len());
-    let mut members = group.members().to_vec();
-    if loopback {
-        // Every listener is on 127.0.0.1; a rank that reached rank 0 over ::1 (a name like localhost) advertised ::1.
-        for m in &mut members {
-            if let Ok(addr) = m.addr.parse::<SocketAddr>() {
-                m.addr = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()).to_string();
-            }
-        }
-    }
+    let members = flow_addresses(group.members(), loopback);
     let mut collector = (info.rank == 0).then(|| {
         let ranks: Vec<Endpoint> = members.iter().map(|m| endpoint(&a, m)).collect();
         Collector::new(&a, &info, &cfg, model, &coordinator.address(), ranks, steps.len(), exports)
@@ -98,6 +86,26 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         Some(c) => c.finish(outcome),
         None => outcome,
     }
+}
+
+fn source_name(source: cluster::CoordinatorSource) -> &'static str {
+    match source {
+        cluster::CoordinatorSource::Flag => "--coordinator",
+        cluster::CoordinatorSource::MasterAddr => "MASTER_ADDR:MASTER_PORT",
+        cluster::CoordinatorSource::SlurmNodelist => "the first host of SLURM_JOB_NODELIST",
+    }
+}
+
+/// The table as flows dial it. On loopback every listener is on 127.0.0.1, but a rank that reached rank 0 over ::1
+/// (a coordinator name like localhost) advertised ::1.
+fn flow_addresses(members: &[Member], loopback: bool) -> Vec<Member> {
+    let mut members = members.to_vec();
+    for m in members.iter_mut().filter(|_| loopback) {
+        if let Ok(addr) = m.addr.parse::<SocketAddr>() {
+            m.addr = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()).to_string();
+        }
+    }
+    members
 }
 
 /// Every step in order; rank 0 records each and fails the group (telling every rank why) when a flow failed.
