@@ -80,7 +80,8 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         let ranks: Vec<Endpoint> = members.iter().map(|m| endpoint(&a, m)).collect();
         Collector::new(&a, &info, &cfg, model, &coordinator.address(), ranks, steps.len(), exports)
     });
-    let job = FlowJob { cfg, token, timeouts, device, src: mem, members };
+    let sync_reps = a.pattern != Pattern::Pairs;
+    let job = FlowJob { cfg, token, timeouts, device, src: mem, members, sync_reps };
     let outcome = run_steps(&mut group, &steps, &job, collector.as_mut());
     match collector {
         Some(c) => c.finish(outcome),
