@@ -67,6 +67,14 @@ pub enum Command {
     #[command(after_help = "Example:\n  kvxfer predict --results results/h200-nvlink.json --tokens 1k,32k,128k \
                             --model qwen3-30b-a3b --decode-ms 7 --decode-tokens 64\n\n".to_owned() + UNITS_NOTE)]
     Predict(PredictArgs),
+    /// One rank of a cluster run, started once per rank by srun, mpirun or torchrun: measure links between ranks.
+    #[command(after_help = "Examples:\n  srun -n 4 kvxfer cluster --pattern pairs --sizes 96MiB,1GiB --verify --json pairs.json\n  \
+                            mpirun -np 4 kvxfer cluster --pattern incast --coordinator head:18600 --json incast.json\n  \
+                            RANK=0 WORLD_SIZE=2 MASTER_ADDR=head MASTER_PORT=29500 kvxfer cluster --pattern bidir\n\n\
+                            Patterns: pairs (every ordered pair alone), incast (1..N-1 into 0 at once), fanout (0 into \
+                            all at once), bidir (each pair both ways at once), ring (i into i+1 at once), all (every \
+                            rank into every other at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
+    Cluster(ClusterArgs),
     /// Show what this host offers: CPUs, memory, huge pages, RDMA devices (ports, GIDs) and GPUs.
     #[command(after_help = "Example:\n  kvxfer devices --json")]
     Devices(DevicesArgs),
@@ -362,6 +370,41 @@ pub struct SendArgs {
     pub mem: MemKind,
     #[command(flatten)]
     pub device: DeviceArgs,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    /// Which flows run, and which at once: pairs, incast, fanout, bidir, ring or all
+    #[arg(long, default_value = "pairs")]
+    pub pattern: crate::cluster::Pattern,
+    /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else the first host
+    /// of SLURM_JOB_NODELIST)
+    #[arg(long, value_name = "HOST:PORT")]
+    pub coordinator: Option<String>,
+    /// Shared secret of the ranks; required unless the coordinator is on loopback
+    #[arg(long, env = "KVXFER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Where each rank's buffers live: host, pinned or gpu:N
+    #[arg(long, default_value = "host", value_name = "KIND")]
+    pub mem: MemKind,
+    /// With --mem gpu:N: each rank uses gpu:LOCAL_RANK instead (one GPU per rank on a host)
+    #[arg(long)]
+    pub gpu_per_local_rank: bool,
+    /// -d may list devices, comma-separated: each rank uses the one at its local rank (modulo the list)
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// How long the ranks may take to meet at rank 0
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub rendezvous_timeout: Duration,
+    /// How long a rank waits for the others at a step's barrier (the slowest step's transfers must fit)
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub step_timeout: Duration,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]

@@ -18,6 +18,7 @@ fn main() {
         Command::Sweep(a) => commands::sweep::run(a),
         Command::Report(a) => commands::report::run(a),
         Command::Predict(a) => commands::predict::run(a),
+        Command::Cluster(a) => commands::cluster::run(a),
         Command::Devices(a) => commands::devices::run(a),
     };
     if let Err(e) = outcome {

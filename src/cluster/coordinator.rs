@@ -228,7 +228,7 @@ fn early_message(stream: &mut TcpStream, rank: usize, host: &str) -> String {
 }
 
 /// Best effort: tell every connected rank why the group failed, so each fails now with the same reason.
-fn tell_everyone(links: Vec<Link>, message: &str) {
+pub(super) fn tell_everyone(links: Vec<Link>, message: &str) {
     for mut link in links {
         let _ = wire::send(&mut link.stream, &Wire::Error { message: message.to_string() });
     }
@@ -236,32 +236,61 @@ fn tell_everyone(links: Vec<Link>, message: &str) {
 
 /// Rank 0's side of a barrier: wait for `Barrier{seq}` from every rank, then release them all.
 pub(super) fn barrier(links: &mut Vec<Link>, seq: u64, timeout: Duration) -> Result<()> {
-    let outcome = barrier_inner(links, seq, timeout);
+    let outcome = arrive_all(links, seq, timeout, Collective::Barrier).and_then(|_| release(links, seq));
     if let Err(e) = &outcome {
         tell_everyone(std::mem::take(links), &format!("{e:#}"));
     }
     outcome
 }
 
-fn barrier_inner(links: &mut [Link], seq: u64, timeout: Duration) -> Result<()> {
+/// Rank 0's side of a gathering: one `Gather{seq}` payload from every other rank, in rank order. Nobody is
+/// released: the ranks go on, and the next barrier carries rank 0's error if a rank left.
+pub(super) fn gather_payloads(links: &mut Vec<Link>, seq: u64, timeout: Duration) -> Result<Vec<serde_json::Value>> {
+    let outcome = arrive_all(links, seq, timeout, Collective::Gather);
+    if let Err(e) = &outcome {
+        tell_everyone(std::mem::take(links), &format!("{e:#}"));
+    }
+    outcome
+}
+
+/// What rank 0 waits for from every rank.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Collective {
+    Barrier,
+    Gather,
+}
+
+impl Collective {
+    fn name(self, seq: u64) -> String {
+        match self {
+            Collective::Barrier => format!("barrier {seq}"),
+            Collective::Gather => format!("gathering {seq} (results to rank 0)"),
+        }
+    }
+}
+
+/// Wait until every rank sent its message of `seq`: the payloads (null for a barrier), by link. Fails naming the
+/// rank whose connection closed, or the ranks missing at the timeout.
+fn arrive_all(links: &mut [Link], seq: u64, timeout: Duration, kind: Collective) -> Result<Vec<serde_json::Value>> {
+    let what = kind.name(seq);
     let deadline = Instant::now() + timeout;
-    let mut arrived = vec![false; links.len()];
-    while let Some(first_missing) = arrived.iter().position(|a| !a) {
+    let mut arrived: Vec<Option<serde_json::Value>> = vec![None; links.len()];
+    while let Some(first_missing) = arrived.iter().position(Option::is_none) {
         if Instant::now() >= deadline {
             let missing: Vec<String> = links
                 .iter()
                 .zip(&arrived)
-                .filter(|(_, a)| !**a)
+                .filter(|(_, a)| a.is_none())
                 .map(|(l, _)| format!("{} on {}", l.rank, l.host))
                 .collect();
             bail!(
-                "barrier {seq}: rank{} {} did not arrive within {:.0} s",
+                "{what}: rank{} {} did not arrive within {:.0} s",
                 if missing.len() == 1 { "" } else { "s" },
                 missing.join(", "),
                 timeout.as_secs_f64()
             );
         }
-        let waiting: Vec<usize> = (first_missing..links.len()).filter(|i| !arrived[*i]).collect();
+        let waiting: Vec<usize> = (first_missing..links.len()).filter(|i| arrived[*i].is_none()).collect();
         let ready = {
             let mut fds: Vec<PollFd> =
                 waiting.iter().map(|i| PollFd::new(links[*i].stream.as_fd(), PollFlags::POLLIN)).collect();
@@ -270,17 +299,26 @@ fn barrier_inner(links: &mut [Link], seq: u64, timeout: Duration) -> Result<()> 
         for (i, _) in waiting.iter().zip(ready).filter(|(_, r)| *r) {
             let link = &mut links[*i];
             match wire::recv(&mut link.stream) {
-                Ok(Wire::Barrier { seq: got }) if got == seq => arrived[*i] = true,
+                Ok(Wire::Barrier { seq: got }) if got == seq && kind == Collective::Barrier => {
+                    arrived[*i] = Some(serde_json::Value::Null)
+                }
+                Ok(Wire::Gather { seq: got, payload }) if got == seq && kind == Collective::Gather => {
+                    arrived[*i] = Some(payload)
+                }
                 Err(e) if e.is_closed() => bail!(
-                    "rank {} on {} left during barrier {seq}: its connection closed (the process died or gave up)",
+                    "rank {} on {} left during {what}: its connection closed (the process died or gave up)",
                     link.rank,
                     link.host
                 ),
-                Err(e) => bail!("rank {} on {}: {e} (in barrier {seq})", link.rank, link.host),
-                Ok(msg) => bail!("rank {} on {} sent {msg:?} in barrier {seq}", link.rank, link.host),
+                Err(e) => bail!("rank {} on {}: {e} (in {what})", link.rank, link.host),
+                Ok(msg) => bail!("rank {} on {} sent {msg:?} in {what}", link.rank, link.host),
             }
         }
     }
+    Ok(arrived.into_iter().map(|a| a.expect("every rank arrived")).collect())
+}
+
+fn release(links: &mut [Link], seq: u64) -> Result<()> {
     for link in links.iter_mut() {
         wire::send(&mut link.stream, &Wire::Barrier { seq })
             .map_err(|e| anyhow!("rank {} on {} left during barrier {seq} ({e})", link.rank, link.host))?;

@@ -7,8 +7,10 @@ mod coordinator;
 mod group;
 pub mod launcher;
 pub mod rendezvous;
+pub mod schedule;
 mod wire;
 
 pub use group::{Group, Member, RendezvousConfig};
 pub use launcher::{discover, resolve_coordinator, Coordinator, CoordinatorSource, EnvMap, Launcher, RankInfo};
 pub use rendezvous::rendezvous;
+pub use schedule::{schedule, Endpoint, Flow, Pattern, Step};

@@ -113,6 +113,39 @@ impl Group {
         &self.members
     }
 
+    /// How long barriers and gatherings wait for the slowest rank from now on (the rendezvous timeout until set):
+    /// a cluster run's step may take far longer than the ranks took to meet.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Send `payload` to rank 0. Rank 0 gets every rank's, in rank order (its own first); the others get None and
+    /// do not wait. A rank that left fails rank 0 here, naming it; the others learn of it at their next barrier.
+    pub fn gather(&mut self, payload: serde_json::Value) -> Result<Option<Vec<serde_json::Value>>> {
+        self.barriers += 1;
+        let seq = self.barriers;
+        let timeout = self.timeout;
+        match &mut self.links {
+            Links::Coordinator(links) => {
+                let rest = coordinator::gather_payloads(links, seq, timeout)?;
+                Ok(Some(std::iter::once(payload).chain(rest).collect()))
+            }
+            Links::Member { stream, coordinator } => {
+                wire::send(stream, &Wire::Gather { seq, payload })
+                    .map_err(|e| anyhow!("rank 0 at {coordinator}: {e} (sending results to rank 0)"))?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Rank 0: fail the group now, telling every other rank `message` (each fails at its next barrier with it).
+    /// Other ranks: nothing (rank 0 decides).
+    pub fn abort(&mut self, message: &str) {
+        if let Links::Coordinator(links) = &mut self.links {
+            coordinator::tell_everyone(std::mem::take(links), message);
+        }
+    }
+
     /// Return once every rank has called `barrier` as often as this one. Fails, on every rank, when a rank leaves
     /// (named with its host) or some rank does not arrive within the rendezvous timeout (the missing ranks named).
     pub fn barrier(&mut self) -> Result<()> {

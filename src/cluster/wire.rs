@@ -7,6 +7,7 @@
 //!                                               ◀──  Table{members}            | Error
 //! per barrier: Barrier{seq}                      ──▶  waits until all N arrived
 //!                                               ◀──  Barrier{seq}             | Error
+//! per gathering: Gather{seq,payload}             ──▶  waits until all N sent (no answer)
 //! ```
 //! Rank 0 sends `Error{message}` to every rank still connected when anything fails, so each rank fails at once
 //! with the same reason (which rank left, which ranks never came).
@@ -23,9 +24,20 @@ pub(super) const PROTOCOL: u32 = 1;
 #[serde(tag = "type")]
 pub(super) enum Wire {
     Join(Join),
-    Table { members: Vec<Member> },
-    Barrier { seq: u64 },
-    Error { message: String },
+    Table {
+        members: Vec<Member>,
+    },
+    Barrier {
+        seq: u64,
+    },
+    /// A rank's contribution to a gathering at rank 0 (a cluster run's results); rank 0 does not answer.
+    Gather {
+        seq: u64,
+        payload: serde_json::Value,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// A rank's introduction to rank 0.

@@ -2,6 +2,8 @@
 //! several of them share (flags → run configuration, host checks, the loopback receiver, default output files)
 //! lives in `common`, which imports no subcommand.
 
+pub mod cluster;
+pub mod cluster_flows;
 pub mod common;
 pub mod devices;
 pub mod predict;

@@ -44,6 +44,12 @@ pub fn run(a: ReportArgs) -> Result<()> {
     if let Some(side) = &side {
         eprintln!("{}: {}", Format::CompareCsv.what(), side.display());
     }
+    if let (Some(dir), [one]) = (&a.fig.fig, all.as_slice()) {
+        if one.cluster.is_some() {
+            // A cluster run: its heatmap and one series per link, as `kvxfer cluster --fig` draws them.
+            return export::plot::draw_cluster(one, dir, &lines);
+        }
+    }
     if let Some(dir) = &a.fig.fig {
         // One file: its configurations by case name; several: each series keeps its run's name in front.
         let split = figure_split(&all, &a.files);

@@ -36,16 +36,43 @@ const HEADER: &[&str] = &[
     "writes",
 ];
 
+/// Appended when a run is a cluster run (`kvxfer cluster`): where each flow ran.
+const CLUSTER_HEADER: &[&str] =
+    &["src_rank", "src_host", "src_gpu", "dst_rank", "dst_host", "dst_gpu", "pattern", "step", "flows", "outlier"];
+
+/// The cluster columns of a case (empty for a case of another command).
+fn cluster_cells(c: &crate::stats::CaseResult) -> Vec<String> {
+    let Some(f) = &c.cluster else { return vec![String::new(); CLUSTER_HEADER.len()] };
+    let gpu = |g: Option<u32>| g.map(|i| i.to_string()).unwrap_or_default();
+    vec![
+        f.src.rank.to_string(),
+        f.src.host.clone(),
+        gpu(f.src.gpu),
+        f.dst.rank.to_string(),
+        f.dst.host.clone(),
+        gpu(f.dst.gpu),
+        f.pattern.to_string(),
+        f.step.to_string(),
+        f.flows.to_string(),
+        f.outlier.clone().unwrap_or_default(),
+    ]
+}
+
 /// Render one or more results as CSV (bandwidth in GB/s = 10^9 B/s, times in ms).
 pub fn render(all: &[Results]) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(HEADER)?;
+    let cluster = all.iter().any(|r| r.cluster.is_some());
+    let mut header = HEADER.to_vec();
+    if cluster {
+        header.extend(CLUSTER_HEADER);
+    }
+    w.write_record(&header)?;
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
     for r in all {
         for c in &r.cases {
             let t = &c.transfer_ms;
             let lat = c.block_latency_us;
-            w.write_record([
+            let mut row = vec![
                 r.label.clone(),
                 r.config.transport.clone(),
                 c.size_bytes.to_string(),
@@ -75,7 +102,11 @@ pub fn render(all: &[Results]) -> Result<String> {
                 c.pieces.to_string(),
                 c.piece_bytes.to_string(),
                 c.writes.to_string(),
-            ])?;
+            ];
+            if cluster {
+                row.extend(cluster_cells(c));
+            }
+            w.write_record(&row)?;
         }
     }
     Ok(String::from_utf8(w.into_inner()?)?)

@@ -83,6 +83,9 @@ pub struct Results {
     /// A run of a sweep file (`kvxfer sweep FILE.toml`): its cases, sessions and the order reps actually ran in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<SweepJson>,
+    /// A cluster run (`kvxfer cluster`): its pattern, ranks and the aggregates of concurrent steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::stats::cluster::ClusterJson>,
 }
 
 /// `sweep` in the results file.
@@ -147,6 +150,7 @@ impl Results {
             ceiling_gbps: None,
             error: None,
             sweep: None,
+            cluster: None,
         }
     }
 

@@ -10,6 +10,10 @@ use anyhow::Result;
 pub fn render(all: &[Results]) -> String {
     let mut out = String::new();
     for r in all {
+        if let Some(cl) = &r.cluster {
+            out.push_str(&super::cluster::markdown(r, cl));
+            continue;
+        }
         out.push_str(&format!(
             "### {} — {} ({})\n\nBandwidth in GB/s = 10^9 bytes/s; times in ms; block = bytes per write; n = measured reps.\n\n",
             r.label, r.config.transport, r.started_at

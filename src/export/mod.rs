@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod cells;
+pub mod cluster;
 pub mod compare;
 pub mod csv;
 pub mod events;

@@ -74,6 +74,24 @@ pub struct CaseResult {
     /// False while an interleaved sweep has measured only some of this case's reps.
     #[serde(default = "complete", skip_serializing_if = "is_true")]
     pub complete: bool,
+    /// Cluster runs (issue I): where the flow ran, in which pattern and step, and how many flows ran at once.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterFlow>,
+}
+
+/// The keys a cluster run adds to each case: `src`, `dst`, `pattern`, `step`, `flows`, `outlier`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterFlow {
+    pub src: crate::cluster::Endpoint,
+    pub dst: crate::cluster::Endpoint,
+    pub pattern: crate::cluster::Pattern,
+    /// 1-based, as the progress lines count.
+    pub step: usize,
+    /// Flows that ran at once in this step (this one included).
+    pub flows: usize,
+    /// Why this link looks wrong next to the others (see `stats::outliers`); absent when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<String>,
 }
 
 fn complete() -> bool {
@@ -125,6 +143,7 @@ impl CaseResult {
             case_label: None,
             params: None,
             complete: true,
+            cluster: None,
         }
         .with_derived()
     }

@@ -93,6 +93,7 @@ mod tests {
             case_label: None,
             params: None,
             complete: true,
+            cluster: None,
         }
     }
 

@@ -2,6 +2,7 @@
 
 pub mod case;
 pub mod ceiling;
+pub mod cluster;
 pub mod confidence;
 pub mod interpolate;
 pub mod modes;

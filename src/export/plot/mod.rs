@@ -1,13 +1,16 @@
 //! `--fig DIR`: figures drawn from results, each as PNG and SVG, every run a series named by its label:
 //! - `time-vs-size`: p50 transfer time vs size, log-log, with the min–max band;
 //! - `bandwidth-vs-size`: p50 and max GB/s vs size, each run's ceiling, and the user's `--line`s;
-//! - `reps-bandwidth`: every rep's GB/s per size (strip plot), bimodal sizes marked.
+//! - `reps-bandwidth`: every rep's GB/s per size (strip plot), bimodal sizes marked;
+//! - a cluster run: `cluster-heatmap` (p50 GB/s per link at the largest size), and the three above with one
+//!   series per link (`src→dst`).
 //!
 //! Runs differ by colour, marker and dash, so the figures still read in greyscale. Legends sit above the plot.
 
 mod axes;
 mod bandwidth;
 mod chart;
+mod heatmap;
 mod raster;
 mod reps;
 mod style;
@@ -112,6 +115,36 @@ pub fn draw_series(series: &[(String, Results)], dir: &Path, lines: &[RefLine]) 
         eprintln!("figure: {}", f.display());
     }
     Ok(())
+}
+
+/// `--fig` of a cluster run: the heatmap of its links, and the per-link figures (one series per `src→dst`).
+pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<()> {
+    let Some(cl) = &results.cluster else { return draw_series(&results.figure_series(), dir, lines) };
+    style::register();
+    let Some((size_bytes, cells)) = super::cluster::matrix_cells(results, cl.world_size) else {
+        eprintln!("figures: none drawn, no flow completed");
+        return Ok(());
+    };
+    let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
+    for f in save(&heatmap::HeatmapFigure { size_bytes, cells, names }, dir, "cluster-heatmap")? {
+        eprintln!("figure: {}", f.display());
+    }
+    let mut links: Vec<(usize, usize)> = Vec::new();
+    for f in results.cases.iter().filter_map(|c| c.cluster.as_ref()) {
+        if !links.contains(&(f.src.rank, f.dst.rank)) {
+            links.push((f.src.rank, f.dst.rank));
+        }
+    }
+    let series: Vec<(String, Results)> = links
+        .into_iter()
+        .map(|(s, d)| {
+            let mut r = results.clone();
+            r.cases.retain(|c| c.cluster.as_ref().is_some_and(|f| (f.src.rank, f.dst.rank) == (s, d)));
+            r.cluster = None;
+            (format!("{s}→{d}"), r)
+        })
+        .collect();
+    draw_series(&series, dir, lines)
 }
 
 /// A figure that draws on any plotters backend, so one description gives both PNG and SVG.

@@ -1,0 +1,187 @@
+//! What a cluster run measures: the steps of flows every rank computes the same way from the pattern and the world
+//! size, so no schedule travels over the wire. A step's flows run at once between two barriers; a step either runs
+//! every size (each flow alone on its link: `pairs`) or one size (concurrent flows start together, so each size's
+//! aggregate is over flows that overlapped).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// `--pattern`: which flows run, and which of them at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Every ordered pair alone, in rounds of disjoint pairs: each link's uncontended number.
+    Pairs,
+    /// Ranks 1..N-1 into rank 0 at once: the decode host's view.
+    Incast,
+    /// Rank 0 into every other rank at once.
+    Fanout,
+    /// Each pair both ways at once, in rounds of disjoint pairs.
+    Bidir,
+    /// Rank i into rank i+1 (mod N), all at once.
+    Ring,
+    /// Every rank into every other rank at once.
+    All,
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Pattern::Pairs => "pairs",
+            Pattern::Incast => "incast",
+            Pattern::Fanout => "fanout",
+            Pattern::Bidir => "bidir",
+            Pattern::Ring => "ring",
+            Pattern::All => "all",
+        })
+    }
+}
+
+/// One transfer: rank `src` writes into rank `dst`'s memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Flow {
+    pub src: usize,
+    pub dst: usize,
+}
+
+/// One end of a flow, as the results file records it (`src` and `dst` of a case).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub rank: usize,
+    pub host: String,
+    /// The GPU of this end's buffer (`--mem gpu:N`); null for host or pinned memory.
+    pub gpu: Option<u32>,
+    /// The RDMA device this end used (`-d`); null when none was named.
+    pub nic: Option<String>,
+    #[serde(default)]
+    pub local_rank: usize,
+}
+
+/// Flows that run at once, and the sizes (indices into the run's cases) each of them runs, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub flows: Vec<Flow>,
+    pub cases: Vec<usize>,
+}
+
+impl Step {
+    /// The flows `rank` sends.
+    pub fn sent_by(&self, rank: usize) -> impl Iterator<Item = &Flow> + '_ {
+        self.flows.iter().filter(move |f| f.src == rank)
+    }
+}
+
+/// The steps of `pattern` over `world_size` ranks and `n_cases` sizes. Empty when the pattern has no flow (one rank).
+pub fn schedule(pattern: Pattern, world_size: usize, n_cases: usize) -> Vec<Step> {
+    let every_size = |flows: Vec<Flow>| -> Vec<Step> {
+        if flows.is_empty() {
+            return Vec::new();
+        }
+        (0..n_cases).map(|c| Step { flows: flows.clone(), cases: vec![c] }).collect()
+    };
+    let n = world_size;
+    match pattern {
+        Pattern::Pairs => {
+            // Each round of disjoint pairs twice: one way, then the other; every ordered pair once.
+            let all_cases: Vec<usize> = (0..n_cases).collect();
+            rounds(n)
+                .into_iter()
+                .flat_map(|round| {
+                    let forth: Vec<Flow> = round.iter().map(|&(a, b)| Flow { src: a, dst: b }).collect();
+                    let back: Vec<Flow> = round.iter().map(|&(a, b)| Flow { src: b, dst: a }).collect();
+                    [forth, back]
+                })
+                .map(|flows| Step { flows, cases: all_cases.clone() })
+                .collect()
+        }
+        Pattern::Incast => every_size((1..n).map(|s| Flow { src: s, dst: 0 }).collect()),
+        Pattern::Fanout => every_size((1..n).map(|d| Flow { src: 0, dst: d }).collect()),
+        Pattern::Bidir => rounds(n)
+            .into_iter()
+            .flat_map(|round| {
+                every_size(
+                    round.iter().flat_map(|&(a, b)| [Flow { src: a, dst: b }, Flow { src: b, dst: a }]).collect(),
+                )
+            })
+            .collect(),
+        Pattern::Ring if n < 2 => Vec::new(),
+        // Two ranks: 0→1 and 1→0, not 0→1 twice.
+        Pattern::Ring => every_size((0..n).map(|s| Flow { src: s, dst: (s + 1) % n }).collect()),
+        Pattern::All => every_size(
+            (0..n).flat_map(|s| (0..n).filter(move |d| *d != s).map(move |d| Flow { src: s, dst: d })).collect(),
+        ),
+    }
+}
+
+/// Rounds of disjoint unordered pairs covering every pair once (the circle method): rank 0 stays, the others rotate;
+/// an odd count gets a ghost rank, and whoever meets it sits the round out. Pairs are (lower, higher).
+pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
+    if n < 2 {
+        return Vec::new();
+    }
+    let m = if n % 2 == 0 { n } else { n + 1 };
+    let mut ring: Vec<usize> = (1..m).collect();
+    let mut out = Vec::with_capacity(m - 1);
+    for _ in 0..m - 1 {
+        let mut round = Vec::with_capacity(m / 2);
+        let seats: Vec<usize> = std::iter::once(0).chain(ring.iter().copied()).collect();
+        for i in 0..m / 2 {
+            let (a, b) = (seats[i], seats[m - 1 - i]);
+            if a < n && b < n {
+                round.push((a.min(b), a.max(b)));
+            }
+        }
+        round.sort();
+        out.push(round);
+        ring.rotate_right(1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn pairs_cover_every_ordered_pair_once_with_no_rank_twice_in_a_step() {
+        for n in 2..=9 {
+            let steps = schedule(Pattern::Pairs, n, 3);
+            let mut seen = HashSet::new();
+            for step in &steps {
+                assert_eq!(step.cases, vec![0, 1, 2]);
+                let mut busy = HashSet::new();
+                for f in &step.flows {
+                    assert!(busy.insert(f.src) && busy.insert(f.dst), "n={n}: a rank twice in {step:?}");
+                    assert!(seen.insert(*f), "n={n}: {f:?} twice");
+                }
+                assert!(step.flows.len() <= n / 2);
+            }
+            assert_eq!(seen.len(), n * (n - 1), "n={n}");
+        }
+        assert_eq!(schedule(Pattern::Pairs, 4, 2).len(), 6);
+        assert!(schedule(Pattern::Pairs, 1, 2).is_empty());
+    }
+
+    #[test]
+    fn concurrent_patterns_have_one_step_per_size_and_their_flow_counts() {
+        let flows = |p: Pattern, n: usize| -> Vec<usize> { schedule(p, n, 2).iter().map(|s| s.flows.len()).collect() };
+        assert_eq!(flows(Pattern::Incast, 4), [3, 3]);
+        assert_eq!(flows(Pattern::Fanout, 4), [3, 3]);
+        assert_eq!(flows(Pattern::Ring, 4), [4, 4]);
+        assert_eq!(flows(Pattern::All, 4), [12, 12]);
+        // Bidir: 3 rounds of 2 pairs, both ways, per size.
+        assert_eq!(flows(Pattern::Bidir, 4), [4; 6]);
+        assert_eq!(flows(Pattern::Ring, 2), [2, 2]);
+        for p in [Pattern::Incast, Pattern::Fanout, Pattern::Ring, Pattern::All, Pattern::Bidir] {
+            assert!(schedule(p, 1, 2).is_empty(), "{p}");
+            for s in schedule(p, 4, 2) {
+                assert_eq!(s.cases.len(), 1);
+            }
+        }
+        let incast = &schedule(Pattern::Incast, 4, 1)[0];
+        assert!(incast.flows.iter().all(|f| f.dst == 0));
+        assert_eq!(incast.sent_by(2).count(), 1);
+        assert_eq!(schedule(Pattern::Fanout, 4, 1)[0].sent_by(0).count(), 3);
+    }
+}
