@@ -53,6 +53,7 @@ fn run() -> Result<()> {
         timeout: args.timeout,
         listen_port: own.local_addr()?.port(),
         host: kvxfer::env::hostname(),
+        numa: kvxfer::env::hardware::numa_of_this_cpu(),
     };
     let mut group = cluster::rendezvous(&cfg)?;
     let line = serde_json::json!({

@@ -117,6 +117,10 @@ fn check_pairs(json: &Path, stdout: &str, launcher: &str) {
             !c["src"]["host"].as_str().unwrap().is_empty() && c["dst"]["gpu"].is_null() && c["src"]["nic"].is_null()
         );
         assert!(c["gbps"]["p50"].as_f64().unwrap() > 0.0);
+        // Host buffers: each end reports the NUMA node of the CPU it ran on, when this host has NUMA nodes.
+        if Path::new("/sys/devices/system/node/node0").exists() {
+            assert!(c["src"]["numa"].is_u64() && c["dst"]["numa"].is_u64(), "{} {}", c["src"], c["dst"]);
+        }
     }
     assert!(stdout.contains("p50 GB/s at 4 MiB"), "{stdout}");
     for r in 0..RANKS {

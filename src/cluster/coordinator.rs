@@ -102,7 +102,7 @@ impl Gathering<'_> {
             self.refused.push(format!("a connection from {from} that did not join"));
             return Ok(());
         };
-        let wire::Join { magic, protocol, token, rank, world_size, local_rank, host, addr } = join;
+        let wire::Join { magic, protocol, token, rank, world_size, local_rank, host, addr, numa } = join;
         let refuse = |stream: &mut TcpStream, message: String| {
             let _ = wire::send(stream, &Wire::Error { message: message.clone() });
             message
@@ -136,7 +136,7 @@ impl Gathering<'_> {
             );
             bail!(refuse(&mut stream, why));
         }
-        let member = Member { rank, local_rank, host: host.clone(), addr };
+        let member = Member { rank, local_rank, host: host.clone(), addr, numa };
         // Rank 0, the ranks in before this one, and this one.
         let ranks_in = 2 + self.joined.iter().filter(|j| j.is_some()).count();
         // A progress line per rank: a launch that hangs here shows who is missing (and tests wait on it).
@@ -170,7 +170,13 @@ impl Gathering<'_> {
             Some(ip) => SocketAddr::new(unmap(ip), self.cfg.listen_port).to_string(),
             None => format!("{}:{}", self.cfg.coordinator.host, self.cfg.listen_port),
         };
-        let me = Member { rank: 0, local_rank: self.cfg.info.local_rank, host: self.cfg.host.clone(), addr };
+        let me = Member {
+            rank: 0,
+            local_rank: self.cfg.info.local_rank,
+            host: self.cfg.host.clone(),
+            addr,
+            numa: self.cfg.numa,
+        };
         let members: Vec<Member> =
             std::iter::once(me).chain(self.joined.iter().flatten().map(|(_, m)| m.clone())).collect();
         for (link, _) in self.joined.iter_mut().flatten() {

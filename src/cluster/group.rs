@@ -14,6 +14,9 @@ pub struct Member {
     pub host: String,
     /// `IP:PORT` where this rank listens for its peers.
     pub addr: String,
+    /// The NUMA node of this rank's buffer (its GPU's, its NIC's, or its CPU's), as the rank itself found it.
+    #[serde(default)]
+    pub numa: Option<u32>,
 }
 
 /// What a rank needs to join.
@@ -29,6 +32,8 @@ pub struct RendezvousConfig {
     pub listen_port: u16,
     /// This host's name, for the table and for error messages.
     pub host: String,
+    /// The NUMA node this rank reports (see [`Member::numa`]).
+    pub numa: Option<u32>,
 }
 
 /// The ranks after the rendezvous: the table, and the connections that carry barriers.

@@ -32,6 +32,7 @@ pub fn rendezvous(cfg: &RendezvousConfig) -> Result<Group> {
         local_rank: cfg.info.local_rank,
         host: cfg.host.clone(),
         addr,
+        numa: cfg.numa,
     });
     wire::send(&mut stream, &join).with_context(|| format!("sending this rank's details to rank 0 at {at}"))?;
     stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;

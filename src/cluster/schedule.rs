@@ -55,6 +55,9 @@ pub struct Endpoint {
     pub nic: Option<String>,
     #[serde(default)]
     pub local_rank: usize,
+    /// The NUMA node of this end's buffer (its GPU's or NIC's PCI node, else its CPU's), as that rank reported it.
+    #[serde(default)]
+    pub numa: Option<u32>,
 }
 
 /// Flows that run at once, and the sizes (indices into the run's cases) each of them runs, in order.

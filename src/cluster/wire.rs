@@ -52,6 +52,9 @@ pub(super) struct Join {
     pub host: String,
     /// Where this rank listens for its peers (the IP it reached rank 0 from, and its own port).
     pub addr: String,
+    /// The NUMA node of this rank's buffer, when the rank knows it.
+    #[serde(default)]
+    pub numa: Option<u32>,
 }
 
 /// Why a message could not be read.

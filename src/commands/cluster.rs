@@ -71,6 +71,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         timeout: a.rendezvous_timeout,
         listen_port,
         host,
+        numa: rank_numa(mem, &device),
     };
     let mut group = cluster::rendezvous(&rv)?;
     group.set_timeout(a.step_timeout);
@@ -170,7 +171,21 @@ fn endpoint(a: &ClusterArgs, m: &Member) -> Endpoint {
     // Only verbs uses the RDMA device; a NIC named for a tcp or cuda run would say something untrue.
     let verbs = matches!(a.run.transport, crate::cli::TransportChoice::Named(crate::plan::TransportKind::Verbs));
     let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.name).filter(|_| verbs);
-    Endpoint { rank: m.rank, host: m.host.clone(), gpu, nic, local_rank: m.local_rank }
+    Endpoint { rank: m.rank, host: m.host.clone(), gpu, nic, local_rank: m.local_rank, numa: m.numa }
+}
+
+/// The NUMA node this rank's transfers touch: its RDMA device's, else its GPU's, else the node of the CPU it runs on
+/// (where its host buffer's pages are first touched). None when the host does not say.
+fn rank_numa(mem: MemKind, device: &DeviceChoice) -> Option<u32> {
+    use crate::env::hardware;
+    if let Some(nic) = device.name.as_deref().and_then(hardware::numa_of_rdma_device) {
+        return Some(nic);
+    }
+    if let MemKind::Gpu(i) = mem {
+        let gpus = crate::mem::cuda::gpus().ok()?;
+        return gpus.iter().find(|g| g.ordinal == i).and_then(|g| hardware::numa_of_pci(&g.pci_bus_id));
+    }
+    hardware::numa_of_this_cpu()
 }
 
 /// Whether every address `addr` resolves to is a loopback one (then the ranks listen on loopback only).
@@ -360,7 +375,7 @@ mod tests {
     }
 
     fn member(rank: usize, local_rank: usize) -> Member {
-        Member { rank, local_rank, host: "h".into(), addr: "127.0.0.1:1".into() }
+        Member { rank, local_rank, host: "h".into(), addr: "127.0.0.1:1".into(), numa: Some(1) }
     }
 
     #[test]
@@ -369,7 +384,7 @@ mod tests {
         assert_eq!(rank_mem(&a, 3).unwrap(), MemKind::Gpu(3));
         assert_eq!(rank_device(&a.device, 3).unwrap().name.as_deref(), Some("mlx5_1"));
         let e = endpoint(&a, &member(5, 2));
-        assert_eq!((e.rank, e.gpu, e.nic.as_deref(), e.local_rank), (5, Some(2), Some("mlx5_0"), 2));
+        assert_eq!((e.rank, e.gpu, e.nic.as_deref(), e.local_rank, e.numa), (5, Some(2), Some("mlx5_0"), 2, Some(1)));
         // Without the flag every rank uses --mem as given; a tcp run records no NIC.
         let a = args(&["--mem", "gpu:1", "-d", "mlx5_0", "--transport", "tcp"]);
         let e = endpoint(&a, &member(1, 1));

@@ -21,6 +21,36 @@ fn numa_of(device_dir: &Path) -> Option<i32> {
     read(device_dir.join("numa_node")).and_then(|s| s.parse().ok())
 }
 
+/// The NUMA node of a PCI device by its bus id (`0000:1b:00.0`, any case); None when unknown (-1 on one-node hosts).
+pub fn numa_of_pci(bus_id: &str) -> Option<u32> {
+    let n = numa_of(&Path::new("/sys/bus/pci/devices").join(bus_id.to_ascii_lowercase()))?;
+    u32::try_from(n).ok()
+}
+
+/// The NUMA node of an RDMA device (`mlx5_0`, `rxe0`): its PCI function's, None for software devices.
+pub fn numa_of_rdma_device(name: &str) -> Option<u32> {
+    let n = numa_of(&Path::new("/sys/class/infiniband").join(name).join("device"))?;
+    u32::try_from(n).ok()
+}
+
+/// The NUMA node of the CPU this thread runs on now (the node a host buffer it first touches lands on).
+pub fn numa_of_this_cpu() -> Option<u32> {
+    // Field 39 of /proc/thread-self/stat, counted after the command name (which may hold spaces).
+    let stat = read("/proc/thread-self/stat")?;
+    let cpu: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()?;
+    numa_nodes().into_iter().find(|n| cpu_list_contains(&n.cpus, cpu)).map(|n| n.node)
+}
+
+/// Whether a sysfs CPU list (`0-3,8,10-11`) names `cpu`.
+fn cpu_list_contains(list: &str, cpu: u32) -> bool {
+    list.split(',')
+        .filter_map(|r| {
+            let (a, b) = r.trim().split_once('-').unwrap_or((r.trim(), r.trim()));
+            Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?))
+        })
+        .any(|(a, b)| (a..=b).contains(&cpu))
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NumaNode {
     pub node: u32,

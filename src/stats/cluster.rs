@@ -103,7 +103,7 @@ mod tests {
     use crate::stats::case::ClusterFlow;
 
     fn end(rank: usize) -> Endpoint {
-        Endpoint { rank, host: format!("h{rank}"), gpu: None, nic: None, local_rank: 0 }
+        Endpoint { rank, host: format!("h{rank}"), gpu: None, nic: None, local_rank: 0, numa: None }
     }
 
     /// A flow src→dst of 1 MiB whose reps took `ms`.
