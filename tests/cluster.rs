@@ -347,16 +347,30 @@ fn a_rank_killed_mid_run_fails_the_others_naming_it_and_rank_0_keeps_the_complet
 
 #[test]
 fn mistakes_are_usage_errors_before_anything_listens() {
+    // A size of which two buffers fit in this host's memory (with room for other tests) and six do not: `all`
+    // over 4 ranks holds six at once.
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .parse()
+        .unwrap();
+    let fifth = format!("{}MiB", kib / 1024 / 5);
     // (world size, arguments, what the error names); every rank is rank 0.
-    let cases: [(&str, &[&str], &str); 4] = [
+    let cases: [(&str, &[&str], &str); 5] = [
         ("2", &["--coordinator", "10.255.255.1:18600"], "KVXFER_TOKEN"),
         ("1", &["--coordinator", "127.0.0.1:1"], "at least 2 ranks"),
         ("2", &["--coordinator", "127.0.0.1:1", "--gpu-per-local-rank"], "--mem gpu:0"),
         ("2", &["--pattern", "star"], "star"),
+        ("4", &["--coordinator", "127.0.0.1:1", "--pattern", "all", "--sizes", &fifth], "6 buffer(s)"),
     ];
     for (size, args, needle) in cases {
         let mut cmd = clean(Command::new(common::bin()));
-        cmd.arg("cluster").args(["--sizes", "1MiB"]).args(args).env("KVXFER_RANK", "0").env("KVXFER_WORLD_SIZE", size);
+        let sizes: &[&str] = if args.contains(&"--sizes") { &[] } else { &["--sizes", "1MiB"] };
+        cmd.arg("cluster").args(sizes).args(args).env("KVXFER_RANK", "0").env("KVXFER_WORLD_SIZE", size);
         let out = Proc::start(&mut cmd, format!("kvxfer cluster {args:?}")).finish();
         out.expect_code(2);
         assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);

@@ -5,7 +5,7 @@
 //! and rewrites the results files after every step, so a failure keeps what completed.
 
 use super::cluster_flows::{receive_in_background, run_step, FlowJob, FlowOutcome};
-use super::common::{bind, check_host_support, configure, device_choice, Configured};
+use super::common::{bind, check_host_support, check_memory, configure, device_choice, Configured};
 use crate::bail_usage;
 use crate::cli::ClusterArgs;
 use crate::cluster::{self, launcher, Endpoint, Group, Member, Pattern, RankInfo, RendezvousConfig, Step};
@@ -49,9 +49,16 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     if info.rank == 0 {
         crate::output::Recorder::check_outputs(&a.out)?;
     }
-    if cluster::schedule(a.pattern, info.world_size, cfg.cases.len()).is_empty() {
+    let planned = cluster::schedule(a.pattern, info.world_size, cfg.cases.len());
+    if planned.is_empty() {
         bail_usage!("--pattern {} over {} rank(s) has no flow; launch at least 2 ranks", a.pattern, info.world_size);
     }
+    // Every flow of a step has its own buffers on both ends: under fanout, ring or all a rank holds one per flow it
+    // sends or receives at once, so refuse sizes that fit once but not that many times.
+    let peak = planned.iter().map(|s| s.flows.iter().filter(|f| f.src == info.rank || f.dst == info.rank).count());
+    check_memory(&cfg, &vec![mem; peak.max().unwrap_or(1).max(2)]).map_err(|e| {
+        e.context(format!("--pattern {}: rank {} holds that many buffers at once", a.pattern, info.rank))
+    })?;
     let token = a.token.clone().unwrap_or_default();
     let loopback = resolves_to_loopback(&coordinator.address());
     if !loopback && token.is_empty() {
