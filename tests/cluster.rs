@@ -6,49 +6,17 @@
 
 mod common;
 
-use common::{free_port, missing_hardware, read_json, Out, Proc, TempDir};
+use common::launch::{clean, mpirun_ready, slurm_ready};
+use common::{free_port, read_json, Out, Proc, TempDir};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const RANKS: usize = 4;
-/// Every launcher's variables: removed from each launch so that the test's own environment cannot leak in.
-const LAUNCHER_VARS: &[&str] = &[
-    "KVXFER_RANK",
-    "KVXFER_WORLD_SIZE",
-    "KVXFER_LOCAL_RANK",
-    "KVXFER_TOKEN",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "PMIX_RANK",
-    "PMIX_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "SLURM_STEP_ID",
-    "SLURM_STEPID",
-    "SLURM_JOB_NODELIST",
-    "SLURM_NODELIST",
-    "SLURM_JOB_ID",
-];
 const PAIRS: &[&str] = &["--pattern", "pairs", "--sizes", "1MiB,4MiB", "--reps", "2", "--verify"];
 const INCAST: &[&str] = &["--pattern", "incast", "--sizes", "1MiB,4MiB", "--reps", "2", "--verify"];
-
-fn clean(mut cmd: Command) -> Command {
-    for var in LAUNCHER_VARS {
-        cmd.env_remove(var);
-    }
-    cmd.stdin(std::process::Stdio::null());
-    cmd
-}
 
 /// How the test starts a rank itself.
 #[derive(Clone, Copy)]
@@ -237,13 +205,6 @@ fn concurrent_patterns_run_their_flows() {
     }
 }
 
-/// `why` when `program` is not on PATH.
-fn missing_program(program: &str) -> Option<String> {
-    let found =
-        Command::new("sh").arg("-c").arg(format!("command -v {program}")).output().is_ok_and(|o| o.status.success());
-    (!found).then(|| format!("{program} is not installed (scripts/slurm up installs openmpi-bin and slurm-wlm)"))
-}
-
 /// Rank 0's lines among all ranks' output: the matrix rows come from rank 0 alone.
 fn launch(mut cmd: Command, what: &str) -> Out {
     let out = Proc::start(&mut cmd, what.to_string()).finish();
@@ -253,8 +214,8 @@ fn launch(mut cmd: Command, what: &str) -> Out {
 
 #[test]
 fn under_mpirun() {
-    if let Some(why) = missing_program("mpirun") {
-        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, &why);
+    if !mpirun_ready() {
+        return;
     }
     let dir = TempDir::new("cluster-mpirun");
     for (args, name) in [(PAIRS, "pairs"), (INCAST, "incast")] {
@@ -272,29 +233,9 @@ fn under_mpirun() {
     }
 }
 
-/// SLURM_CONF for the test: the environment's, else the one `scripts/slurm up` writes by default.
-fn slurm_conf() -> Option<PathBuf> {
-    let conf =
-        std::env::var_os("SLURM_CONF").map(PathBuf::from).unwrap_or_else(|| "/tmp/kvxfer-slurm/slurm.conf".into());
-    Path::new(&conf).exists().then_some(conf)
-}
-
 #[test]
 fn under_srun() {
-    if let Some(why) = missing_program("srun") {
-        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, &why);
-    }
-    let Some(conf) = slurm_conf() else {
-        return missing_hardware(
-            "KVXFER_REQUIRE_SLURM",
-            0,
-            "no Slurm running here (run scripts/slurm up, export SLURM_CONF)",
-        );
-    };
-    let up = Command::new("sinfo").args(["-h", "-o", "%t"]).env("SLURM_CONF", &conf).output();
-    if !up.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
-        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, "slurmctld does not answer sinfo (run scripts/slurm up)");
-    }
+    let Some(conf) = slurm_ready() else { return };
     let dir = TempDir::new("cluster-srun");
     for (args, name) in [(PAIRS, "pairs"), (INCAST, "incast")] {
         let json = dir.arg(&format!("{name}.json"));

@@ -7,40 +7,15 @@
 
 mod common;
 
-use common::{free_port, missing_hardware, Out, Proc};
+use common::launch::{clean, mpirun_ready, slurm_ready};
+use common::{free_port, Out, Proc};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const RANKS: usize = 4;
-/// Variables of every launcher: removed from each launch so that the test's own environment (say, the test run
-/// itself under srun) cannot leak into the ranks.
-const LAUNCHER_VARS: &[&str] = &[
-    "KVXFER_RANK",
-    "KVXFER_WORLD_SIZE",
-    "KVXFER_LOCAL_RANK",
-    "KVXFER_TOKEN",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "PMIX_RANK",
-    "PMIX_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-    "SLURM_STEP_ID",
-    "SLURM_STEPID",
-    "SLURM_JOB_NODELIST",
-    "SLURM_NODELIST",
-    "SLURM_JOB_ID",
-];
 
 /// target/<profile>/examples/rendezvous, beside the kvxfer binary cargo built for these tests. Built here, once
 /// per test process, with the same cargo and profile: `cargo nextest run --test launchers` selects this test
@@ -69,14 +44,6 @@ fn example() -> PathBuf {
             path
         })
         .clone()
-}
-
-fn clean(mut cmd: Command) -> Command {
-    for var in LAUNCHER_VARS {
-        cmd.env_remove(var);
-    }
-    cmd.stdin(std::process::Stdio::null());
-    cmd
 }
 
 /// One rank started the way N shells would: `KVXFER_*` variables, or torchrun's when `torchrun` is true.
@@ -149,13 +116,6 @@ fn kvxfer_variables_launch_of_four_with_a_token() {
     check_launch(&finish_all(procs), "kvxfer");
 }
 
-/// `why` when `program` is not on PATH.
-fn missing_program(program: &str) -> Option<String> {
-    let found =
-        Command::new("sh").arg("-c").arg(format!("command -v {program}")).output().is_ok_and(|o| o.status.success());
-    (!found).then(|| format!("{program} is not installed (scripts/slurm up installs openmpi-bin and slurm-wlm)"))
-}
-
 /// Run a launcher command to completion within a minute; its output.
 fn launch(mut cmd: Command, what: &str) -> Out {
     Proc::start(&mut cmd, what.to_string()).finish()
@@ -163,8 +123,8 @@ fn launch(mut cmd: Command, what: &str) -> Out {
 
 #[test]
 fn under_mpirun() {
-    if let Some(why) = missing_program("mpirun") {
-        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, &why);
+    if !mpirun_ready() {
+        return;
     }
     let mut cmd = clean(Command::new("mpirun"));
     cmd.args(["--allow-run-as-root", "--oversubscribe", "--mca", "oob_tcp_if_include", "lo"]);
@@ -174,29 +134,9 @@ fn under_mpirun() {
     check_launch(&out.expect_code(0).stdout, "openmpi");
 }
 
-/// SLURM_CONF for the test: the environment's, else the one `scripts/slurm up` writes by default.
-fn slurm_conf() -> Option<PathBuf> {
-    let conf =
-        std::env::var_os("SLURM_CONF").map(PathBuf::from).unwrap_or_else(|| "/tmp/kvxfer-slurm/slurm.conf".into());
-    Path::new(&conf).exists().then_some(conf)
-}
-
 #[test]
 fn under_srun() {
-    if let Some(why) = missing_program("srun") {
-        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, &why);
-    }
-    let Some(conf) = slurm_conf() else {
-        return missing_hardware(
-            "KVXFER_REQUIRE_SLURM",
-            0,
-            "no Slurm running here (run scripts/slurm up, export SLURM_CONF)",
-        );
-    };
-    let up = Command::new("sinfo").args(["-h", "-o", "%t"]).env("SLURM_CONF", &conf).output();
-    if !up.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
-        return missing_hardware("KVXFER_REQUIRE_SLURM", 0, "slurmctld does not answer sinfo (run scripts/slurm up)");
-    }
+    let Some(conf) = slurm_ready() else { return };
     // No --coordinator: the ranks find rank 0 through SLURM_JOB_NODELIST and scontrol.
     let mut cmd = clean(Command::new("srun"));
     cmd.env("SLURM_CONF", &conf).args(["-n", "4", "--time", "2"]).arg(example());

@@ -2,6 +2,8 @@
 //! sockets, with timeouts so that a hang fails a test instead of stalling the suite.
 #![allow(dead_code)] // each test crate uses a different subset
 
+pub mod launch;
+
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
