@@ -414,3 +414,88 @@ fn paged_sequential_destinations_gather_pieces_into_fewer_work_requests() {
         }
     }
 }
+
+/// The device of each of the 4 cluster ranks, by local rank (= rank here): 0 and 1 on rxeA, 2 and 3 on rxeB.
+fn cluster_devices(r: &Rxe) -> [&str; 4] {
+    [&r.a_dev, &r.a_dev, &r.b_dev, &r.b_dev]
+}
+
+/// 4 `kvxfer cluster` ranks in the VM, started as N shells would with `KVXFER_RANK`/… (local rank = rank, so `-d`
+/// gives ranks 0, 1 rxeA and 2, 3 rxeB); they meet at rank 0 on rxeA's address, so they need the token. Every rank
+/// exits 0 within `limit` (the guest's rxe under TCG is slow); rank 0's output.
+fn cluster_of_four(r: &Rxe, args: &[&str], limit: Duration) -> Out {
+    let coordinator = format!("{}:{}", r.a_ip, free_port());
+    let devices = cluster_devices(r).join(",");
+    let procs: Vec<Proc> = (0..4)
+        .map(|rank| {
+            let mut cmd = kvxfer();
+            cmd.args(["cluster", "--coordinator", &coordinator, "--transport", "verbs", "-d", &devices]);
+            // ACK timeout 18 (~1 s), as in send_args: soft-RoCE under emulation trips a 67 ms one.
+            cmd.args(["--ack-timeout", "18"]).args(args);
+            cmd.env("KVXFER_TOKEN", TOKEN).env("KVXFER_WORLD_SIZE", "4");
+            cmd.env("KVXFER_RANK", rank.to_string()).env("KVXFER_LOCAL_RANK", rank.to_string());
+            Proc::start(&mut cmd, format!("kvxfer cluster rank {rank} {args:?}"))
+        })
+        .collect();
+    let start = Instant::now();
+    let outs: Vec<Out> = procs
+        .into_iter()
+        .map(|mut p| {
+            let status = p.wait_timeout(limit.saturating_sub(start.elapsed()));
+            let (stdout, stderr) = (p.stdout.text(), p.stderr.text());
+            let status = status.unwrap_or_else(|| panic!("{} still running after {limit:?}\n{stderr}", p.what));
+            Out { code: status.code(), stdout, stderr, what: p.what.clone() }
+        })
+        .collect();
+    for o in &outs {
+        o.expect_code(0);
+    }
+    outs.into_iter().next().unwrap()
+}
+
+/// A cluster case's (src rank, dst rank), after checking that it is verified and that each end names the rxe
+/// device of its rank as its NIC.
+fn cluster_case(r: &Rxe, c: &serde_json::Value, flows: u64) -> (u64, u64) {
+    let (src, dst) = (c["src"]["rank"].as_u64().unwrap(), c["dst"]["rank"].as_u64().unwrap());
+    let devices = cluster_devices(r);
+    assert_eq!(c["verified"], true, "{src}→{dst}");
+    assert_eq!(c["flows"].as_u64(), Some(flows), "{src}→{dst}");
+    assert_eq!(c["src"]["nic"].as_str(), Some(devices[src as usize]), "{src}→{dst}: {}", c["src"]);
+    assert_eq!(c["dst"]["nic"].as_str(), Some(devices[dst as usize]), "{src}→{dst}: {}", c["dst"]);
+    assert!(num(&c["gbps"], "p50") > 0.0, "{src}→{dst}");
+    (src, dst)
+}
+
+#[test]
+fn cluster_of_four_ranks_two_per_device_measures_every_pair_and_an_incast() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-cluster");
+    let limit = Duration::from_secs(300);
+    let sizes = ["--sizes", "1MiB,4MiB", "--reps", "2", "--verify"];
+
+    let json = t.arg("pairs.json");
+    let pairs_args: Vec<&str> = ["--pattern", "pairs", "--json", &json].into_iter().chain(sizes).collect();
+    let out = cluster_of_four(&r, &pairs_args, limit);
+    let v = read_json(Path::new(&json));
+    assert_eq!((v["cluster"]["steps_done"].as_u64(), v["cluster"]["steps_total"].as_u64()), (Some(6), Some(6)));
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 24, "12 ordered pairs × 2 sizes");
+    let measured: std::collections::BTreeSet<(u64, u64)> = cases.iter().map(|c| cluster_case(&r, c, 2)).collect();
+    let all: std::collections::BTreeSet<(u64, u64)> =
+        (0..4).flat_map(|s| (0..4).filter(move |d| *d != s).map(move |d| (s, d))).collect();
+    assert_eq!(measured, all);
+    assert!(out.stdout.contains("p50 GB/s at 4 MiB"), "{}", out.stdout);
+
+    let json = t.arg("incast.json");
+    let incast_args: Vec<&str> = ["--pattern", "incast", "--json", &json].into_iter().chain(sizes).collect();
+    cluster_of_four(&r, &incast_args, limit);
+    let v = read_json(Path::new(&json));
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 6, "3 flows × 2 sizes");
+    let into_0: Vec<(u64, u64)> = cases.iter().map(|c| cluster_case(&r, c, 3)).collect();
+    assert!(into_0.iter().all(|(_, dst)| *dst == 0), "{into_0:?}");
+    let aggregates = v["cluster"]["aggregates"].as_array().unwrap();
+    let sizes: Vec<u64> = aggregates.iter().map(|a| a["size_bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [1 << 20, 4 << 20]);
+    assert!(aggregates.iter().all(|a| a["flows"] == 3 && num(&a["gbps"], "p50") > 0.0), "{aggregates:?}");
+}
