@@ -19,8 +19,13 @@ use args::OutputArgs;
 use json::Results;
 use std::path::{Path, PathBuf};
 
-/// Write `bytes` to `path` via a temporary file in the same directory and a rename.
+/// Write `bytes` to `path` via a temporary file in the same directory and a rename. A path that is a device or a
+/// pipe (`--json /dev/null`, `--csv /dev/stdout`, a FIFO) is written in place: a rename would replace the device
+/// node itself with a regular file (as root, /dev/null would then collect every process's discarded output).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()));
+    }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
@@ -170,5 +175,33 @@ impl ExportManager {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+
+    #[test]
+    fn a_fifo_is_written_in_place_not_replaced() {
+        let dir = std::env::temp_dir().join(format!("kvxfer-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("out.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                std::fs::File::open(&fifo).unwrap().read_to_string(&mut text).unwrap();
+                text
+            })
+        };
+        write_atomic(&fifo, b"{\"ok\": true}").unwrap();
+        // Checked before joining the reader: a renamed-over FIFO would leave it waiting for a writer forever.
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO must still be a FIFO");
+        assert_eq!(reader.join().unwrap(), "{\"ok\": true}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
