@@ -3,8 +3,10 @@
 #
 #   1. iperf3 server on 127.0.0.1 + a single-stream client for IPERF_SECS seconds  -> GB/s (10^9 bytes/s)
 #   2. /usr/bin/time -v target/release/kvxfer sweep --sizes $SIZE --reps $REPS     -> p50 GB/s, peak RSS
-#   3. the same sweep with each send path forced: KVXFER_TCP_SPLICE=1 (zero-copy) and =0 (the kernel copies every
-#      byte into socket buffers); step 2 uses the path kvxfer calibrates at connection time
+#   3. the same sweep with each combination of paths forced: KVXFER_TCP_SPLICE=1 (zero-copy) or =0 (the kernel
+#      copies every byte into socket buffers) x KVXFER_TCP_RECV=direct (the kernel copies into the region) or
+#      =bounce (into a cached buffer, then streaming stores); step 2 uses the paths kvxfer calibrates at connection
+#      time
 #
 # Prints both bandwidths, their ratio (target >= 0.9) and the sweep's peak RSS against 2 x size + 64 MiB (sender
 # buffer + receiver buffer + slack). Installs iperf3 / time from apt when missing and builds the release binary.
@@ -98,29 +100,32 @@ kv_sweep() {
         exit 1
     }
 }
-say "bench-tcp: kvxfer sweep --sizes $SIZE --reps $REPS (default: the send path it calibrates)"
-kv_sweep kvxfer -u KVXFER_TCP_SPLICE
+say "bench-tcp: kvxfer sweep --sizes $SIZE --reps $REPS (default: the paths it calibrates)"
+kv_sweep kvxfer -u KVXFER_TCP_SPLICE -u KVXFER_TCP_RECV
 cat "$WORK/kvxfer.out"
-grep 'tcp send path' "$WORK/kvxfer.err" >&2 || true
+grep 'tcp paths' "$WORK/kvxfer.err" >&2 || true
+# Every combination forced, for reference: zero-copy splice or plain writes (the kernel copies every byte into
+# socket buffers) on the send side; straight into the region or through the bounce buffer on the receive side.
+FORCED=()
+for send in 1 0; do
+    for recv in direct bounce; do
+        say "bench-tcp: kvxfer sweep again with KVXFER_TCP_SPLICE=$send KVXFER_TCP_RECV=$recv"
+        kv_sweep "kvxfer-$send-$recv" KVXFER_TCP_SPLICE=$send KVXFER_TCP_RECV=$recv
+        FORCED+=("$send" "$recv" "$(json_get "$WORK/kvxfer-$send-$recv.json" cases.0.gbps.p50)")
+    done
+done
 KV_GBPS=$(json_get "$WORK/kvxfer.json" cases.0.gbps.p50)
-# Both paths forced, for reference: zero-copy splice, and the kernel copying every byte into socket buffers.
-say "bench-tcp: kvxfer sweep again with KVXFER_TCP_SPLICE=1 (zero-copy splice)"
-kv_sweep kvxfer-splice KVXFER_TCP_SPLICE=1
-KV_SPLICE_GBPS=$(json_get "$WORK/kvxfer-splice.json" cases.0.gbps.p50)
-say "bench-tcp: kvxfer sweep again with KVXFER_TCP_SPLICE=0 (plain writes)"
-kv_sweep kvxfer-copy KVXFER_TCP_SPLICE=0
-KV_COPY_GBPS=$(json_get "$WORK/kvxfer-copy.json" cases.0.gbps.p50)
-SEND_MODE=$(json_get "$WORK/kvxfer.json" config.transport_detail.sender.send)
+PATHS="$(json_get "$WORK/kvxfer.json" config.transport_detail.sender.send)+$(json_get "$WORK/kvxfer.json" config.transport_detail.sender.recv)"
 SIZE_BYTES=$(json_get "$WORK/kvxfer.json" cases.0.size_bytes)
 RSS_KB=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$WORK/kvxfer.time")
 WALL=$(sed -n 's/.*Elapsed (wall clock).*): //p' "$WORK/kvxfer.time")
 
 python3 - "$IPERF_GBPS" "$KV_GBPS" "$RSS_KB" "$SIZE_BYTES" "$WALL" "$STRICT" "$SIZE" "$REPS" "$IPERF_SECS" \
-    "$KV_COPY_GBPS" "$SEND_MODE" "$KV_SPLICE_GBPS" <<'EOF'
+    "$PATHS" "${FORCED[@]}" <<'EOF'
 import sys
 iperf, kv, rss_kb, size, wall, strict = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6] == "1"
-size_txt, reps, secs = sys.argv[7], sys.argv[8], sys.argv[9]
-kv_copy, send_mode, kv_splice = float(sys.argv[10]), sys.argv[11], float(sys.argv[12])
+size_txt, reps, secs, paths = sys.argv[7], sys.argv[8], sys.argv[9], sys.argv[10]
+forced = [(sys.argv[i], sys.argv[i + 1], float(sys.argv[i + 2])) for i in range(11, len(sys.argv), 3)]
 MiB = 1 << 20
 ratio = kv / iperf
 rss = rss_kb * 1024
@@ -129,10 +134,11 @@ ok_ratio, ok_rss = ratio >= 0.9, rss <= target
 yes = lambda b: "MET" if b else "NOT MET"
 print()
 print(f"iperf3 single stream ({secs} s, loopback):   {iperf:8.3f} GB/s")
-print(f"kvxfer sweep {size_txt} p50 (n={reps}), default: {kv:8.3f} GB/s   (calibrated at connection: sends by {send_mode})")
+print(f"kvxfer sweep {size_txt} p50 (n={reps}), default: {kv:8.3f} GB/s   (calibrated at connection: send+receive {paths})")
 print(f"ratio kvxfer / iperf3:                   {ratio:8.3f}   (target >= 0.9: {yes(ok_ratio)})")
-print(f"kvxfer forced zero-copy (KVXFER_TCP_SPLICE=1):  {kv_splice:.3f} GB/s, ratio {kv_splice / iperf:.3f}")
-print(f"kvxfer forced plain writes (KVXFER_TCP_SPLICE=0): {kv_copy:.3f} GB/s, ratio {kv_copy / iperf:.3f}")
+for send, recv, gbps in forced:
+    name = "zero-copy splice" if send == "1" else "plain writes"
+    print(f"kvxfer forced KVXFER_TCP_SPLICE={send} KVXFER_TCP_RECV={recv:<6} ({name}, {recv}): {gbps:.3f} GB/s, ratio {gbps / iperf:.3f}")
 print(f"kvxfer peak RSS:                         {rss / MiB:8.1f} MiB (target <= 2 x {size / MiB:.0f} MiB + 64 MiB = {target / MiB:.0f} MiB: {yes(ok_rss)})")
 print(f"kvxfer sweep wall time:                  {wall:>8}")
 print("GB/s = 10^9 bytes/s")

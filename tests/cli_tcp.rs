@@ -342,16 +342,27 @@ fn sweep_writes_results_and_report_re_renders_them() {
 }
 
 #[test]
-fn zero_copy_and_plain_sends_both_verify() {
-    // 5 MiB in 1,500,000 B blocks: three spliced writes (≥ 1 MiB) and a 742,880 B tail sent with writev, over two
-    // connections; with splicing forced on, forced off, and left to the calibration.
-    for (env, mode) in [(Some("1"), Some("splice")), (Some("0"), Some("write")), (None, None)] {
-        let dir = TempDir::new("splice");
+fn every_send_and_receive_path_verifies() {
+    // 5 MiB in 1,500,000 B blocks: three large writes (≥ 1 MiB: spliced and/or landed through the bounce buffer, at
+    // offsets that are not 16-byte aligned) and a 742,880 B tail sent with writev and landed directly, over two
+    // connections; with each path forced, and with both left to the calibration.
+    let cases = [
+        (Some("1"), Some("bounce")),
+        (Some("0"), Some("direct")),
+        (Some("0"), Some("bounce")),
+        (Some("1"), None),
+        (None, None),
+    ];
+    for (splice, recv) in cases {
+        let dir = TempDir::new("paths");
         let json = dir.arg("r.json");
         let mut cmd = common::kvxfer();
-        cmd.env_remove("KVXFER_TCP_SPLICE");
-        if let Some(v) = env {
+        cmd.env_remove("KVXFER_TCP_SPLICE").env_remove("KVXFER_TCP_RECV");
+        if let Some(v) = splice {
             cmd.env("KVXFER_TCP_SPLICE", v);
+        }
+        if let Some(v) = recv {
+            cmd.env("KVXFER_TCP_RECV", v);
         }
         let args = ["sweep", "--sizes", "5MiB", "--block-size", "1500000B", "--streams", "2", "--reps", "3"];
         let out = cmd.args(args).args(["--verify", "--json", &json, "--out-dir", &dir.arg("")]).output().unwrap();
@@ -361,21 +372,45 @@ fn zero_copy_and_plain_sends_both_verify() {
         assert!(!stderr.contains("refused to splice"), "{stderr}");
         let r = read_json(&dir.join("r.json"));
         let sender = &r["config"]["transport_detail"]["sender"];
-        match mode {
-            Some(mode) => {
-                assert_eq!(sender["send"], mode, "{}", r["config"]);
+        let rates = sender["calibration_gbps"].as_object().cloned().unwrap_or_default();
+        match splice {
+            Some(v) => {
+                assert_eq!(sender["send"], if v == "1" { "splice" } else { "write" }, "{sender}");
                 assert_eq!(sender["send_choice"], "KVXFER_TCP_SPLICE", "{sender}");
-                assert!(!stderr.contains("tcp send path"), "no calibration when forced: {stderr}");
             }
-            None => {
-                // Calibrated: both rates measured, and the faster path kept (splice only when it wins by 2%).
-                assert_eq!(sender["send_choice"], "calibration", "{sender}");
-                let (s, w) = (num(&sender["send_gbps"], "splice"), num(&sender["send_gbps"], "write"));
-                assert!(s > 0.0 && w > 0.0, "{sender}");
-                let expect = if s >= 1.02 * w { "splice" } else { "write" };
-                assert_eq!(sender["send"], expect, "{sender}");
-                assert!(stderr.contains(&format!("tcp send path: {expect}")), "{stderr}");
+            None => assert_eq!(sender["send_choice"], "calibration", "{sender}"),
+        }
+        match recv {
+            Some(v) => {
+                assert_eq!(sender["recv"], v, "{sender}");
+                assert_eq!(sender["recv_choice"], "KVXFER_TCP_RECV", "{sender}");
             }
+            None => assert_eq!(sender["recv_choice"], "calibration", "{sender}"),
+        }
+        if splice.is_some() && recv.is_some() {
+            assert!(!stderr.contains("tcp paths"), "no calibration when both are forced: {stderr}");
+            assert!(rates.is_empty(), "{sender}");
+        } else {
+            // Calibrated: every open combination measured, the fastest kept, and a combination other than the
+            // plainest open one (listed first: write, else the forced send path, landing directly) only when it
+            // wins by 2%.
+            let open: Vec<&str> = match splice {
+                Some(_) => vec!["splice+direct", "splice+bounce"],
+                None => vec!["write+direct", "splice+direct", "write+bounce", "splice+bounce"],
+            };
+            let mut keys: Vec<&str> = rates.keys().map(String::as_str).collect();
+            keys.sort();
+            let mut want = open.clone();
+            want.sort();
+            assert_eq!(keys, want, "{sender}");
+            let rate = |k: &str| rates[k].as_f64().unwrap();
+            assert!(open.iter().all(|k| rate(k) > 0.0), "{sender}");
+            let best = open.iter().copied().max_by(|a, b| rate(a).total_cmp(&rate(b))).unwrap();
+            let kept = if rate(best) >= 1.02 * rate(open[0]) { best } else { open[0] };
+            let chosen = format!("{}+{}", sender["send"].as_str().unwrap(), sender["recv"].as_str().unwrap());
+            assert_eq!(chosen, kept, "{sender}");
+            let (send, recv) = kept.split_once('+').unwrap();
+            assert!(stderr.contains(&format!("tcp paths: send {send}, receive {recv}")), "{stderr}");
         }
         check_case(&r["cases"][0], 5 * MIB, 3, true);
     }
@@ -385,13 +420,14 @@ fn zero_copy_and_plain_sends_both_verify() {
 /// back (as splice with SPLICE_F_MORE on a frame's last bytes did: TCP corked the tail for ~200 ms, in 5–9 of 40
 /// reps at 4 MiB, but in none of 20 in some runs, hence 60 reps). Two real processes, each send path.
 #[test]
-fn no_rep_stalls_on_either_send_path() {
-    for env in ["1", "0"] {
+fn no_rep_stalls_on_any_send_or_receive_path() {
+    for (env, recv) in [("1", "direct"), ("0", "direct"), ("1", "bounce"), ("0", "bounce")] {
         let dir = TempDir::new("stall");
         let json = dir.arg("r.json");
         let serve = Serve::start(&["--once"]);
         let out = common::kvxfer()
             .env("KVXFER_TCP_SPLICE", env)
+            .env("KVXFER_TCP_RECV", recv)
             .args(["send", "--peer", &serve.addr, "--sizes", "1MiB,4MiB,16MiB", "--reps", "60", "--json", &json])
             .output()
             .unwrap();
@@ -412,7 +448,7 @@ fn no_rep_stalls_on_either_send_path() {
                 .collect();
             assert!(
                 slow.is_empty(),
-                "KVXFER_TCP_SPLICE={env}: {} B reps took 100 ms or more (a stall, not loopback speed): {}; all: {ms:.1?}",
+                "KVXFER_TCP_SPLICE={env} KVXFER_TCP_RECV={recv}: {} B reps took 100 ms or more (a stall, not loopback speed): {}; all: {ms:.1?}",
                 c["size_bytes"],
                 slow.join(", ")
             );

@@ -54,13 +54,14 @@ fn lying_receiver(bad: u64) -> (String, JoinHandle<()>) {
         std::thread::spawn(move || {
             let mut sink = vec![0u8; 1 << 20];
             loop {
-                // A scatter frame: (first, count, payload bytes), count (offset, len) entries, payloads.
+                // A scatter frame: (first, count, payload bytes), count (offset, len) entries, payloads; the count
+                // word's top bit asks for the bounce receive path, which a sink does not care about.
                 let mut hdr = [0u8; 24];
                 if data.read_exact(&mut hdr).is_err() {
                     return; // the sender hung up
                 }
                 let word = |i: usize| u64::from_le_bytes(hdr[i * 8..i * 8 + 8].try_into().unwrap());
-                let (count, len) = (word(1), word(2));
+                let (count, len) = (word(1) & !(1 << 63), word(2));
                 let mut entries = vec![0u8; count as usize * 16];
                 data.read_exact(&mut entries).unwrap();
                 let mut left = len;
@@ -70,7 +71,11 @@ fn lying_receiver(bad: u64) -> (String, JoinHandle<()>) {
                     left -= n as u64;
                 }
                 let _ = landed.send(len);
-                if data.write_all(&hdr[..16]).is_err() {
+                // The ack: (first, count), without the flag.
+                let mut ack = [0u8; 16];
+                ack[..8].copy_from_slice(&hdr[..8]);
+                ack[8..].copy_from_slice(&count.to_le_bytes());
+                if data.write_all(&ack).is_err() {
                     return;
                 }
             }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &str = "kvxfer";
 /// Bumped on any incompatible change of these messages or of a transport's wire format.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

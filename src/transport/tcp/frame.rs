@@ -4,7 +4,7 @@
 
 use super::iovec::{advance, IoVecs, IOV_MAX};
 use super::splice::SplicePipe;
-use super::{ENTRY_LEN, FRAME_BYTES, FRAME_PIECES, HEADER_LEN};
+use super::{RecvPath, ENTRY_LEN, FRAME_BOUNCE, FRAME_BYTES, FRAME_PIECES, HEADER_LEN};
 use crate::mem::{Buffer, HostRegion};
 use crate::plan::Write;
 use std::io::{ErrorKind, Write as _};
@@ -36,17 +36,24 @@ pub(super) const SPLICE_MIN_WRITE: u64 = 1 << 20;
 
 /// Send one frame: header and entries, then every payload through `pipe` without a copy (see `splice`) when the
 /// writes are large, else everything with as few writev calls as the kernel allows. A pipe the kernel refuses is
-/// dropped. Payloads are taken from `data` as raw ranges, never as slices of the buffer.
+/// dropped. Payloads are taken from `data` as raw ranges, never as slices of the buffer. Large frames ask the
+/// receiver to land them along `recv`; small ones always land directly.
 pub(super) fn send_frame(
     w: &mut TcpStream,
     pipe: &mut Option<SplicePipe>,
+    recv: RecvPath,
     data: HostRegion<'_>,
     writes: &[Write],
     first: usize,
 ) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(HEADER_LEN + writes.len() * ENTRY_LEN);
     let total: u64 = writes.iter().map(|w| w.len).sum();
-    for x in [first as u64, writes.len() as u64, total] {
+    // Splicing pays per page mapped and per call: it wins for large writes (+30% for 64 MiB writes on loopback)
+    // but not for frames of small scattered pieces (16 KiB paged pieces: no gain or a loss), which keep writev.
+    // Streaming stores likewise only pay on long runs of whole cache lines.
+    let large = total / writes.len() as u64 >= SPLICE_MIN_WRITE;
+    let flags = if large && recv == RecvPath::Bounce { FRAME_BOUNCE } else { 0 };
+    for x in [first as u64, writes.len() as u64 | flags, total] {
         head.extend_from_slice(&x.to_le_bytes());
     }
     for wr in writes {
@@ -58,9 +65,6 @@ pub(super) fn send_frame(
     for wr in writes {
         frame.push_region(&data, wr.local_offset, wr.len)?;
     }
-    // Splicing pays per page mapped and per call: it wins for large writes (+30% for 64 MiB writes on loopback)
-    // but not for frames of small scattered pieces (16 KiB paged pieces: no gain or a loss), which keep writev.
-    let large = total / writes.len() as u64 >= SPLICE_MIN_WRITE;
     if let Some(p) = pipe.as_ref().filter(|_| large) {
         w.write_all(&head)?;
         frame.skip(head.len());

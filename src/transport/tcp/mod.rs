@@ -3,11 +3,13 @@
 //! back, each read by the receiver straight into its buffer at its offset. A frame carries one large write, or up to
 //! [`FRAME_PIECES`] small ones (a paged layout's 16 KiB pieces) so per-frame costs (syscalls, acks) are not paid per
 //! piece. Completion is the receiver's 16-byte ack `(first index, count)` of a whole frame. `--streams N` spreads
-//! frames round-robin over N connections.
+//! frames round-robin over N connections. The count word's top bit, [`FRAME_BOUNCE`], asks the receiver to take the
+//! frame's payloads through its bounce buffer (see `bounce`) rather than straight into the region.
 //!
 //! Data connections are separate from the control connection, authenticated by a random session key that the
 //! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
 
+mod bounce;
 mod frame;
 mod iovec;
 mod receiver;
@@ -15,7 +17,7 @@ mod sender;
 mod splice;
 
 pub use receiver::TcpTarget;
-pub use sender::{ChosenBy, SendPath, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
+pub use sender::{ChosenBy, RecvRates, SendPath, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
 
 use crate::mem::Buffer;
 use anyhow::{anyhow, Result};
@@ -31,6 +33,18 @@ pub const FRAME_PIECES: usize = 512;
 /// Small writes are gathered into one frame until it holds this many payload bytes.
 const FRAME_BYTES: u64 = 1 << 20;
 const KEY_LEN: usize = 16;
+/// Set in a frame header's count word: receive this frame through the bounce buffer.
+const FRAME_BOUNCE: u64 = 1 << 63;
+
+/// How the receiver lands a large frame's payloads: the kernel copies them straight into the region (one readv),
+/// or into a small cache-resident buffer from which streaming stores move them (see `bounce`). The sender picks
+/// (its calibration measures both) and flags each frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecvPath {
+    Direct,
+    Bounce,
+}
 
 #[derive(Serialize, Deserialize)]
 struct Offer {

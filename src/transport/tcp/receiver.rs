@@ -1,9 +1,11 @@
 //! The receiver's half: a data port, one reader thread per connection writing frames into the region and acking
 //! them, and the armed rep's progress shared with the run.
 
+use super::bounce::Bounce;
 use super::frame::recv_scatter;
 use super::{
-    data_error, need_host_memory, random_key, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_PIECES, HEADER_LEN, KEY_LEN,
+    data_error, need_host_memory, random_key, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_BOUNCE, FRAME_PIECES, HEADER_LEN,
+    KEY_LEN,
 };
 use crate::mem::Buffer;
 use crate::plan::RunConfig;
@@ -164,6 +166,7 @@ impl Drop for TcpTarget {
 fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
     let region_len = buf.len() as u64;
     let mut table = Vec::with_capacity(FRAME_PIECES * ENTRY_LEN);
+    let mut bounce: Option<Bounce> = None;
     loop {
         let mut hdr = [0u8; HEADER_LEN];
         match s.read_exact(&mut hdr) {
@@ -180,7 +183,8 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
                 return;
             }
         }
-        let (first, count, total) = (word(&hdr, 0), word(&hdr, 1), word(&hdr, 2));
+        let (first, count_word, total) = (word(&hdr, 0), word(&hdr, 1), word(&hdr, 2));
+        let (count, through_bounce) = (count_word & !FRAME_BOUNCE, count_word & FRAME_BOUNCE != 0);
         if count == 0 || count > FRAME_PIECES as u64 {
             shared.fail(format!("the sender announced a frame of {count} writes (1..={FRAME_PIECES}); refused"));
             return;
@@ -218,7 +222,13 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
             ));
             return;
         }
-        if let Err(e) = recv_scatter(&s, buf, &entries) {
+        let landed = if through_bounce {
+            let region = buf.host_region().expect("checked when the target opened");
+            bounce.get_or_insert_with(Bounce::new).recv(&mut s, region, &entries)
+        } else {
+            recv_scatter(&s, buf, &entries)
+        };
+        if let Err(e) = landed {
             shared.fail(data_error("the sender", e).to_string());
             return;
         }

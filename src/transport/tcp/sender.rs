@@ -2,7 +2,7 @@
 
 use super::frame::{frames, send_frame, SPLICE_MIN_WRITE};
 use super::splice::SplicePipe;
-use super::{data_error, need_host_memory, word, Offer, ACK_LEN};
+use super::{data_error, need_host_memory, word, Offer, RecvPath, ACK_LEN};
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, Write};
 use crate::transport::{Context, Source, TransferHooks, TransferTimes, TransportDetail};
@@ -16,15 +16,15 @@ pub struct TcpSource {
     conns: Vec<TcpStream>,
     /// One zero-copy pipe per connection (None: none could be made, or `KVXFER_TCP_SPLICE=0` asked for none).
     pipes: Vec<Option<SplicePipe>>,
-    /// Which path large writes take, and why.
-    send: SendChoice,
+    /// Which paths large writes take on both ends, and why.
+    paths: PathChoice,
     io_timeout: Duration,
     /// What [`Source::prepare`] needs to send calibration frames: the run's block size and the receiver's region.
     block_size: u64,
     region_len: u64,
 }
 
-/// `transport_detail` of a tcp run: the sender's send path and how it was chosen.
+/// `transport_detail` of a tcp run: the send and receive paths and how they were chosen.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TcpDetail {
     pub sender: TcpSenderDetail,
@@ -35,9 +35,18 @@ pub struct TcpSenderDetail {
     pub streams: usize,
     pub send: SendPath,
     pub send_choice: ChosenBy,
-    /// The calibration's rates, when it measured them.
+    /// Both send paths' calibration rates (over the receive path kept), when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_gbps: Option<SendRates>,
+    /// How the receiver lands large frames (absent in results written before kvxfer chose it: direct).
+    pub recv: RecvPath,
+    pub recv_choice: ChosenBy,
+    /// Both receive paths' calibration rates (over the send path kept), when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recv_gbps: Option<RecvRates>,
+    /// Every combination the calibration measured, `"send+recv"` → GB/s (median of its trials).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub calibration_gbps: std::collections::BTreeMap<String, f64>,
 }
 
 /// Calibration rates of both send paths, GB/s.
@@ -45,6 +54,13 @@ pub struct TcpSenderDetail {
 pub struct SendRates {
     pub splice: f64,
     pub write: f64,
+}
+
+/// Calibration rates of both receive paths, GB/s.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RecvRates {
+    pub direct: f64,
+    pub bounce: f64,
 }
 
 /// How large writes leave: through the zero-copy pipe, or copied into socket buffers by plain writes.
@@ -64,18 +80,37 @@ impl SendPath {
     }
 }
 
-/// The send path and how it was chosen: `KVXFER_TCP_SPLICE=0|1` forces one; otherwise a short calibration at
-/// connection time measures both over this very connection and keeps splicing only where it wins, since which is
-/// faster depends on the machine (measured: splice 1.03× iperf3 on one 2-core VM, 0.58× on another).
-#[derive(Debug, Clone)]
-struct SendChoice {
-    path: SendPath,
-    how: ChosenBy,
-    /// Calibration rates (GB/s), when measured.
-    rates: Option<(f64, f64)>,
+impl RecvPath {
+    fn name(self) -> &'static str {
+        match self {
+            RecvPath::Direct => "direct",
+            RecvPath::Bounce => "bounce",
+        }
+    }
 }
 
-/// Why a send path was taken; serialized as `transport_detail.sender.send_choice`.
+/// The send and receive paths and how each was chosen. `KVXFER_TCP_SPLICE=0|1` forces the send path and
+/// `KVXFER_TCP_RECV=direct|bounce` the receive path; otherwise a short calibration at connection time measures the
+/// candidates over this very connection and keeps a path other than plain writes landing directly only where it
+/// wins, since which is faster depends on the machine (measured: splice 1.03× iperf3 on one 2-core VM, 0.58× on
+/// another; the bounce receive path 1.35–1.5× direct on a 2-core VM).
+#[derive(Debug, Clone)]
+struct PathChoice {
+    send: SendPath,
+    send_how: ChosenBy,
+    recv: RecvPath,
+    recv_how: ChosenBy,
+    /// Calibration medians (GB/s) of each combination measured.
+    rates: Vec<(SendPath, RecvPath, f64)>,
+}
+
+impl PathChoice {
+    fn rate(&self, send: SendPath, recv: RecvPath) -> Option<f64> {
+        self.rates.iter().find(|r| r.0 == send && r.1 == recv).map(|r| r.2)
+    }
+}
+
+/// Why a path was taken; serialized as `transport_detail.sender.send_choice` / `recv_choice`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ChosenBy {
     /// Measured at connection time (still pending until `prepare` has run).
@@ -83,6 +118,8 @@ pub enum ChosenBy {
     Calibration,
     #[serde(rename = "KVXFER_TCP_SPLICE")]
     Environment,
+    #[serde(rename = "KVXFER_TCP_RECV")]
+    RecvEnvironment,
     /// The kernel gave no pipe to splice through.
     #[serde(rename = "no pipe")]
     NoPipe,
@@ -91,14 +128,39 @@ pub enum ChosenBy {
     SmallWrites,
 }
 
-/// Calibration: each trial sends this much (or the region, if smaller) and each path gets this many trials,
-/// interleaved, after one untimed trial that faults in both buffers. Splicing must beat plain writes by
-/// [`SPLICE_MARGIN`] on the medians to be kept.
+/// Calibration: each trial sends this much (or the region, if smaller) and each combination of paths gets this
+/// many trials, interleaved, after one untimed trial that faults in both buffers. A combination other than plain
+/// writes landing directly must beat it by [`CALIBRATION_MARGIN`] on the medians to be kept.
 const CALIBRATION_BYTES: u64 = 64 << 20;
 const CALIBRATION_ROUNDS: usize = 3;
-const SPLICE_MARGIN: f64 = 1.02;
+const CALIBRATION_MARGIN: f64 = 1.02;
 /// Stop calibrating after the first round when a round takes longer than this (a slow link).
 const CALIBRATION_BUDGET: Duration = Duration::from_secs(1);
+
+/// `KVXFER_TCP_SPLICE` and `KVXFER_TCP_RECV`, when set.
+fn forced_paths() -> Result<(Option<SendPath>, Option<RecvPath>)> {
+    let send = match std::env::var("KVXFER_TCP_SPLICE").as_deref() {
+        Ok("0") => Some(SendPath::Write),
+        Ok("1") => Some(SendPath::Splice),
+        Ok(other) => {
+            return Err(crate::error::usage(format!(
+                "KVXFER_TCP_SPLICE={other:?}: give 0 (plain writes) or 1 (zero-copy splice), or unset it to let kvxfer measure which is faster"
+            )))
+        }
+        Err(_) => None,
+    };
+    let recv = match std::env::var("KVXFER_TCP_RECV").as_deref() {
+        Ok("direct") => Some(RecvPath::Direct),
+        Ok("bounce") => Some(RecvPath::Bounce),
+        Ok(other) => {
+            return Err(crate::error::usage(format!(
+                "KVXFER_TCP_RECV={other:?}: give direct (the kernel copies into the region) or bounce (through a cached buffer and streaming stores), or unset it to let kvxfer measure which is faster"
+            )))
+        }
+        Err(_) => None,
+    };
+    Ok((send, recv))
+}
 
 impl TcpSource {
     pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<TcpSource> {
@@ -106,6 +168,7 @@ impl TcpSource {
         let offer: Offer = serde_json::from_value(offer).context("the receiver's TCP offer is malformed")?;
         let key = hex::decode(&offer.session_key).context("the receiver's session key is malformed")?;
         let addr = SocketAddr::new(ctx.peer_ip, offer.data_port);
+        let (forced_send, forced_recv) = forced_paths()?;
         let mut conns = Vec::new();
         for _ in 0..cfg.knobs.streams {
             let mut s = TcpStream::connect_timeout(&addr, ctx.timeouts.connect)
@@ -116,48 +179,58 @@ impl TcpSource {
             s.write_all(&key)?;
             conns.push(s);
         }
-        let forced = match std::env::var("KVXFER_TCP_SPLICE").as_deref() {
-            Ok("0") => Some(SendPath::Write),
-            Ok("1") => Some(SendPath::Splice),
-            Ok(other) => {
-                return Err(crate::error::usage(format!(
-                    "KVXFER_TCP_SPLICE={other:?}: give 0 (plain writes) or 1 (zero-copy splice), or unset it to let kvxfer measure which is faster"
-                )))
-            }
-            Err(_) => None,
-        };
         let pipes: Vec<Option<SplicePipe>> =
-            conns.iter().map(|_| if forced == Some(SendPath::Write) { None } else { SplicePipe::new() }).collect();
-        let send = match forced {
+            conns.iter().map(|_| if forced_send == Some(SendPath::Write) { None } else { SplicePipe::new() }).collect();
+        let (send, send_how) = match forced_send {
             Some(SendPath::Splice) if pipes.iter().any(Option::is_none) => {
                 eprintln!("note: KVXFER_TCP_SPLICE=1 but this kernel gives no pipe to splice through; sending with plain writes");
-                SendChoice { path: SendPath::Write, how: ChosenBy::NoPipe, rates: None }
+                (SendPath::Write, ChosenBy::NoPipe)
             }
-            Some(path) => SendChoice { path, how: ChosenBy::Environment, rates: None },
-            None if pipes.iter().any(Option::is_none) => {
-                SendChoice { path: SendPath::Write, how: ChosenBy::NoPipe, rates: None }
-            }
+            Some(path) => (path, ChosenBy::Environment),
+            None if pipes.iter().any(Option::is_none) => (SendPath::Write, ChosenBy::NoPipe),
             // Decided by `prepare`, once the receiver reads the data connections.
-            None => SendChoice { path: SendPath::Write, how: ChosenBy::Calibration, rates: None },
+            None => (SendPath::Write, ChosenBy::Calibration),
+        };
+        let (recv, recv_how) = match forced_recv {
+            Some(path) => (path, ChosenBy::RecvEnvironment),
+            None => (RecvPath::Direct, ChosenBy::Calibration),
         };
         Ok(TcpSource {
             conns,
             pipes,
-            send,
+            paths: PathChoice { send, send_how, recv, recv_how, rates: Vec::new() },
             io_timeout: ctx.timeouts.io,
             block_size: cfg.knobs.block_size,
             region_len: offer.region_len,
         })
     }
 
-    /// Send `bytes` of `mem` into the start of the receiver's region along `path` and return the rate (GB/s).
-    fn calibration_trial(&mut self, mem: &Buffer, bytes: u64, block: u64, path: SendPath) -> Result<f64> {
+    /// Send `bytes` of `mem` into the start of the receiver's region along `send` / `recv` and return the rate
+    /// (GB/s).
+    fn calibration_trial(
+        &mut self,
+        mem: &Buffer,
+        bytes: u64,
+        block: u64,
+        (send, recv): (SendPath, RecvPath),
+    ) -> Result<f64> {
         let writes = crate::plan::TransferPlan::contiguous(bytes, block).writes;
-        self.send.path = path;
+        (self.paths.send, self.paths.recv) = (send, recv);
         let mut hooks = TransferHooks { done: &mut |_, _, _| {}, peer_failed: &mut || false };
         let t = self.transfer(mem, &writes, &mut hooks)?;
         let secs = t.last_complete.saturating_duration_since(t.first_post).as_secs_f64().max(1e-9);
         Ok(bytes as f64 / secs / 1e9)
+    }
+
+    /// The combinations of paths still open to calibration: each side's own path when it was fixed by the
+    /// environment or the kernel, both otherwise. Plain writes landing directly, when open, come first.
+    fn candidates(&self) -> Vec<(SendPath, RecvPath)> {
+        let open = |how: ChosenBy| how == ChosenBy::Calibration;
+        let sends: &[SendPath] =
+            if open(self.paths.send_how) { &[SendPath::Write, SendPath::Splice] } else { &[self.paths.send] };
+        let recvs: &[RecvPath] =
+            if open(self.paths.recv_how) { &[RecvPath::Direct, RecvPath::Bounce] } else { &[self.paths.recv] };
+        recvs.iter().flat_map(|&r| sends.iter().map(move |&s| (s, r))).collect()
     }
 }
 
@@ -176,53 +249,82 @@ impl Source for TcpSource {
 
     fn describe(&self) -> TransportDetail {
         // A pipe the kernel refused mid-run is dropped: those connections write.
-        let path = if self.pipes.iter().all(Option::is_some) { self.send.path } else { SendPath::Write };
+        let p = &self.paths;
+        let send = if self.pipes.iter().all(Option::is_some) { p.send } else { SendPath::Write };
+        let send_gbps = p
+            .rate(SendPath::Splice, p.recv)
+            .zip(p.rate(SendPath::Write, p.recv))
+            .map(|(splice, write)| SendRates { splice, write });
+        let recv_gbps = p
+            .rate(p.send, RecvPath::Direct)
+            .zip(p.rate(p.send, RecvPath::Bounce))
+            .map(|(direct, bounce)| RecvRates { direct, bounce });
         TransportDetail::Tcp(TcpDetail {
             sender: TcpSenderDetail {
                 streams: self.conns.len(),
-                send: path,
-                send_choice: self.send.how,
-                send_gbps: self.send.rates.map(|(splice, write)| SendRates { splice, write }),
+                send,
+                send_choice: p.send_how,
+                send_gbps,
+                recv: p.recv,
+                recv_choice: p.recv_how,
+                recv_gbps,
+                calibration_gbps: p.rates.iter().map(|(s, r, g)| (format!("{}+{}", s.name(), r.name()), *g)).collect(),
             },
         })
     }
 
-    /// Calibrate the send path (see [`SendChoice`]): interleaved trials of both over the real connections into the
-    /// receiver's region, before any rep (the receiver counts bytes only for an armed rep, and every rep rewrites
-    /// the region).
+    /// Calibrate the paths (see [`PathChoice`]): interleaved trials of each open combination over the real
+    /// connections into the receiver's region, before any rep (the receiver counts bytes only for an armed rep, and
+    /// every rep rewrites the region).
     fn prepare(&mut self, mem: &Buffer) -> Result<()> {
-        if self.send.how != ChosenBy::Calibration {
+        let candidates = self.candidates();
+        if candidates.len() < 2 {
             return Ok(());
         }
         let bytes = CALIBRATION_BYTES.min(self.region_len).min(mem.len() as u64);
         if bytes < SPLICE_MIN_WRITE {
-            // Writes this small never splice.
-            self.send.how = ChosenBy::SmallWrites;
+            // Writes this small never splice nor bounce.
+            for how in [&mut self.paths.send_how, &mut self.paths.recv_how] {
+                if *how == ChosenBy::Calibration {
+                    *how = ChosenBy::SmallWrites;
+                }
+            }
             return Ok(());
         }
         let streams = self.conns.len() as u64;
         let block = self.block_size.min(bytes / streams).max(SPLICE_MIN_WRITE);
         let started = Instant::now();
-        self.calibration_trial(mem, bytes, block, SendPath::Write)?;
-        let (mut splice, mut write) = (Vec::new(), Vec::new());
+        self.calibration_trial(mem, bytes, block, candidates[0])?;
+        let mut trials: Vec<Vec<f64>> = vec![Vec::new(); candidates.len()];
         for _ in 0..CALIBRATION_ROUNDS {
             let round = Instant::now();
-            splice.push(self.calibration_trial(mem, bytes, block, SendPath::Splice)?);
-            write.push(self.calibration_trial(mem, bytes, block, SendPath::Write)?);
+            for (k, &c) in candidates.iter().enumerate() {
+                trials[k].push(self.calibration_trial(mem, bytes, block, c)?);
+            }
             if round.elapsed() > CALIBRATION_BUDGET {
                 break;
             }
         }
-        let (s, w) = (median(&mut splice), median(&mut write));
-        let path = if s >= w * SPLICE_MARGIN { SendPath::Splice } else { SendPath::Write };
-        self.send = SendChoice { path, how: ChosenBy::Calibration, rates: Some((s, w)) };
+        let rates: Vec<(SendPath, RecvPath, f64)> =
+            candidates.iter().zip(&mut trials).map(|(&(s, r), t)| (s, r, median(t))).collect();
+        // The first candidate is the plainest one open; another must beat it by the margin.
+        let base = rates[0];
+        let best = rates.iter().copied().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap_or(base);
+        let (send, recv, _) = if best.2 >= base.2 * CALIBRATION_MARGIN { best } else { base };
+        let measured: Vec<String> =
+            rates.iter().map(|(s, r, g)| format!("{}+{} {g:.2} GB/s", s.name(), r.name())).collect();
         eprintln!(
-            "tcp send path: {} (measured here over {} trial(s) of {}: zero-copy splice {s:.2} GB/s, plain writes {w:.2} GB/s; {:.0} ms; KVXFER_TCP_SPLICE=0|1 forces one)",
-            path.name(),
-            splice.len(),
+            "tcp paths: send {}, receive {} (measured here over {} trial(s) of {} each: {}; {:.0} ms; KVXFER_TCP_SPLICE=0|1 and KVXFER_TCP_RECV=direct|bounce force them)",
+            send.name(),
+            recv.name(),
+            trials[0].len(),
             crate::plan::sizes::format_size(bytes),
+            measured.join(", "),
             started.elapsed().as_secs_f64() * 1e3
         );
+        self.paths.send = send;
+        self.paths.recv = recv;
+        self.paths.rates = rates;
         Ok(())
     }
 
@@ -235,7 +337,8 @@ impl Source for TcpSource {
         // Each writer thread owns its connection's pipe for the transfer (none on the plain-write path).
         let mut pipes = std::mem::take(&mut self.pipes);
         let mut no_pipes: Vec<Option<SplicePipe>> = pipes.iter().map(|_| None).collect();
-        let in_use = if self.send.path == SendPath::Splice { &mut pipes } else { &mut no_pipes };
+        let recv = self.paths.recv;
+        let in_use = if self.paths.send == SendPath::Splice { &mut pipes } else { &mut no_pipes };
         let result = std::thread::scope(|scope| -> Result<TransferTimes> {
             for (k, (conn, pipe)) in self.conns.iter().zip(in_use.iter_mut()).enumerate() {
                 let mine: Vec<(usize, usize)> = frames.iter().copied().skip(k).step_by(streams).collect();
@@ -249,7 +352,7 @@ impl Source for TcpSource {
                 scope.spawn(move || {
                     for (first, count) in mine {
                         let _ = tx_w.send(Event::Posted(first, count, Instant::now()));
-                        if let Err(e) = send_frame(&mut w, pipe, data, &writes[first..first + count], first) {
+                        if let Err(e) = send_frame(&mut w, pipe, recv, data, &writes[first..first + count], first) {
                             let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
                             return;
                         }
