@@ -164,7 +164,7 @@ fn in_process_sweep_between_two_devices() {
 #[test]
 fn in_process_sweep_looping_through_one_device() {
     let net = std::env::var("RXE_VM_NET");
-    if net.as_deref() == Ok("pair") {
+    if matches!(net.as_deref(), Ok("pair" | "rails")) {
         eprintln!("skipped: needs the rxe VM with one device (RXE_VM_NET=single); scripts/test-rxe runs it so");
         return;
     }
@@ -291,7 +291,9 @@ fn devices_lists_ports_and_gid_tables() {
     let out = run(&["devices", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let devs = v["rdma"].as_array().expect("rdma[] in devices --json");
-    assert_eq!(devs.len(), 2);
+    // Two devices, and two more in the rails mode.
+    let want = if std::env::var("RXE_VM_NET").as_deref() == Ok("rails") { 4 } else { 2 };
+    assert_eq!(devs.len(), want, "{v}");
     let gids = devs[0]["ports"][0]["gids"].as_array().unwrap();
     assert!(gids.iter().any(|g| g["index"] == 1 && g["type"] == "RoCEv2"));
 }
@@ -498,4 +500,141 @@ fn cluster_of_four_ranks_two_per_device_measures_every_pair_and_an_incast() {
     let sizes: Vec<u64> = aggregates.iter().map(|a| a["size_bytes"].as_u64().unwrap()).collect();
     assert_eq!(sizes, [1 << 20, 4 << 20]);
     assert!(aggregates.iter().all(|a| a["flows"] == 3 && num(&a["gbps"], "p50") > 0.0), "{aggregates:?}");
+}
+
+/// The second rail of each side in the VM's rails mode (`RXE_VM_NET=rails`, as scripts/test-rxe runs it): rxeA2 and
+/// rxeB2 on a second veth pair. None (after saying why, or failing under `KVXFER_REQUIRE_RXE`) when absent.
+fn second_rails() -> Option<(String, String)> {
+    let why = match (std::env::var("RXE_A2_DEV"), std::env::var("RXE_B2_DEV")) {
+        (Ok(a2), Ok(b2)) if rdma_device(&a2) && rdma_device(&b2) => return Some((a2, b2)),
+        (Ok(a2), Ok(b2)) => format!("no rdma device {a2} or {b2} here, although RXE_A2_DEV/RXE_B2_DEV name them"),
+        _ => "no second rail (run in scripts/rxe-vm with RXE_VM_NET=rails, as scripts/test-rxe does)".to_string(),
+    };
+    missing_hardware(REQUIRE, 0, &why);
+    None
+}
+
+/// A case's rails: every rep striped over both devices of the sender, half the bytes each, and the case's summary
+/// naming them.
+fn check_rails(c: &serde_json::Value, size: u64, devices: [&str; 2]) {
+    for rep in c["reps"].as_array().unwrap() {
+        let rails = rep["rails"].as_array().unwrap_or_else(|| panic!("a striped rep lists its rails: {rep}"));
+        let names: Vec<&str> = rails.iter().map(|r| r["device"].as_str().unwrap()).collect();
+        assert_eq!(names, devices, "{rep}");
+        let bytes: Vec<u64> = rails.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(bytes.iter().sum::<u64>(), size, "{rep}");
+        // 64 KiB writes dealt in turn: the shares differ by at most one write.
+        assert!(bytes[0].abs_diff(bytes[1]) <= 64 << 10, "{rep}");
+        assert!(rails.iter().all(|r| num(r, "gbps") > 0.0 && num(r, "ms") > 0.0), "{rep}");
+    }
+    let summary = c["rails"].as_array().unwrap_or_else(|| panic!("the case summarises its rails: {c}"));
+    assert_eq!(summary.len(), 2, "{c}");
+    assert!(summary.iter().all(|r| (num(r, "share") - 0.5).abs() < 0.05), "{c}");
+}
+
+#[test]
+fn send_and_serve_stripe_one_transfer_over_two_rails() {
+    let Some(r) = rxe() else { return };
+    let Some((a2, b2)) = second_rails() else { return };
+    let t = TempDir::new("verbs-rails");
+    let a_rails = format!("{},{a2}", r.a_dev);
+    let b_rails = format!("{},{b2}", r.b_dev);
+    let addr = format!("{}:{}", r.a_ip, free_port());
+    let mut serve = Proc::spawn(&["serve", "--listen", &addr, "--token", TOKEN, "-d", &a_rails, "--once"]);
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    let json = t.arg("r.json");
+    let mut args = send_args(&r, &addr, &["--sizes", "4MiB,16MiB", "--reps", "3", "--verify", "--json", &json]);
+    // This test's sender stripes over both of its devices.
+    let d = args.iter().position(|a| *a == "-d").unwrap() + 1;
+    args[d] = &b_rails;
+    let out = run(&args);
+    out.expect_code(0);
+    assert!(out.stdout.contains(&format!("rails at 4 MiB: {} ", r.b_dev)), "the notes name each rail: {}", out.stdout);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "serve --once exits 0");
+    let v = read_json(Path::new(&json));
+    for (c, mib) in v["cases"].as_array().unwrap().iter().zip([4u64, 16]) {
+        check_case(c, mib << 20, 3, true);
+        check_rails(c, mib << 20, [&r.b_dev, &b2]);
+    }
+    let d = &v["config"]["transport_detail"];
+    let ports = |side: &str| -> Vec<String> {
+        d[side]["rails"].as_array().unwrap().iter().map(|p| p["device"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ports("sender"), [r.b_dev.clone(), b2.clone()], "{d}");
+    assert_eq!(ports("receiver"), [r.a_dev.clone(), a2.clone()], "{d}");
+}
+
+#[test]
+fn a_sweep_stripes_over_two_rails_and_unequal_rail_counts_are_refused() {
+    let Some(r) = rxe() else { return };
+    let Some((a2, b2)) = second_rails() else { return };
+    let t = TempDir::new("verbs-rails-sweep");
+    let json = t.arg("s.json");
+    let (b_rails, a_rails) = (format!("{}+{b2}", r.b_dev), format!("{},{a2}", r.a_dev));
+    let (dir, size) = (t.arg(""), "2MiB");
+    let base = ["sweep", "--transport", "verbs", "--sizes", size, "--reps", "3", "--verify", "--ack-timeout", "18"];
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["-d", &b_rails, "--peer-device", &a_rails, "--json", &json, "--out-dir", &dir]);
+    run(&args).expect_code(0);
+    let c = &read_json(Path::new(&json))["cases"][0];
+    check_case(c, 2 << 20, 3, true);
+    check_rails(c, 2 << 20, [&r.b_dev, &b2]);
+    // Two rails against one: refused before anything is sent, naming the fix.
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["-d", &b_rails, "--peer-device", &r.a_dev, "--out-dir", &dir]);
+    let out = run(&args);
+    out.expect_code(2);
+    assert!(out.one_error().contains("same number of rails"), "{}", out.stderr);
+    // And between processes: the receiver's offer has one rail, the sender two.
+    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+    let mut args = send_args(&r, &addr, &["--sizes", size, "--reps", "1"]);
+    let d = args.iter().position(|a| *a == "-d").unwrap() + 1;
+    args[d] = &b_rails;
+    let out = run(&args);
+    out.expect_code(2);
+    assert!(out.one_error().contains("same number of -d devices"), "{}", out.stderr);
+    let _ = serve.wait_timeout(Duration::from_secs(10));
+}
+
+/// Rail 2's egress slowed to 40 Mbit/s by netem (queued, never dropped: soft-RoCE's retransmissions are fragile): it
+/// carries its half of the bytes far slower than rail 1, and the case flags it by name.
+#[test]
+fn a_rail_slowed_by_netem_is_flagged_as_lagging() {
+    let Some(r) = rxe() else { return };
+    let Some((a2, b2)) = second_rails() else { return };
+    let netdev = std::env::var("RXE_B2_NETDEV").expect("the rails mode names rxeB2's netdev");
+    let tc = |args: &[&str]| {
+        let st = std::process::Command::new("tc").args(args).status().expect("tc runs");
+        assert!(st.success(), "tc {args:?} failed");
+    };
+    tc(&["qdisc", "add", "dev", &netdev, "root", "netem", "rate", "40mbit", "limit", "100000"]);
+    // Taken off however the test ends, so the later tests see two even rails.
+    struct Unshape(String);
+    impl Drop for Unshape {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("tc").args(["qdisc", "del", "dev", &self.0, "root"]).status();
+        }
+    }
+    let _unshape = Unshape(netdev);
+    let t = TempDir::new("verbs-lagging-rail");
+    let json = t.arg("s.json");
+    let (b_rails, a_rails) = (format!("{},{b2}", r.b_dev), format!("{},{a2}", r.a_dev));
+    // One queue pair of 8 outstanding 64 KiB writes per rail: at most 512 KiB queue in netem (~100 ms), well inside
+    // the ACK timeout.
+    let knobs = ["--qps", "1", "--inflight", "8", "--batch", "4", "--signal-every", "4", "--ack-timeout", "18"];
+    let mut args = vec!["sweep", "--transport", "verbs", "-d", &b_rails, "--peer-device", &a_rails];
+    args.extend(knobs);
+    let dir = t.arg("");
+    args.extend(["--sizes", "4MiB", "--reps", "5", "--verify", "--json", &json, "--out-dir", &dir]);
+    let out = run(&args);
+    out.expect_code(0);
+    let c = &read_json(Path::new(&json))["cases"][0];
+    check_case(c, 4 << 20, 5, true);
+    check_rails(c, 4 << 20, [&r.b_dev, &b2]);
+    let lagging: Vec<bool> = c["rails"].as_array().unwrap().iter().map(|x| x["lagging"].as_bool().unwrap()).collect();
+    assert_eq!(lagging, [false, true], "{}", c["rails"]);
+    let warning = c["warnings"].as_array().unwrap().iter().find(|w| w["kind"] == "lagging_rail");
+    let warning = warning.unwrap_or_else(|| panic!("a lagging_rail warning: {}", c["warnings"]));
+    assert!(warning["message"].as_str().unwrap().contains(&b2), "{warning}");
+    assert!(out.stdout.contains(&format!("{b2} ")) && out.stdout.contains("lagging"), "{}", out.stdout);
 }

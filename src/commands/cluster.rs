@@ -155,15 +155,16 @@ fn rank_mem(a: &ClusterArgs, local_rank: usize) -> Result<MemKind> {
     Ok(MemKind::Gpu(local_rank as u32))
 }
 
-/// This rank's RDMA device: `-d`, or the entry at its local rank (modulo the list) of `-d a,b,...`.
+/// This rank's RDMA device(s): `-d`, or the entry at its local rank (modulo the list) of `-d a,b,...`; an entry
+/// `a+b` gives the rank two rails.
 fn rank_device(d: &crate::cli::DeviceArgs, local_rank: usize) -> Result<DeviceChoice> {
     let mut choice = device_choice(d)?;
     if let Some(list) = &d.device {
-        let names: Vec<&str> = list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
-        if names.is_empty() {
-            bail_usage!("-d {list:?}: give a device name or a comma-separated list, one per local rank");
+        let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+        if entries.iter().any(|n| n.is_empty()) {
+            bail_usage!("-d {list:?}: an empty entry; give a device name or a comma-separated list, one per local rank (a+b: two rails)");
         }
-        choice.name = Some(names[local_rank % names.len()].to_string());
+        choice.names = super::common::rail_names("-d", entries[local_rank % entries.len()])?;
     }
     Ok(choice)
 }
@@ -177,7 +178,7 @@ fn endpoint(a: &ClusterArgs, m: &Member) -> Endpoint {
     };
     // Only verbs uses the RDMA device; a NIC named for a tcp or cuda run would say something untrue.
     let verbs = matches!(a.run.transport, crate::cli::TransportChoice::Named(crate::plan::TransportKind::Verbs));
-    let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.name).filter(|_| verbs);
+    let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.label()).filter(|_| verbs);
     Endpoint { rank: m.rank, host: m.host.clone(), gpu, nic, local_rank: m.local_rank, numa: m.numa }
 }
 
@@ -185,7 +186,7 @@ fn endpoint(a: &ClusterArgs, m: &Member) -> Endpoint {
 /// (where its host buffer's pages are first touched). None when the host does not say.
 fn rank_numa(mem: MemKind, device: &DeviceChoice) -> Option<u32> {
     use crate::env::hardware;
-    if let Some(nic) = device.name.as_deref().and_then(hardware::numa_of_rdma_device) {
+    if let Some(nic) = device.names.first().and_then(|n| hardware::numa_of_rdma_device(n)) {
         return Some(nic);
     }
     if let MemKind::Gpu(i) = mem {
@@ -389,7 +390,7 @@ mod tests {
     fn a_rank_takes_the_gpu_and_device_of_its_local_rank() {
         let a = args(&["--mem", "gpu:0", "--gpu-per-local-rank", "-d", "mlx5_0,mlx5_1", "--transport", "verbs"]);
         assert_eq!(rank_mem(&a, 3).unwrap(), MemKind::Gpu(3));
-        assert_eq!(rank_device(&a.device, 3).unwrap().name.as_deref(), Some("mlx5_1"));
+        assert_eq!(rank_device(&a.device, 3).unwrap().names, ["mlx5_1"]);
         let e = endpoint(&a, &member(5, 2));
         assert_eq!((e.rank, e.gpu, e.nic.as_deref(), e.local_rank, e.numa), (5, Some(2), Some("mlx5_0"), 2, Some(1)));
         // Without the flag every rank uses --mem as given; a tcp run records no NIC.

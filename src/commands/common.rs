@@ -185,19 +185,39 @@ fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
     })
 }
 
+/// `-d a,b` (or `a+b`): the rails' devices, in order. An empty name is refused.
+pub fn rail_names(flag: &str, list: &str) -> Result<Vec<String>> {
+    let names: Vec<String> = list.split([',', '+']).map(|n| n.trim().to_string()).collect();
+    if names.iter().any(String::is_empty) {
+        bail_usage!("{flag} {list:?}: an empty device name; give NAME, or NAME,NAME,... for rails");
+    }
+    Ok(names)
+}
+
 pub fn device_choice(d: &DeviceArgs) -> Result<DeviceChoice> {
     if d.ib_port == 0 {
         bail_usage!("--ib-port 0: ports are numbered from 1");
     }
-    Ok(DeviceChoice { name: d.device.clone(), ib_port: d.ib_port, gid_index: d.gid_index })
+    let names = match &d.device {
+        Some(list) => rail_names("-d", list)?,
+        None => Vec::new(),
+    };
+    Ok(DeviceChoice { names, ib_port: d.ib_port, gid_index: d.gid_index })
 }
 
 /// The sender's device and the loopback receiver's: `--peer-device` names the receiver's, else both use one.
 pub fn loopback_devices(d: &DeviceArgs, peer_device: &Option<String>) -> Result<(DeviceChoice, DeviceChoice)> {
     let device = device_choice(d)?;
     let mut peer = device.clone();
-    if peer_device.is_some() {
-        peer.name = peer_device.clone();
+    if let Some(list) = peer_device {
+        peer.names = rail_names("--peer-device", list)?;
+    }
+    if device.rails().len() != peer.rails().len() {
+        bail_usage!(
+            "-d names {} device(s) and --peer-device {}: give each end the same number of rails",
+            device.rails().len(),
+            peer.rails().len()
+        );
     }
     Ok((device, peer))
 }

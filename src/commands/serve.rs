@@ -29,8 +29,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if limits.mem != crate::mem::MemKind::Host {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;
     }
-    if limits.device.name.is_some() {
-        crate::transport::verbs::device::open(&limits.device)?;
+    for name in limits.device.names.iter() {
+        crate::transport::verbs::device::open(&limits.device, Some(name))?;
     }
     let listener = bind(addr)?;
     eprintln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));

@@ -62,6 +62,20 @@ pub fn staged_text(c: &CaseResult) -> Option<String> {
     Some(format!("gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms))
 }
 
+/// "mlx5_0 9.61 GB/s (50%), mlx5_1 4.02 GB/s (50%, lagging)" for a verbs transfer striped over rails: each rail's
+/// median rate and share of the bytes.
+pub fn rails_text(c: &CaseResult) -> Option<String> {
+    let rails = c.rails.as_ref()?;
+    let each: Vec<String> = rails
+        .iter()
+        .map(|r| {
+            let lag = if r.lagging { ", lagging" } else { "" };
+            format!("{} {:.2} GB/s ({:.0}%{lag})", r.device, r.gbps_p50, r.share * 100.0)
+        })
+        .collect();
+    Some(each.join(", "))
+}
+
 /// "96 RDMA WRITEs for 1536 writes (SGE lists)" when verbs posted a different number of work requests: fewer when
 /// SGE lists gathered writes, more when writes were cut at registration or message-size boundaries.
 pub fn work_requests_text(c: &CaseResult) -> Option<String> {
@@ -71,7 +85,7 @@ pub fn work_requests_text(c: &CaseResult) -> Option<String> {
 }
 
 /// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count;
-/// then how staged cases split their time (p50) and how many work requests SGE gathering left.
+/// then how staged cases split their time (p50), how many work requests SGE gathering left, and each rail's rate.
 pub fn notes(cases: &[CaseResult]) -> Vec<String> {
     let others = cases.iter().filter_map(|c| {
         let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != WarningKind::Bimodal).cloned().collect();
@@ -85,6 +99,7 @@ pub fn notes(cases: &[CaseResult]) -> Vec<String> {
         .chain(ci_note(cases))
         .chain(cases.iter().filter_map(|c| staged_text(c).map(|t| format!("staged at {}: {t} (p50)", case_name(c)))))
         .chain(cases.iter().filter_map(|c| work_requests_text(c).map(|t| format!("{}: {t}", case_name(c)))))
+        .chain(cases.iter().filter_map(|c| rails_text(c).map(|t| format!("rails at {}: {t} (p50)", case_name(c)))))
         .collect()
 }
 
@@ -113,7 +128,7 @@ pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
 }
 
 /// The size, and the sweep case's name when it has one.
-fn case_name(c: &CaseResult) -> String {
+pub fn case_name(c: &CaseResult) -> String {
     match &c.case_label {
         Some(l) => format!("{} ({l})", format_size(c.size_bytes)),
         None => format_size(c.size_bytes),

@@ -3,7 +3,7 @@
 
 use super::{compare, progress::Progress, table};
 use crate::export::args::{FigArgs, OutputArgs};
-use crate::export::cells::{ceiling_note, ci_note, warning_summary};
+use crate::export::cells::{case_name, ceiling_note, ci_note, rails_text, warning_summary};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
 use crate::plan::paged::Layout;
 use crate::plan::{sizes::format_size, RunConfig};
@@ -73,6 +73,11 @@ impl Recorder {
         println!("{}", warning_summary(&self.results.cases));
         if let Some(line) = ci_note(&self.results.cases) {
             println!("{line}");
+        }
+        for c in &self.results.cases {
+            if let Some(text) = rails_text(c) {
+                println!("rails at {}: {text} (p50)", case_name(c));
+            }
         }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
         if clamped {

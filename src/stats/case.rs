@@ -48,6 +48,9 @@ pub struct CaseResult {
     /// `--staging gather`: the median of each step's time over the measured reps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged_p50: Option<StagedMs>,
+    /// Verbs striped over several devices: each rail's share and median rate, lagging ones flagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rails: Option<Vec<super::rails::RailSummary>>,
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
@@ -132,6 +135,7 @@ impl CaseResult {
             piece_bytes: rec.block_size,
             work_requests: rec.reps.iter().filter_map(|r| r.extras.work_requests).max(),
             staged_p50: staged_medians(&rec.reps),
+            rails: super::rails::of(&rec.reps),
 
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
@@ -163,6 +167,9 @@ impl CaseResult {
         }
         if self.warnings.is_empty() && !ms.is_empty() {
             self.warnings = warnings::of(&ms, &self.bimodal);
+            if let Some(rails) = &self.rails {
+                self.warnings.extend(super::rails::warnings(rails));
+            }
         }
         self
     }

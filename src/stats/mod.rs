@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod confidence;
 pub mod interpolate;
 pub mod modes;
+pub mod rails;
 pub mod summary;
 pub mod warnings;
 

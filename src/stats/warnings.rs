@@ -20,7 +20,7 @@ pub struct Warning {
     pub message: String,
 }
 
-/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep` or `bimodal`.
+/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep`, `bimodal` or `lagging_rail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WarningKind {
@@ -32,6 +32,8 @@ pub enum WarningKind {
     ColdFirstRep,
     /// The reps' bandwidth fell into two modes.
     Bimodal,
+    /// One rail of a striped verbs transfer carried its share far slower than the others (see `stats::rails`).
+    LaggingRail,
     /// A kind this version does not know (a newer kvxfer wrote the file), kept as written.
     #[serde(untagged)]
     Other(String),
@@ -45,6 +47,7 @@ impl WarningKind {
             WarningKind::FewReps => "few reps".into(),
             WarningKind::ColdFirstRep => "cold first rep".into(),
             WarningKind::Bimodal => "bimodal".into(),
+            WarningKind::LaggingRail => "lagging rail".into(),
             WarningKind::Other(kind) => kind.replace('_', " "),
         }
     }

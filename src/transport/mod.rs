@@ -65,7 +65,9 @@ pub fn check_host(kind: TransportKind, devices: &[&DeviceChoice]) -> Result<()> 
         }
         TransportKind::Verbs => {
             for d in devices {
-                verbs::device::open(d).map_err(|e| e.context("--transport verbs"))?;
+                for name in d.rails() {
+                    verbs::device::open(d, name).map_err(|e| e.context("--transport verbs"))?;
+                }
             }
         }
     }
@@ -73,7 +75,7 @@ pub fn check_host(kind: TransportKind, devices: &[&DeviceChoice]) -> Result<()> 
 }
 
 /// When the first byte of a transfer was posted and the last completion was seen (sender clock).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TransferTimes {
     pub first_post: Instant,
     pub last_complete: Instant,
@@ -89,7 +91,7 @@ impl TransferTimes {
 
 /// What a transport reports about one transfer besides its times; each rep of the results carries these keys
 /// (flattened, left out when absent).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TransferExtras {
     /// Memory registration done inside this transfer (verbs `--reg-per-rep`), included in the transfer time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,6 +103,9 @@ pub struct TransferExtras {
     /// `--staging gather`: how the transfer time splits into its three steps, which add up to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged: Option<StagedMs>,
+    /// Verbs striped over several devices: each rail's bytes, time and rate in this rep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rails: Option<Vec<verbs::RailRep>>,
 }
 
 /// What the sender's transport chose and measured while connecting, stored in the results under
@@ -183,9 +188,27 @@ pub struct Context {
 /// `-d/--device`, `--ib-port`, `--gid-index` of one end.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceChoice {
-    pub name: Option<String>,
+    /// The devices by name: none (the first with an active port), one, or several — rails, over which one verbs
+    /// transfer is striped.
+    pub names: Vec<String>,
     pub ib_port: u8,
     pub gid_index: Option<u32>,
+}
+
+impl DeviceChoice {
+    /// The device of each rail: the named ones, or the one automatic pick.
+    pub fn rails(&self) -> Vec<Option<&str>> {
+        if self.names.is_empty() {
+            vec![None]
+        } else {
+            self.names.iter().map(|n| Some(n.as_str())).collect()
+        }
+    }
+
+    /// The devices as the command line names them (`mlx5_0+mlx5_1` for rails), if named.
+    pub fn label(&self) -> Option<String> {
+        (!self.names.is_empty()).then(|| self.names.join("+"))
+    }
 }
 
 pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
@@ -244,7 +267,7 @@ mod tests {
     #[test]
     fn extras_are_left_out_when_absent() {
         assert_eq!(serde_json::to_string(&TransferExtras::default()).unwrap(), "{}");
-        let e = TransferExtras { reg_ms: Some(1.5), work_requests: Some(3), staged: None };
+        let e = TransferExtras { reg_ms: Some(1.5), work_requests: Some(3), ..TransferExtras::default() };
         assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"reg_ms":1.5,"work_requests":3}"#);
     }
 }

@@ -128,14 +128,14 @@ fn gid_text(raw: [u8; 16]) -> String {
     }
 }
 
-/// Open the chosen device and port and pick the GID: the user's index, else (like perftest) a RoCE v2
-/// IPv4-mapped GID, else any RoCE v2 GID, else the first.
-pub fn open(choice: &DeviceChoice) -> Result<(Arc<DeviceContext>, PortInfo)> {
+/// Open device `name` (None: the first with an active port) at the chosen port and pick the GID: the user's
+/// index, else (like perftest) a RoCE v2 IPv4-mapped GID, else any RoCE v2 GID, else the first.
+pub fn open(choice: &DeviceChoice, name: Option<&str>) -> Result<(Arc<DeviceContext>, PortInfo)> {
     let list = device_list()?;
     let names: Vec<String> = list.iter().map(|d| d.name()).collect();
     let port = choice.ib_port;
-    let dev = match &choice.name {
-        Some(n) => list.iter().find(|d| &d.name() == n).ok_or_else(|| {
+    let dev = match name {
+        Some(n) => list.iter().find(|d| d.name() == n).ok_or_else(|| {
             crate::error::usage(format!("RDMA device {n:?} not found; this host has: {}", names.join(", ")))
         })?,
         None => list

@@ -12,6 +12,7 @@ mod land;
 mod mr;
 mod post;
 mod qp;
+mod rails;
 
 use super::{Context, Source, Target, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
 use crate::mem::Buffer;
@@ -22,8 +23,9 @@ use cq::Poller;
 use device::PortInfo;
 use land::{Lander, RECVS_PER_QP};
 use mr::{Piece, Registration};
-use post::{Poster, Req, Seg};
 use qp::{Endpoint, QpSet};
+pub use rails::RailRep;
+use rails::{RailRun, SendRail};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,12 +42,16 @@ pub struct VerbsDetail {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VerbsSenderDetail {
+    /// The (first) rail's port.
     pub port: PortInfo,
+    /// Every rail's port, when the transfer is striped over several devices.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<PortInfo>,
     pub qps: u32,
     /// Scatter entries per work request in use (`--max-sge` clamped to the device; 1 for contiguous transfers).
     pub max_sge: u32,
     pub mr_chunk: u64,
-    /// The first (the "cold") registration of the send buffer.
+    /// The first (the "cold") registration of the send buffer (on every rail, one after the other).
     pub reg_ms: f64,
     pub reg_method: String,
 }
@@ -53,38 +59,50 @@ pub struct VerbsSenderDetail {
 /// What the receiver's offer said about its end.
 #[derive(Debug, Clone, Serialize)]
 pub struct VerbsReceiverDetail {
-    /// Its port, as it described it.
+    /// Its (first rail's) port, as it described it.
     pub port: serde_json::Value,
+    /// Every rail's port, when it has several.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<serde_json::Value>,
     pub reg_ms: f64,
     pub reg_method: String,
     pub mr_pieces: usize,
 }
 
+/// One rail of the receiver: how the sender reaches it.
 #[derive(Serialize, Deserialize)]
-struct Offer {
+struct RailOffer {
     port: serde_json::Value,
     endpoints: Vec<Endpoint>,
     pieces: Vec<Piece>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Offer {
+    rails: Vec<RailOffer>,
     reg_ms: f64,
     reg_method: String,
 }
 
 #[derive(Serialize, Deserialize)]
 struct Answer {
-    endpoints: Vec<Endpoint>,
+    /// The sender's queue pairs, rail by rail.
+    rails: Vec<Vec<Endpoint>>,
 }
 
-/// Open the device and `cfg.qps` queue pairs whose sends carry up to `send_sge` scatter entries, clamped to what
-/// the device allows (said once on stderr when `--max-sge` asked for more). Returns the set and the entries used.
+/// Open device `name` (see [`device::open`]) and `cfg.qps` queue pairs whose sends carry up to `send_sge` scatter
+/// entries, clamped to what the device allows (said once on stderr when `--max-sge` asked for more). Returns the
+/// set and the entries used.
 fn open_set(
     cfg: &VerbsConfig,
     ctx: &Context,
+    name: Option<&str>,
     send_wr: u32,
     send_sge: u32,
     recv_wr: u32,
     events: bool,
 ) -> Result<(QpSet, u32)> {
-    let (dev, port) = device::open(&ctx.device)?;
+    let (dev, port) = device::open(&ctx.device, name)?;
     if send_wr as i32 > port.max_qp_wr {
         return Err(crate::error::usage(format!(
             "--inflight {send_wr}: {} allows at most {} work requests per queue pair",
@@ -106,14 +124,29 @@ fn port_json(p: &PortInfo) -> serde_json::Value {
     serde_json::to_value(p).expect("port info serializes")
 }
 
+/// Both ends must stripe over the same number of rails: rail k of the sender writes into rail k of the receiver.
+fn check_rails(sender: usize, receiver: usize) -> Result<()> {
+    if sender != receiver {
+        return Err(crate::error::usage(format!(
+            "the sender stripes over {sender} RDMA device(s) and the receiver over {receiver}; give both ends the same number of -d devices (rails)"
+        )));
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------------------------------------------ receiver
 
-pub struct VerbsTarget {
+/// One device of the receiver: its queue pairs, the region registered on it, and its landing watch.
+struct RecvRail {
     // Drop order: the queue pairs and registrations before the buffer they point into.
     lander: Lander,
     poller: Poller,
     reg: Registration,
     set: QpSet,
+}
+
+pub struct VerbsTarget {
+    rails: Vec<RecvRail>,
     rep: u32,
     ack_timeout: u8,
     _buf: Arc<Buffer>,
@@ -121,66 +154,105 @@ pub struct VerbsTarget {
 
 impl VerbsTarget {
     pub fn open(cfg: &VerbsConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<VerbsTarget> {
-        // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens of
-        // µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the data.
-        let (mut set, _) = open_set(cfg, ctx, 1, 1, RECVS_PER_QP + 1, true)?;
-        let chunk = mr::chunk_size(cfg.dst_mr_chunk.or(cfg.mr_chunk), set.port.max_mr_size);
-        // The receiver allows remote writes, never remote reads.
-        let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
-        set.init(true)?;
-        let lander = Lander::new(&set)?;
-        let poller = Poller::new(&set);
-        Ok(VerbsTarget { lander, poller, reg, set, rep: 0, ack_timeout: cfg.ack_timeout, _buf: buf })
+        let mut rails = Vec::new();
+        for name in ctx.device.rails() {
+            // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens
+            // of µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the
+            // data.
+            let (mut set, _) = open_set(cfg, ctx, name, 1, 1, RECVS_PER_QP + 1, true)?;
+            let chunk = mr::chunk_size(cfg.dst_mr_chunk.or(cfg.mr_chunk), set.port.max_mr_size);
+            // The receiver allows remote writes, never remote reads.
+            let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
+            set.init(true)?;
+            let lander = Lander::new(&set)?;
+            let poller = Poller::new(&set);
+            rails.push(RecvRail { lander, poller, reg, set });
+        }
+        Ok(VerbsTarget { rails, rep: 0, ack_timeout: cfg.ack_timeout, _buf: buf })
     }
 }
 
 impl Target for VerbsTarget {
     fn offer(&self) -> serde_json::Value {
+        let rails = self
+            .rails
+            .iter()
+            .map(|r| RailOffer {
+                port: port_json(&r.set.port),
+                endpoints: r.set.endpoints(),
+                pieces: r.reg.pieces.clone(),
+            })
+            .collect();
         serde_json::to_value(Offer {
-            port: port_json(&self.set.port),
-            endpoints: self.set.endpoints(),
-            pieces: self.reg.pieces.clone(),
-            reg_ms: self.reg.reg_ms,
-            reg_method: self.reg.method.to_string(),
+            rails,
+            reg_ms: self.rails.iter().map(|r| r.reg.reg_ms).sum(),
+            reg_method: self.rails[0].reg.method.to_string(),
         })
         .expect("offer serializes")
     }
 
     fn accept(&mut self, answer: serde_json::Value) -> Result<()> {
         let a: Answer = serde_json::from_value(answer).context("the sender's verbs answer is malformed")?;
-        self.set.connect(&a.endpoints, self.ack_timeout)
+        check_rails(a.rails.len(), self.rails.len())?;
+        for (rail, endpoints) in self.rails.iter_mut().zip(&a.rails) {
+            rail.set.connect(endpoints, self.ack_timeout)?;
+        }
+        Ok(())
     }
 
     fn arm(&mut self, _size_bytes: u64) -> Result<()> {
         self.rep = self.rep.wrapping_add(1);
-        self.lander.arm(self.rep);
+        for rail in &mut self.rails {
+            rail.lander.arm(self.rep);
+        }
         Ok(())
     }
 
+    /// Landed when every rail's queue pairs delivered the rep's immediate: the latest of their landing times.
     fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
-        self.lander.wait(&self.set, &mut self.poller, timeout, control_ready)
+        if let [rail] = &mut self.rails[..] {
+            return rail.lander.wait(&rail.set, &mut rail.poller, timeout, control_ready);
+        }
+        let deadline = Instant::now() + timeout;
+        let mut landed: Vec<Option<Instant>> = vec![None; self.rails.len()];
+        loop {
+            for (rail, at) in self.rails.iter_mut().zip(&mut landed) {
+                if at.is_none() {
+                    // A short look at each rail in turn, so one rail's landing is seen within a millisecond.
+                    *at = rail.lander.poll(&rail.set, &mut rail.poller, Duration::from_millis(1))?;
+                }
+            }
+            if landed.iter().all(Option::is_some) {
+                return Ok(landed.into_iter().flatten().max());
+            }
+            if control_ready() {
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                let waiting: Vec<&str> = self
+                    .rails
+                    .iter()
+                    .zip(&landed)
+                    .filter(|(_, at)| at.is_none())
+                    .map(|(r, _)| r.set.port.device.as_str())
+                    .collect();
+                anyhow::bail!(
+                    "rail(s) {} did not signal the end of the rep within --io-timeout ({:.0} s)",
+                    waiting.join(", "),
+                    timeout.as_secs_f64()
+                );
+            }
+        }
     }
 }
 
 // ------------------------------------------------------------------------------------------------ sender
 
 pub struct VerbsSource {
-    poster: Poster,
-    poller: Poller,
-    reg: Option<Registration>,
-    set: QpSet,
-    remote: Vec<Piece>,
+    rails: Vec<SendRail>,
     cfg: VerbsConfig,
-    chunk: u64,
-    segs: Vec<Seg>,
-    /// The work requests of the current transfer, gathered from `segs`.
-    reqs: Vec<Req>,
-    /// Scatter entries per work request: `--max-sge` clamped to the device for the paged layout, 1 for contiguous
-    /// transfers (their writes are back to back on both sides, so gathering would only re-cut `--block-size`).
-    max_sge: u32,
     rep: u32,
     stall_timeout: Duration,
-    first_reg: (f64, String),
     receiver: VerbsReceiverDetail,
 }
 
@@ -193,96 +265,60 @@ impl VerbsSource {
         ctx: &Context,
     ) -> Result<VerbsSource> {
         let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
-        let v = v.clone();
+        let names = ctx.device.rails();
+        check_rails(names.len(), offer.rails.len())?;
         let want_sge = if cfg.paged.is_some() { v.max_sge } else { 1 };
-        let (mut set, max_sge) = open_set(&v, ctx, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
-        let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
-        // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
-        let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
-        let first_reg = (reg.reg_ms, reg.method.to_string());
-        set.init(false)?;
-        set.connect(&offer.endpoints, v.ack_timeout)?;
-        let poller = Poller::new(&set);
+        let mut rails = Vec::new();
+        for (name, remote) in names.into_iter().zip(&offer.rails) {
+            rails.push(SendRail::connect(v, ctx, name, want_sge, buf, remote)?);
+        }
         let receiver = VerbsReceiverDetail {
-            port: offer.port,
+            port: offer.rails[0].port.clone(),
+            rails: if offer.rails.len() > 1 {
+                offer.rails.iter().map(|r| r.port.clone()).collect()
+            } else {
+                Vec::new()
+            },
             reg_ms: offer.reg_ms,
             reg_method: offer.reg_method,
-            mr_pieces: offer.pieces.len(),
+            mr_pieces: offer.rails[0].pieces.len(),
         };
-        Ok(VerbsSource {
-            poster: Poster::new(&v, max_sge),
-            poller,
-            reg: if v.reg_per_rep { None } else { Some(reg) },
-            set,
-            remote: offer.pieces,
-            cfg: v,
-            chunk,
-            segs: Vec::new(),
-            reqs: Vec::new(),
-            max_sge,
-            rep: 0,
-            stall_timeout: ctx.timeouts.io,
-            first_reg,
-            receiver,
-        })
+        Ok(VerbsSource { rails, cfg: v.clone(), rep: 0, stall_timeout: ctx.timeouts.io, receiver })
     }
 }
 
 impl Source for VerbsSource {
     fn answer(&self) -> serde_json::Value {
-        serde_json::to_value(Answer { endpoints: self.set.endpoints() }).expect("answer serializes")
+        serde_json::to_value(Answer { rails: self.rails.iter().map(|r| r.set.endpoints()).collect() })
+            .expect("answer serializes")
     }
 
     fn describe(&self) -> TransportDetail {
+        let first = &self.rails[0];
+        let striped = self.rails.len() > 1;
         TransportDetail::Verbs(Box::new(VerbsDetail {
             sender: VerbsSenderDetail {
-                port: self.set.port.clone(),
+                port: first.set.port.clone(),
+                rails: if striped { self.rails.iter().map(|r| r.set.port.clone()).collect() } else { Vec::new() },
                 qps: self.cfg.qps,
-                max_sge: self.max_sge,
-                mr_chunk: self.chunk,
-                reg_ms: self.first_reg.0,
-                reg_method: self.first_reg.1.clone(),
+                max_sge: first.max_sge,
+                mr_chunk: first.chunk,
+                reg_ms: self.rails.iter().map(|r| r.first_reg.0).sum(),
+                reg_method: first.first_reg.1.clone(),
             },
             receiver: self.receiver.clone(),
         }))
     }
 
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
-        let started = Instant::now();
-        let (reg, reg_ms) = match self.reg.take() {
-            Some(r) => (r, None),
-            None => {
-                // --reg-per-rep: register what this rep sends, as an on-demand connector would, inside the timing.
-                let len = writes.iter().map(|w| w.local_offset + w.len).max().unwrap_or(0);
-                let r = mr::register(&self.set.pd, mem, len, self.chunk, false)?;
-                let ms = r.reg_ms;
-                (r, Some(ms))
-            }
-        };
-        let max_len = self.set.port.max_msg_sz.max(4096) as u64;
-        post::segments(writes, &reg.pieces, &self.remote, max_len, &mut self.segs)?;
-        post::gather(&self.segs, self.max_sge, max_len, &mut self.reqs);
         self.rep = self.rep.wrapping_add(1);
-        let outcome = self.poster.run(
-            &self.set,
-            &mut self.poller,
-            &self.segs,
-            &self.reqs,
-            writes.len(),
-            &self.cfg,
-            self.rep,
-            self.stall_timeout,
-            hooks,
-        );
-        if !self.cfg.reg_per_rep {
-            self.reg = Some(reg);
+        let run = RailRun { cfg: &self.cfg, rep: self.rep, stall_timeout: self.stall_timeout };
+        if let [rail] = &mut self.rails[..] {
+            let t = rail.transfer(mem, writes, &run, hooks)?;
+            let work_requests = (t.work_requests != writes.len()).then_some(t.work_requests as u64);
+            let extras = TransferExtras { reg_ms: t.reg_ms, work_requests, staged: None, rails: None };
+            return Ok(TransferTimes { extras, ..TransferTimes::new(t.first_post, t.last) });
         }
-        let (first_post, last) = outcome?;
-        let first_post = if reg_ms.is_some() { started } else { first_post };
-        // Reported when it differs from the writes: SGE gathering (fewer) or pieces split at MR or message-size
-        // boundaries (more).
-        let work_requests = (self.reqs.len() != writes.len()).then_some(self.reqs.len() as u64);
-        let extras = TransferExtras { reg_ms, work_requests, staged: None };
-        Ok(TransferTimes { extras, ..TransferTimes::new(first_post, last) })
+        rails::striped(&mut self.rails, mem, writes, &run, hooks)
     }
 }
