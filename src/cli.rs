@@ -4,7 +4,7 @@ use crate::mem::MemKind;
 pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::{parse_size, SizeList, TokenList};
 use crate::plan::text;
-use crate::plan::{CopyMode, CqMode, Staging, TransportKind};
+use crate::plan::{CopyMode, CqMode, MooncakeEntries, MooncakeProtocol, Staging, TransportKind};
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -236,6 +236,14 @@ pub struct RunArgs {
     /// is the SM copy kernel with --copy sm, else the copy engine)
     #[arg(long, default_value = "none")]
     pub staging: Staging,
+    /// mooncake transport: Mooncake Transfer Engine's tcp or rdma transport (rdma uses the devices of -d, and is
+    /// refused when the engine would find no RDMA device rather than falling back to TCP)
+    #[arg(long, default_value = "tcp")]
+    pub mooncake_protocol: MooncakeProtocol,
+    /// mooncake transport: grouped (writes adjacent on both ends share one batch entry, as vLLM's connector
+    /// groups blocks) or per-write (one entry per write, as Mooncake's transfer_engine_bench posts blocks)
+    #[arg(long, default_value = "grouped")]
+    pub mooncake_entries: MooncakeEntries,
 
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]

@@ -11,7 +11,9 @@ use crate::plan::layout::paged_config;
 use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, parse_token_list};
 use crate::plan::transport::AllKnobs;
-use crate::plan::{CudaConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig};
+use crate::plan::{
+    CudaConfig, MooncakeConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig,
+};
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::transport::DeviceChoice;
 use anyhow::{anyhow, Result};
@@ -131,7 +133,11 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
     }
     let block_size = r.block_size.unwrap_or_else(|| crate::transport::default_block_size(transport));
     // Every transport's flags are checked, whichever runs (as they always were); the run carries its own.
-    let all = AllKnobs { cuda: CudaConfig { copy: r.copy, staging: r.staging }, verbs: verbs_config(&r.verbs)? };
+    let all = AllKnobs {
+        cuda: CudaConfig { copy: r.copy, staging: r.staging },
+        verbs: verbs_config(&r.verbs)?,
+        mooncake: MooncakeConfig { protocol: r.mooncake_protocol, entries: r.mooncake_entries },
+    };
     let cfg = RunConfig {
         transport: TransportConfig::select(transport, all),
         knobs: RunKnobs {

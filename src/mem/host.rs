@@ -1,9 +1,11 @@
 //! Host memory: page-aligned anonymous mappings, populated before the first rep so page faults never land inside a
 //! measured transfer.
 
-use anyhow::{bail, Result};
-use nix::sys::mman::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+use anyhow::{anyhow, bail, Result};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use nix::sys::mman::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// A page-aligned buffer owned by this process.
@@ -12,6 +14,8 @@ pub struct HostBuffer {
     len: usize,
     /// Whether the mapping really uses huge pages (`--hugepages` may fall back to normal pages).
     pub huge: bool,
+    /// The memory file behind a shared mapping (see [`HostBuffer::shared`]).
+    memfd: Option<OwnedFd>,
 }
 
 // SAFETY: the value owns its mapping outright (no thread-local state), so it may move to, and be unmapped on, any
@@ -33,13 +37,36 @@ impl HostBuffer {
         if hugepages {
             // SAFETY: an anonymous private mapping aliases no existing memory; the result is checked.
             if let Ok(p) = unsafe { mmap_anonymous(None, nz, prot, base | MapFlags::MAP_HUGETLB) } {
-                return Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: true });
+                return Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: true, memfd: None });
             }
         }
         // SAFETY: as above.
         let p = unsafe { mmap_anonymous(None, nz, prot, base) }
             .map_err(|e| anyhow::anyhow!("cannot map {} of host memory: {e}", crate::plan::sizes::format_size(len)))?;
-        Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: false })
+        Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: false, memfd: None })
+    }
+
+    /// Map `len` bytes of a memory file, populated up front, that a helper process can map too (through
+    /// [`HostBuffer::share_path`]): an engine driven from another process (mooncake's Python worker) registers and
+    /// moves these very pages, and this process fills and verifies them.
+    pub fn shared(len: u64) -> Result<HostBuffer> {
+        let len_usize = usize::try_from(len)?;
+        let Some(nz) = NonZeroUsize::new(len_usize) else { bail!("cannot allocate an empty buffer") };
+        let what = || crate::plan::sizes::format_size(len);
+        let fd = memfd_create(c"kvxfer-buffer", MemFdCreateFlag::MFD_CLOEXEC)
+            .map_err(|e| anyhow!("cannot create a memory file for {} of shared host memory: {e}", what()))?;
+        nix::unistd::ftruncate(&fd, i64::try_from(len)?)
+            .map_err(|e| anyhow!("cannot size the memory file to {}: {e}", what()))?;
+        let prot = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        // SAFETY: a new shared mapping of a file only this process has opened so far; the result is checked.
+        let p = unsafe { mmap(None, nz, prot, MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE, &fd, 0) }
+            .map_err(|e| anyhow!("cannot map {} of shared host memory: {e}", what()))?;
+        Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: false, memfd: Some(fd) })
+    }
+
+    /// Where another process of this user opens the same pages (`/proc/PID/fd/N`), for a shared buffer.
+    pub fn share_path(&self) -> Option<String> {
+        self.memfd.as_ref().map(|fd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))
     }
 
     pub fn len(&self) -> usize {
@@ -96,6 +123,16 @@ mod tests {
         assert!(b.as_mut_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[12292] = 7;
         assert_eq!(b.as_mut_slice()[12292], 7);
+    }
+
+    #[test]
+    fn a_shared_buffer_is_seen_through_its_path() {
+        let mut b = HostBuffer::shared(8192).unwrap();
+        b.as_mut_slice()[4100] = 42;
+        let path = b.share_path().expect("shared buffers have a path");
+        let other = std::fs::read(&path).unwrap();
+        assert_eq!((other.len(), other[4100]), (8192, 42));
+        assert_eq!(HostBuffer::new(4096, false).unwrap().share_path(), None);
     }
 
     #[test]

@@ -58,7 +58,19 @@ pub enum Buffer {
 
 impl Buffer {
     pub fn alloc(kind: MemKind, len: u64, hugepages: bool) -> Result<Buffer> {
+        Buffer::alloc_for(kind, len, hugepages, false)
+    }
+
+    /// [`Buffer::alloc`], with host memory `shared` with helper processes when asked (a memory file: see
+    /// [`HostBuffer::shared`]; huge pages are not tried for it).
+    pub fn alloc_for(kind: MemKind, len: u64, hugepages: bool, shared: bool) -> Result<Buffer> {
         Ok(match kind {
+            MemKind::Host if shared => {
+                if hugepages {
+                    eprintln!("note: --hugepages: a buffer shared with the engine's worker uses normal pages");
+                }
+                Buffer::Host(HostBuffer::shared(len)?)
+            }
             MemKind::Host => {
                 let b = HostBuffer::new(len, hugepages)?;
                 if hugepages && !b.huge {
@@ -103,6 +115,14 @@ impl Buffer {
             Buffer::Host(h) => Some(h.as_ptr()),
             Buffer::Pinned(p) => Some(p.as_ptr()),
             Buffer::Gpu(_) => None,
+        }
+    }
+
+    /// Where a helper process maps this buffer's pages, for host memory allocated shared.
+    pub fn share_path(&self) -> Option<String> {
+        match self {
+            Buffer::Host(h) => h.share_path(),
+            _ => None,
         }
     }
 

@@ -13,7 +13,10 @@ mod wire;
 use anyhow::Result;
 use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
-pub use transport::{CopyMode, CqMode, CudaConfig, Staging, TcpConfig, TransportConfig, TransportKind, VerbsConfig};
+pub use transport::{
+    CopyMode, CqMode, CudaConfig, MooncakeConfig, MooncakeEntries, MooncakeProtocol, Staging, TcpConfig,
+    TransportConfig, TransportKind, VerbsConfig,
+};
 
 /// One size to measure, with its token count when the user asked in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

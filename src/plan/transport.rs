@@ -32,6 +32,7 @@ pub enum TransportKind {
     Tcp,
     Verbs,
     Cuda,
+    Mooncake,
 }
 
 /// cuda transport `--copy`: how each write is copied.
@@ -71,7 +72,29 @@ pub enum CqMode {
     Event,
 }
 
-display_as_value_name!(TransportKind, CopyMode, Staging, CqMode);
+/// mooncake `--mooncake-protocol`: which of Mooncake Transfer Engine's transports moves the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MooncakeProtocol {
+    // Its TCP transport.
+    #[default]
+    Tcp,
+    // Its RDMA transport (over the devices of -d).
+    Rdma,
+}
+
+/// mooncake `--mooncake-entries`: how a transfer's writes become the entries of the engine's batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MooncakeEntries {
+    // Runs of writes adjacent on both ends merged into one entry, as vLLM's connector groups blocks.
+    #[default]
+    Grouped,
+    // One entry per write, as Mooncake's transfer_engine_bench posts its blocks.
+    PerWrite,
+}
+
+display_as_value_name!(TransportKind, CopyMode, Staging, CqMode, MooncakeProtocol, MooncakeEntries);
 
 /// Which transport a run uses, with that transport's own knobs (the general ones, such as `streams` and
 /// `block_size`, are [`super::RunConfig`]'s). Adding a transport adds one arm here.
@@ -80,6 +103,7 @@ pub enum TransportConfig {
     Tcp(TcpConfig),
     Verbs(VerbsConfig),
     Cuda(CudaConfig),
+    Mooncake(MooncakeConfig),
 }
 
 /// Every transport's knobs at once, as the command line and the wire configuration hold them (each transport's at
@@ -88,6 +112,7 @@ pub enum TransportConfig {
 pub struct AllKnobs {
     pub cuda: CudaConfig,
     pub verbs: VerbsConfig,
+    pub mooncake: MooncakeConfig,
 }
 
 impl TransportConfig {
@@ -97,6 +122,7 @@ impl TransportConfig {
             TransportKind::Tcp => TransportConfig::Tcp(TcpConfig {}),
             TransportKind::Verbs => TransportConfig::Verbs(all.verbs),
             TransportKind::Cuda => TransportConfig::Cuda(all.cuda),
+            TransportKind::Mooncake => TransportConfig::Mooncake(all.mooncake),
         }
     }
 
@@ -107,6 +133,7 @@ impl TransportConfig {
             TransportConfig::Tcp(TcpConfig {}) => {}
             TransportConfig::Verbs(v) => all.verbs = v.clone(),
             TransportConfig::Cuda(c) => all.cuda = *c,
+            TransportConfig::Mooncake(m) => all.mooncake = *m,
         }
         all
     }
@@ -116,6 +143,7 @@ impl TransportConfig {
             TransportConfig::Tcp(_) => TransportKind::Tcp,
             TransportConfig::Verbs(_) => TransportKind::Verbs,
             TransportConfig::Cuda(_) => TransportKind::Cuda,
+            TransportConfig::Mooncake(_) => TransportKind::Mooncake,
         }
     }
 
@@ -131,6 +159,14 @@ impl TransportConfig {
 /// TCP has no knobs of its own (streams and block size are every transport's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpConfig {}
+
+/// The mooncake transport's knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MooncakeConfig {
+    pub protocol: MooncakeProtocol,
+    pub entries: MooncakeEntries,
+}
 
 /// The cuda transport's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -4,7 +4,9 @@
 //! out every key with a serde default here.
 
 use super::paged::PagedConfig;
-use super::transport::{AllKnobs, CopyMode, CudaConfig, Staging, TransportConfig, TransportKind, VerbsConfig};
+use super::transport::{
+    AllKnobs, CopyMode, CudaConfig, MooncakeConfig, Staging, TransportConfig, TransportKind, VerbsConfig,
+};
 use super::{RunConfig, RunKnobs, SizeCase};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +25,8 @@ pub(super) struct RunConfigWire {
     src_mem: String,
     #[serde(default)]
     verbs: VerbsConfig,
+    #[serde(default)]
+    mooncake: MooncakeConfig,
     cases: Vec<SizeCase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     paged: Option<PagedConfig>,
@@ -34,7 +38,7 @@ fn default_mem() -> String {
 
 impl From<RunConfig> for RunConfigWire {
     fn from(c: RunConfig) -> RunConfigWire {
-        let AllKnobs { cuda, verbs } = c.transport.all_knobs();
+        let AllKnobs { cuda, verbs, mooncake } = c.transport.all_knobs();
         RunConfigWire {
             transport: c.transport.kind(),
             knobs: c.knobs,
@@ -43,6 +47,7 @@ impl From<RunConfig> for RunConfigWire {
             staging: cuda.staging,
             src_mem: c.src_mem,
             verbs,
+            mooncake,
             cases: c.cases,
             paged: c.paged,
         }
@@ -51,7 +56,8 @@ impl From<RunConfig> for RunConfigWire {
 
 impl From<RunConfigWire> for RunConfig {
     fn from(w: RunConfigWire) -> RunConfig {
-        let all = AllKnobs { cuda: CudaConfig { copy: w.copy, staging: w.staging }, verbs: w.verbs };
+        let all =
+            AllKnobs { cuda: CudaConfig { copy: w.copy, staging: w.staging }, verbs: w.verbs, mooncake: w.mooncake };
         let transport = TransportConfig::select(w.transport, all);
         RunConfig {
             transport,

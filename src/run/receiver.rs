@@ -109,7 +109,8 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
 }
 
 fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
-    let buf = Arc::new(Buffer::alloc(mem, cfg.buffer_bytes(), cfg.knobs.hugepages)?);
+    let shared = transport::shares_host_memory(cfg.transport.kind());
+    let buf = Arc::new(Buffer::alloc_for(mem, cfg.buffer_bytes(), cfg.knobs.hugepages, shared)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
     ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string() })?;
     match ch.recv("Connect")? {

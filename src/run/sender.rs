@@ -89,7 +89,8 @@ impl SenderSession {
             Msg::Accept { offer, mem } => (offer, mem),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
-        let buf = match Buffer::alloc(src, cfg.buffer_bytes(), cfg.knobs.hugepages) {
+        let shared = transport::shares_host_memory(cfg.transport.kind());
+        let buf = match Buffer::alloc_for(src, cfg.buffer_bytes(), cfg.knobs.hugepages, shared) {
             Ok(b) => b,
             Err(e) => {
                 ch.send_error(&e);

@@ -48,6 +48,9 @@ pub struct CaseResult {
     /// `--staging gather`: the median of each step's time over the measured reps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged_p50: Option<StagedMs>,
+    /// An engine's batch (mooncake): the entries of one call, the most any rep used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptors: Option<u64>,
     /// Verbs striped over several devices: each rail's share and median rate, lagging ones flagged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rails: Option<Vec<super::rails::RailSummary>>,
@@ -135,6 +138,7 @@ impl CaseResult {
             piece_bytes: rec.block_size,
             work_requests: rec.reps.iter().filter_map(|r| r.extras.work_requests).max(),
             staged_p50: staged_medians(&rec.reps),
+            descriptors: rec.reps.iter().filter_map(|r| r.extras.descriptors).max(),
             rails: super::rails::of(&rec.reps),
 
             reps: rec.reps.clone(),

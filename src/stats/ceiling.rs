@@ -86,6 +86,7 @@ mod tests {
             piece_bytes: size_mib << 20,
             work_requests: None,
             staged_p50: None,
+            descriptors: None,
             rails: None,
             p50_ci: None,
             cv: None,

@@ -8,6 +8,7 @@
 //! they drive.
 
 pub mod cuda;
+pub mod mooncake;
 pub mod tcp;
 pub mod verbs;
 
@@ -32,7 +33,14 @@ pub fn default_block_size(transport: TransportKind) -> u64 {
         TransportKind::Cuda => cuda::DEFAULT_BLOCK_SIZE,
         TransportKind::Verbs => verbs::DEFAULT_BLOCK_SIZE,
         TransportKind::Tcp => tcp::DEFAULT_BLOCK_SIZE,
+        TransportKind::Mooncake => mooncake::DEFAULT_BLOCK_SIZE,
     }
+}
+
+/// Whether transport `kind` moves host memory from another process (an engine's worker), which then needs the
+/// buffers allocated shared ([`Buffer::alloc_for`]).
+pub fn shares_host_memory(kind: TransportKind) -> bool {
+    kind == TransportKind::Mooncake
 }
 
 /// How the receiver learns that a rep's bytes have landed. Declared once per transport ([`landing`]) and read by
@@ -50,7 +58,7 @@ pub enum Landing {
 pub fn landing(kind: TransportKind) -> Landing {
     match kind {
         TransportKind::Tcp | TransportKind::Verbs => Landing::Observed,
-        TransportKind::Cuda => Landing::Announced,
+        TransportKind::Cuda | TransportKind::Mooncake => Landing::Announced,
     }
 }
 
@@ -59,7 +67,8 @@ pub fn landing(kind: TransportKind) -> Landing {
 /// the port and the GID index at once).
 pub fn check_host(kind: TransportKind, devices: &[&DeviceChoice]) -> Result<()> {
     match kind {
-        TransportKind::Tcp => {}
+        // The engine's worker checks Python and the wheel when it starts, before any rep.
+        TransportKind::Tcp | TransportKind::Mooncake => {}
         TransportKind::Cuda => {
             crate::mem::cuda::driver().map_err(|e| e.context("--transport cuda"))?;
         }
@@ -103,6 +112,9 @@ pub struct TransferExtras {
     /// `--staging gather`: how the transfer time splits into its three steps, which add up to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staged: Option<StagedMs>,
+    /// An engine's batch (mooncake): the entries handed to it in one call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descriptors: Option<u64>,
     /// Verbs striped over several devices: each rail's bytes, time and rate in this rep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rails: Option<Vec<verbs::RailRep>>,
@@ -116,6 +128,7 @@ pub enum TransportDetail {
     Tcp(tcp::TcpDetail),
     Verbs(Box<verbs::VerbsDetail>),
     Cuda(cuda::CudaDetail),
+    Mooncake(mooncake::MooncakeDetail),
 }
 
 impl TransportDetail {
@@ -216,6 +229,7 @@ pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<B
         TransportConfig::Tcp(_) => Box::new(tcp::TcpTarget::open(cfg, buf, ctx)?),
         TransportConfig::Cuda(_) => Box::new(cuda::CudaTarget::open(buf)?),
         TransportConfig::Verbs(v) => Box::new(verbs::VerbsTarget::open(v, buf, ctx)?),
+        TransportConfig::Mooncake(m) => Box::new(mooncake::MooncakeTarget::open(m, buf, ctx)?),
     })
 }
 
@@ -229,6 +243,7 @@ pub fn connect_source(
         TransportConfig::Tcp(_) => Box::new(tcp::TcpSource::connect(cfg, buf, offer, ctx)?),
         TransportConfig::Cuda(c) => Box::new(cuda::CudaSource::connect(c, cfg, buf, offer, ctx)?),
         TransportConfig::Verbs(v) => Box::new(verbs::VerbsSource::connect(v, cfg, buf, offer, ctx)?),
+        TransportConfig::Mooncake(m) => Box::new(mooncake::MooncakeSource::connect(m, buf, offer, ctx)?),
     })
 }
 

@@ -316,7 +316,7 @@ impl Source for VerbsSource {
         if let [rail] = &mut self.rails[..] {
             let t = rail.transfer(mem, writes, &run, hooks)?;
             let work_requests = (t.work_requests != writes.len()).then_some(t.work_requests as u64);
-            let extras = TransferExtras { reg_ms: t.reg_ms, work_requests, staged: None, rails: None };
+            let extras = TransferExtras { reg_ms: t.reg_ms, work_requests, ..TransferExtras::default() };
             return Ok(TransferTimes { extras, ..TransferTimes::new(t.first_post, t.last) });
         }
         rails::striped(&mut self.rails, mem, writes, &run, hooks)

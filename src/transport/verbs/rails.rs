@@ -229,7 +229,7 @@ pub(super) fn striped(
         .ok_or_else(|| anyhow!("a rail's thread ended without a result"))?;
     let (first_post, last) = (first_post.expect("n >= 2 rails ran"), last.expect("n >= 2 rails ran"));
     let work_requests = (work_requests != writes.len()).then_some(work_requests as u64);
-    let extras = TransferExtras { reg_ms, work_requests, staged: None, rails: Some(rails) };
+    let extras = TransferExtras { reg_ms, work_requests, rails: Some(rails), ..TransferExtras::default() };
     Ok(TransferTimes { extras, ..TransferTimes::new(first_post, last) })
 }
 

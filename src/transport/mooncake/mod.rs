@@ -1,0 +1,267 @@
+//! Mooncake Transfer Engine as a transport, driven exactly as vLLM's Mooncake connector drives it: each end's
+//! engine is initialized with the P2P handshake (`initialize(host, "P2PHANDSHAKE", protocol, devices)`), registers
+//! the whole buffer once (outside every timed interval), and the sender moves a transfer with one
+//! `batch_transfer_sync_write(session, srcs, dsts, lens)` holding one entry per run of writes that are adjacent on
+//! both ends (the connector's `group_concurrent_contiguous`; a paged transfer: one per piece unless neighbours
+//! line up). The engine lives in a Python worker per end (see `worker`), because the wheel has no C API; the buffers
+//! are memory files both processes map, so kvxfer fills and verifies the very pages the engine moves. The engine's
+//! own call is what is timed (inside the worker), so the harness is not what is measured. The target cannot see
+//! the bytes arrive: the sender announces each rep (`Landing::Announced`).
+
+mod worker;
+
+use super::{Context, Source, Target, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
+use crate::mem::Buffer;
+use crate::plan::{MooncakeConfig, MooncakeEntries, MooncakeProtocol, Write};
+use anyhow::{anyhow, bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use worker::Worker;
+
+/// The default write size of a contiguous transfer: vLLM hands Mooncake one entry per KV block, and at 64 MiB
+/// entries the engine's own slicing (64 KiB slices) does the spreading.
+pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
+
+/// `transport_detail` of a mooncake run. The entries of each batch (one per run of writes adjacent on both ends)
+/// are the reps' and cases' `descriptors`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MooncakeDetail {
+    pub sender: MooncakeSenderDetail,
+    pub receiver: MooncakeReceiverDetail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MooncakeSenderDetail {
+    pub engine: &'static str,
+    /// The wheel's version, as the worker read it.
+    pub version: String,
+    pub protocol: MooncakeProtocol,
+    pub entries: MooncakeEntries,
+    /// The devices handed to the engine (rdma), as `-d` named them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<String>,
+    /// The interpreter that runs the worker.
+    pub python: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MooncakeReceiverDetail {
+    pub version: String,
+    /// Its engine's P2P session.
+    pub session: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Offer {
+    /// The receiver engine's P2P session, `host:rpc_port`.
+    session: String,
+    /// The receiver's buffer as its engine registered it (the worker's own mapping).
+    addr: u64,
+    region_len: u64,
+    version: String,
+}
+
+/// Start an engine in a new worker: initialized on `ctx.local_ip` with the protocol and devices asked for, the
+/// buffer mapped and registered. Returns the worker, its `init` reply and the buffer's address in the worker.
+fn start_engine(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -> Result<(Worker, Value, u64)> {
+    let Some(path) = buf.share_path() else {
+        return Err(crate::error::usage(format!(
+            "--transport mooncake moves host memory here ({} given); use --mem host (GPU memory needs the CUDA wheel and is not wired up yet)",
+            buf.kind()
+        )));
+    };
+    let mut w = Worker::spawn(role)?;
+    let device = ctx.device.names.join(",");
+    let init =
+        w.call(json!({"op": "init", "host": ctx.local_ip.to_string(), "protocol": cfg.protocol, "device": device}))?;
+    let mapped = w.call(json!({"op": "map", "path": path, "len": buf.len()}))?;
+    let addr = mapped["addr"].as_u64().ok_or_else(|| anyhow!("the mooncake worker's map reply has no addr"))?;
+    Ok((w, init, addr))
+}
+
+type Value = serde_json::Value;
+
+fn text(v: &Value, key: &str) -> String {
+    v[key].as_str().unwrap_or("unknown").to_string()
+}
+
+/// The batch's entries: runs of writes adjacent on both ends merged into one, as vLLM's connector groups
+/// consecutive blocks (`group_concurrent_contiguous`) before calling the engine.
+fn batch_entries(writes: &[Write]) -> Vec<Write> {
+    let mut out: Vec<Write> = Vec::with_capacity(writes.len());
+    for w in writes {
+        match out.last_mut() {
+            Some(last)
+                if last.local_offset + last.len == w.local_offset
+                    && last.remote_offset + last.len == w.remote_offset =>
+            {
+                last.len += w.len;
+            }
+            _ => out.push(*w),
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------------ receiver
+
+pub struct MooncakeTarget {
+    // Drop order: the worker (which has the buffer registered and mapped) before the buffer.
+    _worker: Worker,
+    offer: Offer,
+    _buf: Arc<Buffer>,
+}
+
+impl MooncakeTarget {
+    pub fn open(cfg: &MooncakeConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<MooncakeTarget> {
+        let (worker, init, addr) = start_engine("receiver", cfg, &buf, ctx)?;
+        let offer = Offer {
+            session: text(&init, "session"),
+            addr,
+            region_len: buf.len() as u64,
+            version: text(&init, "version"),
+        };
+        Ok(MooncakeTarget { _worker: worker, offer, _buf: buf })
+    }
+}
+
+impl Target for MooncakeTarget {
+    fn offer(&self) -> Value {
+        serde_json::to_value(&self.offer).expect("offer serializes")
+    }
+
+    fn accept(&mut self, _answer: Value) -> Result<()> {
+        Ok(())
+    }
+
+    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
+        bail!("the mooncake transport learns of landing from the sender's control message")
+    }
+}
+
+// ------------------------------------------------------------------------------------------------ sender
+
+pub struct MooncakeSource {
+    worker: Worker,
+    remote: Offer,
+    detail: MooncakeDetail,
+    /// The writes of the plan the worker holds (sent again only when a transfer's writes differ).
+    planned: Vec<Write>,
+    plan_id: u64,
+    /// Entries in the plan's batch.
+    entries: u64,
+    entries_mode: MooncakeEntries,
+}
+
+impl MooncakeSource {
+    pub fn connect(cfg: &MooncakeConfig, buf: &Buffer, offer: Value, ctx: &Context) -> Result<MooncakeSource> {
+        let remote: Offer = serde_json::from_value(offer).context("the receiver's mooncake offer is malformed")?;
+        let (worker, init, _addr) = start_engine("sender", cfg, buf, ctx)?;
+        let detail = MooncakeDetail {
+            sender: MooncakeSenderDetail {
+                engine: "mooncake",
+                version: text(&init, "version"),
+                protocol: cfg.protocol,
+                entries: cfg.entries,
+                devices: ctx.device.label(),
+                python: worker.python.clone(),
+            },
+            receiver: MooncakeReceiverDetail { version: remote.version.clone(), session: remote.session.clone() },
+        };
+        Ok(MooncakeSource {
+            worker,
+            remote,
+            detail,
+            planned: Vec::new(),
+            plan_id: 0,
+            entries: 0,
+            entries_mode: cfg.entries,
+        })
+    }
+
+    /// Hand the worker this transfer's entries, unless it holds them already (every rep of a case repeats them).
+    fn plan(&mut self, writes: &[Write]) -> Result<()> {
+        if self.plan_id > 0 && self.planned == writes {
+            return Ok(());
+        }
+        if let Some(w) = writes.iter().find(|w| w.remote_offset + w.len > self.remote.region_len) {
+            bail!("a write of {} bytes at offset {} falls outside the receiver's region", w.len, w.remote_offset);
+        }
+        self.plan_id += 1;
+        let entries = match self.entries_mode {
+            MooncakeEntries::Grouped => batch_entries(writes),
+            MooncakeEntries::PerWrite => writes.to_vec(),
+        };
+        let src: Vec<u64> = entries.iter().map(|w| w.local_offset).collect();
+        let dst: Vec<u64> = entries.iter().map(|w| self.remote.addr + w.remote_offset).collect();
+        let len: Vec<u64> = entries.iter().map(|w| w.len).collect();
+        self.worker.call(json!({"op": "plan", "id": self.plan_id, "src": src, "dst": dst, "len": len}))?;
+        self.planned = writes.to_vec();
+        self.entries = entries.len() as u64;
+        Ok(())
+    }
+
+    /// The error for a batch the engine refused, with what its log says about why when it is a known limit.
+    fn refused(&self, e: anyhow::Error) -> anyhow::Error {
+        let log = std::fs::read_to_string(&self.worker.log).unwrap_or_default();
+        if log.contains("queue-full") {
+            return e.context(format!(
+                "Mooncake's {} transport queues fewer entries than this batch of {} (its log: \"TCP lane queue-full\"); use fewer, larger pieces (--block-tokens) or --mooncake-protocol rdma",
+                self.detail.sender.protocol, self.entries
+            ));
+        }
+        e
+    }
+}
+
+impl Source for MooncakeSource {
+    fn answer(&self) -> Value {
+        json!({})
+    }
+
+    fn describe(&self) -> TransportDetail {
+        TransportDetail::Mooncake(self.detail.clone())
+    }
+
+    fn transfer(&mut self, _mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
+        self.plan(writes)?;
+        let started = Instant::now();
+        let reply = self
+            .worker
+            .call(json!({"op": "write", "session": self.remote.session, "plan": self.plan_id}))
+            .map_err(|e| self.refused(e))?;
+        let ns = reply["ns"].as_u64().ok_or_else(|| anyhow!("the mooncake worker's write reply has no ns"))?;
+        // The engine's own call, as the worker timed it: the request's trip through the pipe is not the engine's.
+        let done = started + Duration::from_nanos(ns);
+        // One synchronous batch: every entry completes with it.
+        for i in 0..writes.len() {
+            (hooks.done)(i, started, done);
+        }
+        let extras = TransferExtras { descriptors: Some(self.entries), ..TransferExtras::default() };
+        Ok(TransferTimes { extras, ..TransferTimes::new(started, done) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_entries;
+    use crate::plan::Write;
+
+    fn w(local_offset: u64, remote_offset: u64, len: u64) -> Write {
+        Write { local_offset, remote_offset, len }
+    }
+
+    #[test]
+    fn writes_adjacent_on_both_ends_share_an_entry() {
+        // 0+1 adjacent on both sides; 2 is adjacent locally only; 3 follows 2 on both.
+        let writes = [w(0, 100, 10), w(10, 110, 10), w(20, 500, 10), w(30, 510, 5), w(40, 515, 1)];
+        assert_eq!(batch_entries(&writes), vec![w(0, 100, 20), w(20, 500, 15), w(40, 515, 1)]);
+        assert!(batch_entries(&[]).is_empty());
+    }
+}

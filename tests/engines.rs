@@ -1,0 +1,184 @@
+//! The engines serving stacks use, as kvxfer transports, for real: Mooncake Transfer Engine (the PyPI wheel, driven
+//! through kvxfer's Python worker) over its TCP transport on loopback, verified, contiguous and paged; and what a user
+//! meets without Python, without the wheel, or asking for RDMA where there is no RDMA device. The wheel lives in the
+//! venv `scripts/setup --test` makes (`KVXFER_ENGINES_PYTHON` names its python); without it each test says why it
+//! skipped, or fails when `KVXFER_REQUIRE_ENGINES=1` (scripts/test sets it) promises the engines.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const REQUIRE: &str = "KVXFER_REQUIRE_ENGINES";
+
+/// The python that has the Mooncake wheel, or None (after saying why, or failing under `KVXFER_REQUIRE_ENGINES`).
+fn engines_python() -> Option<String> {
+    let why = match std::env::var("KVXFER_ENGINES_PYTHON") {
+        Ok(py) => {
+            let ok = std::process::Command::new(&py)
+                .args(["-c", "import mooncake.engine"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return Some(py);
+            }
+            format!("{py} cannot import mooncake.engine (scripts/setup --test installs it)")
+        }
+        Err(_) => {
+            "KVXFER_ENGINES_PYTHON is not set (scripts/test sets it to the venv scripts/setup --test makes)".into()
+        }
+    };
+    missing_hardware(REQUIRE, 0, &why);
+    None
+}
+
+/// kvxfer with `python` as the engine worker's interpreter.
+fn with_python(python: &str, args: &[&str]) -> Out {
+    Proc::start(kvxfer().env("KVXFER_PYTHON", python).args(args), format!("kvxfer {}", args.join(" "))).finish()
+}
+
+fn detail(v: &serde_json::Value) -> &serde_json::Value {
+    &v["config"]["transport_detail"]["sender"]
+}
+
+#[test]
+fn mooncake_tcp_contiguous_sweep_verifies_every_rep() {
+    let Some(py) = engines_python() else { return };
+    let t = TempDir::new("mooncake");
+    let json = t.arg("r.json");
+    let args = [
+        "sweep",
+        "--transport",
+        "mooncake",
+        "--sizes",
+        "1MiB,16MiB,64MiB",
+        "--block-size",
+        "4MiB",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        &json,
+        "--out-dir",
+        &t.arg(""),
+    ];
+    with_python(&py, &args).expect_code(0);
+    let v = read_json(Path::new(&json));
+    for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 16, 64]) {
+        check_case(c, mib << 20, 3, true);
+    }
+    assert_eq!(v["config"]["transport"], "mooncake");
+    let d = detail(&v);
+    assert_eq!(d["engine"], "mooncake", "{d}");
+    assert_eq!(d["protocol"], "tcp", "{d}");
+    assert!(d["version"].as_str().is_some_and(|s| s.starts_with("0.")), "the wheel's version: {d}");
+    assert_eq!(d["version"], v["config"]["transport_detail"]["receiver"]["version"], "{d}");
+    // 64 MiB in 4 MiB writes, back to back on both ends: the connector's grouping makes them one entry.
+    let c = &v["cases"][2];
+    assert_eq!((c["writes"].as_u64(), c["descriptors"].as_u64()), (Some(16), Some(1)), "{c}");
+}
+
+#[test]
+fn mooncake_tcp_paged_transfer_sends_one_entry_per_piece_and_verifies() {
+    let Some(py) = engines_python() else { return };
+    let t = TempDir::new("mooncake-paged");
+    let json = t.arg("p.json");
+    let args = [
+        "sweep",
+        "--transport",
+        "mooncake",
+        "--layout",
+        "paged",
+        "--model",
+        "qwen3-30b-a3b",
+        "--tokens",
+        "64,256",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        &json,
+        "--out-dir",
+        &t.arg(""),
+    ];
+    with_python(&py, &args).expect_code(0);
+    let v = read_json(Path::new(&json));
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for c in cases {
+        check_case(c, c["size_bytes"].as_u64().unwrap(), 3, true);
+        assert_eq!(c["layout"], "paged", "{c}");
+    }
+    // Random destination slots: no two pieces line up on both ends, so the batch has an entry per piece.
+    for c in cases {
+        assert_eq!(c["descriptors"], c["writes"], "{c}");
+        assert!(c["reps"].as_array().unwrap().iter().all(|r| r["descriptors"] == c["writes"]), "{c}");
+    }
+}
+
+#[test]
+fn mooncake_between_serve_and_send_processes() {
+    let Some(py) = engines_python() else { return };
+    let t = TempDir::new("mooncake-serve");
+    let json = t.arg("s.json");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve =
+        Proc::start(kvxfer().env("KVXFER_PYTHON", &py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    let args = [
+        "send",
+        "--peer",
+        &addr,
+        "--transport",
+        "mooncake",
+        "--sizes",
+        "8MiB",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        &json,
+    ];
+    with_python(&py, &args).expect_code(0);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(20)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
+    check_case(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true);
+}
+
+#[test]
+fn mooncake_without_python_or_without_the_wheel_says_what_to_install() {
+    let t = TempDir::new("mooncake-missing");
+    let base = ["sweep", "--transport", "mooncake", "--sizes", "1MiB", "--reps", "1"];
+    let dir = t.arg("");
+    let args = [&base[..], &["--out-dir", &dir]].concat();
+    let out = with_python("/nonexistent/python3", &args);
+    out.expect_code(1).no_panic();
+    let line = out.one_error();
+    assert!(line.contains("KVXFER_PYTHON") && line.contains("not found"), "{line}");
+    // A Python that cannot see any site-packages: no wheel, whatever this machine has installed.
+    let bare = t.join("bare-python");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(&bare, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = with_python(bare.to_str().unwrap(), &args);
+    out.expect_code(1).no_panic();
+    let line = out.one_error();
+    assert!(line.contains("pip install mooncake-transfer-engine-non-cuda"), "{line}");
+}
+
+#[test]
+fn mooncake_rdma_without_an_rdma_device_is_refused_not_silently_tcp() {
+    if Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        eprintln!("skipped: this host has RDMA devices (the refusal is for hosts without)");
+        return;
+    }
+    let Some(py) = engines_python() else { return };
+    let t = TempDir::new("mooncake-rdma");
+    let args =
+        ["sweep", "--transport", "mooncake", "--mooncake-protocol", "rdma", "--sizes", "1MiB", "--out-dir", &t.arg("")];
+    let out = with_python(&py, &args);
+    out.expect_code(1).no_panic();
+    let line = out.one_error();
+    assert!(line.contains("no RDMA device") && line.contains("fall back to TCP"), "{line}");
+    // A protocol Mooncake does not have is a usage error before anything starts.
+    let out = run(&["sweep", "--transport", "mooncake", "--mooncake-protocol", "udp", "--sizes", "1MiB"]);
+    out.expect_code(2);
+}
