@@ -226,6 +226,17 @@ mod tests {
         tcp.paged = None;
         assert_eq!(serde_json::to_string(&tcp).unwrap(), TCP_CONFIG_JSON);
         assert_eq!(serde_json::from_str::<RunConfig>(TCP_CONFIG_JSON).unwrap(), tcp);
+        // mooncake's knobs travel only when they differ from their defaults (an older peer never sees the key).
+        let mut mc = tcp.clone();
+        let rdma = MooncakeConfig { protocol: MooncakeProtocol::Rdma, entries: MooncakeEntries::PerWrite };
+        mc.transport = TransportConfig::Mooncake(rdma);
+        let json = serde_json::to_string(&mc).unwrap();
+        assert!(json.contains(r#""mooncake":{"protocol":"rdma","entries":"per-write"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), mc);
+        mc.transport = TransportConfig::Mooncake(MooncakeConfig::default());
+        let json = serde_json::to_string(&mc).unwrap();
+        assert!(!json.contains("mooncake\":{"), "{json}");
+        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), mc);
     }
 
     #[test]

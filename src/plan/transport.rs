@@ -245,6 +245,8 @@ mod tests {
         same::<CopyMode>();
         same::<Staging>();
         same::<CqMode>();
+        same::<MooncakeProtocol>();
+        same::<MooncakeEntries>();
         let names: Vec<String> = CopyMode::value_variants().iter().map(value_name).collect();
         assert_eq!(names, ["auto", "ce", "batch", "sm"]);
     }
@@ -254,6 +256,7 @@ mod tests {
         let all = AllKnobs {
             cuda: CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather },
             verbs: VerbsConfig { qps: 2, cq_mode: CqMode::Event, ..VerbsConfig::default() },
+            mooncake: MooncakeConfig { protocol: MooncakeProtocol::Rdma, entries: MooncakeEntries::PerWrite },
         };
         for &kind in TransportKind::value_variants() {
             let cfg = TransportConfig::select(kind, all.clone());

@@ -25,11 +25,16 @@ pub(super) struct RunConfigWire {
     src_mem: String,
     #[serde(default)]
     verbs: VerbsConfig,
-    #[serde(default)]
+    /// Left out at its defaults, so configurations without mooncake keep their bytes.
+    #[serde(default, skip_serializing_if = "is_default")]
     mooncake: MooncakeConfig,
     cases: Vec<SizeCase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     paged: Option<PagedConfig>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 fn default_mem() -> String {
