@@ -37,6 +37,14 @@ fn with_python(python: &str, args: &[&str]) -> Out {
     Proc::start(kvxfer().env("KVXFER_PYTHON", python).args(args), format!("kvxfer {}", args.join(" "))).finish()
 }
 
+/// `kvxfer sweep --transport mooncake` of 3 verified reps plus `extra`, which must succeed; its results.
+fn mooncake_sweep(py: &str, t: &TempDir, extra: &[&str]) -> serde_json::Value {
+    let (json, dir) = (t.arg("r.json"), t.arg(""));
+    let base = ["sweep", "--transport", "mooncake", "--reps", "3", "--verify", "--json", &json, "--out-dir", &dir];
+    with_python(py, &[&base[..], extra].concat()).expect_code(0);
+    read_json(Path::new(&json))
+}
+
 fn detail(v: &serde_json::Value) -> &serde_json::Value {
     &v["config"]["transport_detail"]["sender"]
 }
@@ -45,25 +53,7 @@ fn detail(v: &serde_json::Value) -> &serde_json::Value {
 fn mooncake_tcp_contiguous_sweep_verifies_every_rep() {
     let Some(py) = engines_python() else { return };
     let t = TempDir::new("mooncake");
-    let json = t.arg("r.json");
-    let args = [
-        "sweep",
-        "--transport",
-        "mooncake",
-        "--sizes",
-        "1MiB,16MiB,64MiB",
-        "--block-size",
-        "4MiB",
-        "--reps",
-        "3",
-        "--verify",
-        "--json",
-        &json,
-        "--out-dir",
-        &t.arg(""),
-    ];
-    with_python(&py, &args).expect_code(0);
-    let v = read_json(Path::new(&json));
+    let v = mooncake_sweep(&py, &t, &["--sizes", "1MiB,16MiB,64MiB", "--block-size", "4MiB"]);
     for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 16, 64]) {
         check_case(c, mib << 20, 3, true);
     }
@@ -76,33 +66,20 @@ fn mooncake_tcp_contiguous_sweep_verifies_every_rep() {
     // 64 MiB in 4 MiB writes, back to back on both ends: the connector's grouping makes them one entry.
     let c = &v["cases"][2];
     assert_eq!((c["writes"].as_u64(), c["descriptors"].as_u64()), (Some(16), Some(1)), "{c}");
+    // transfer_engine_bench's shape: an entry per write.
+    let t = TempDir::new("mooncake-per-write");
+    let v = mooncake_sweep(&py, &t, &["--sizes", "16MiB", "--block-size", "1MiB", "--mooncake-entries", "per-write"]);
+    let c = &v["cases"][0];
+    check_case(c, 16 << 20, 3, true);
+    assert_eq!((c["writes"].as_u64(), c["descriptors"].as_u64()), (Some(16), Some(16)), "{c}");
+    assert_eq!(detail(&v)["entries"], "per-write");
 }
 
 #[test]
 fn mooncake_tcp_paged_transfer_sends_one_entry_per_piece_and_verifies() {
     let Some(py) = engines_python() else { return };
     let t = TempDir::new("mooncake-paged");
-    let json = t.arg("p.json");
-    let args = [
-        "sweep",
-        "--transport",
-        "mooncake",
-        "--layout",
-        "paged",
-        "--model",
-        "qwen3-30b-a3b",
-        "--tokens",
-        "64,256",
-        "--reps",
-        "3",
-        "--verify",
-        "--json",
-        &json,
-        "--out-dir",
-        &t.arg(""),
-    ];
-    with_python(&py, &args).expect_code(0);
-    let v = read_json(Path::new(&json));
+    let v = mooncake_sweep(&py, &t, &["--layout", "paged", "--model", "qwen3-30b-a3b", "--tokens", "64,256"]);
     let cases = v["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 2);
     for c in cases {

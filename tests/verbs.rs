@@ -638,3 +638,57 @@ fn a_rail_slowed_by_netem_is_flagged_as_lagging() {
     assert!(warning["message"].as_str().unwrap().contains(&b2), "{warning}");
     assert!(out.stdout.contains(&format!("{b2} ")) && out.stdout.contains("lagging"), "{}", out.stdout);
 }
+
+/// Mooncake Transfer Engine over its RDMA transport between the two soft-RoCE devices (serve's engine on rxeA, the
+/// sender's on rxeB, GID index 1 handed to the engine as MC_GID_INDEX), verified; its TCP fallback cannot pass for
+/// RDMA here because kvxfer checks that the engine found the devices. Needs the engine venv (scripts/test passes
+/// KVXFER_ENGINES_PYTHON into the VM; KVXFER_REQUIRE_ENGINES=1 makes its absence a failure).
+#[test]
+fn mooncake_over_rdma_between_two_rxe_devices_verifies() {
+    let Some(r) = rxe() else { return };
+    let py = match std::env::var("KVXFER_ENGINES_PYTHON") {
+        Ok(py) if Path::new(&py).exists() => py,
+        _ => {
+            missing_hardware("KVXFER_REQUIRE_ENGINES", 0, "no engine venv (KVXFER_ENGINES_PYTHON)");
+            return;
+        }
+    };
+    let t = TempDir::new("verbs-mooncake");
+    let addr = format!("{}:{}", r.a_ip, free_port());
+    let gid = ["--gid-index", "1"];
+    let serve_args = [&["serve", "--listen", &addr, "--token", TOKEN, "-d", &r.a_dev, "--once"][..], &gid[..]].concat();
+    let mut serve = Proc::start(common::kvxfer().env("KVXFER_PYTHON", &py).args(&serve_args), "serve".into());
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    let json = t.arg("m.json");
+    let send = [
+        "send",
+        "--peer",
+        &addr,
+        "--token",
+        TOKEN,
+        "--transport",
+        "mooncake",
+        "--mooncake-protocol",
+        "rdma",
+        "-d",
+        &r.b_dev,
+        "--gid-index",
+        "1",
+        "--sizes",
+        "1MiB,8MiB",
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        &json,
+    ];
+    let out = Proc::start(common::kvxfer().env("KVXFER_PYTHON", &py).args(send), "send".into()).finish();
+    out.expect_code(0);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(30)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
+    let v = read_json(Path::new(&json));
+    for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 8]) {
+        check_case(c, mib << 20, 3, true);
+    }
+    let d = &v["config"]["transport_detail"]["sender"];
+    assert_eq!((d["protocol"].as_str(), d["devices"].as_str()), (Some("rdma"), Some(r.b_dev.as_str())), "{d}");
+}

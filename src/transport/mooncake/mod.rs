@@ -72,7 +72,12 @@ fn start_engine(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -
             buf.kind()
         )));
     };
-    let mut w = Worker::spawn(role)?;
+    // The engine reads its RDMA port and GID index from the environment: kvxfer's --ib-port and --gid-index.
+    let mut env = vec![("MC_IB_PORT", ctx.device.ib_port.to_string())];
+    if let Some(g) = ctx.device.gid_index {
+        env.push(("MC_GID_INDEX", g.to_string()));
+    }
+    let mut w = Worker::spawn(role, &env)?;
     let device = ctx.device.names.join(",");
     let init =
         w.call(json!({"op": "init", "host": ctx.local_ip.to_string(), "protocol": cfg.protocol, "device": device}))?;

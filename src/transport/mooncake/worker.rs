@@ -48,8 +48,8 @@ fn script_path() -> Result<PathBuf> {
 }
 
 impl Worker {
-    /// Start a worker; `role` names it in its log file's name.
-    pub fn spawn(role: &str) -> Result<Worker> {
+    /// Start a worker with `env` added to its environment; `role` names it in its log file's name.
+    pub fn spawn(role: &str, env: &[(&str, String)]) -> Result<Worker> {
         let python = std::env::var("KVXFER_PYTHON").unwrap_or_else(|_| "python3".into());
         let script = script_path()?;
         let log = std::env::temp_dir().join(format!("kvxfer-mooncake-{role}-{}.log", std::process::id()));
@@ -57,6 +57,7 @@ impl Worker {
             std::fs::File::create(&log).with_context(|| format!("cannot create the worker log {}", log.display()))?;
         let mut child = Command::new(&python)
             .arg(&script)
+            .envs(env.iter().map(|(k, v)| (*k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file)

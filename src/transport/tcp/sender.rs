@@ -139,27 +139,28 @@ const CALIBRATION_BUDGET: Duration = Duration::from_secs(1);
 
 /// `KVXFER_TCP_SPLICE` and `KVXFER_TCP_RECV`, when set.
 fn forced_paths() -> Result<(Option<SendPath>, Option<RecvPath>)> {
-    let send = match std::env::var("KVXFER_TCP_SPLICE").as_deref() {
-        Ok("0") => Some(SendPath::Write),
-        Ok("1") => Some(SendPath::Splice),
-        Ok(other) => {
-            return Err(crate::error::usage(format!(
-                "KVXFER_TCP_SPLICE={other:?}: give 0 (plain writes) or 1 (zero-copy splice), or unset it to let kvxfer measure which is faster"
-            )))
-        }
-        Err(_) => None,
-    };
-    let recv = match std::env::var("KVXFER_TCP_RECV").as_deref() {
-        Ok("direct") => Some(RecvPath::Direct),
-        Ok("bounce") => Some(RecvPath::Bounce),
-        Ok(other) => {
-            return Err(crate::error::usage(format!(
-                "KVXFER_TCP_RECV={other:?}: give direct (the kernel copies into the region) or bounce (through a cached buffer and streaming stores), or unset it to let kvxfer measure which is faster"
-            )))
-        }
-        Err(_) => None,
-    };
+    let send = forced(
+        "KVXFER_TCP_SPLICE",
+        &[("0", SendPath::Write), ("1", SendPath::Splice)],
+        "give 0 (plain writes) or 1 (zero-copy splice)",
+    )?;
+    let recv = forced(
+        "KVXFER_TCP_RECV",
+        &[("direct", RecvPath::Direct), ("bounce", RecvPath::Bounce)],
+        "give direct (the kernel copies into the region) or bounce (through a cached buffer and streaming stores)",
+    )?;
     Ok((send, recv))
+}
+
+/// The value environment variable `var` forces, among `choices`; a usage error naming `hint` for anything else.
+fn forced<T: Copy>(var: &str, choices: &[(&str, T)], hint: &str) -> Result<Option<T>> {
+    let Ok(given) = std::env::var(var) else { return Ok(None) };
+    match choices.iter().find(|(name, _)| *name == given) {
+        Some((_, v)) => Ok(Some(*v)),
+        None => Err(crate::error::usage(format!(
+            "{var}={given:?}: {hint}, or unset it to let kvxfer measure which is faster"
+        ))),
+    }
 }
 
 impl TcpSource {
