@@ -159,3 +159,75 @@ fn mooncake_rdma_without_an_rdma_device_is_refused_not_silently_tcp() {
     let out = run(&["sweep", "--transport", "mooncake", "--mooncake-protocol", "udp", "--sizes", "1MiB"]);
     out.expect_code(2);
 }
+
+/// The engine venv's python when it has the NIXL wheel, or None (after saying why, or failing under
+/// `KVXFER_REQUIRE_ENGINES`).
+fn nixl_python() -> Option<String> {
+    let py = engines_python()?;
+    let probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('nixl_cu12') is None)";
+    if std::process::Command::new(&py).args(["-c", probe]).status().is_ok_and(|s| s.success()) {
+        return Some(py);
+    }
+    missing_hardware(REQUIRE, 0, &format!("{py} has no nixl_cu12 (scripts/setup --test installs it)"));
+    None
+}
+
+#[test]
+fn nixl_ucx_contiguous_and_paged_sweeps_verify_with_a_descriptor_per_write() {
+    let Some(py) = nixl_python() else { return };
+    let t = TempDir::new("nixl");
+    let (json, dir) = (t.arg("n.json"), t.arg(""));
+    let base = ["sweep", "--transport", "nixl", "--reps", "3", "--verify", "--json", &json, "--out-dir", &dir];
+    let contiguous = ["--sizes", "1MiB,16MiB", "--block-size", "4MiB"];
+    with_python(&py, &[&base[..], &contiguous[..]].concat()).expect_code(0);
+    let v = read_json(Path::new(&json));
+    for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 16]) {
+        check_case(c, mib << 20, 3, true);
+        assert_eq!(c["descriptors"], c["writes"], "{c}");
+    }
+    let d = detail(&v);
+    assert_eq!(
+        (d["engine"].as_str(), d["backend"].as_str(), d["op"].as_str()),
+        (Some("nixl"), Some("UCX"), Some("write"))
+    );
+    assert!(d["library"].as_str().is_some_and(|l| l.ends_with("libnixl_capi.so")), "{d}");
+    assert_eq!(d["env"]["UCX_MODULES"], "^efa", "the EFA module stays out: {d}");
+    let paged = ["--layout", "paged", "--model", "qwen3-30b-a3b", "--tokens", "64,256"];
+    with_python(&py, &[&base[..], &paged[..]].concat()).expect_code(0);
+    let v = read_json(Path::new(&json));
+    for c in v["cases"].as_array().unwrap() {
+        check_case(c, c["size_bytes"].as_u64().unwrap(), 3, true);
+        assert_eq!(c["descriptors"], c["writes"], "{c}");
+    }
+}
+
+#[test]
+fn nixl_between_serve_and_send_processes() {
+    let Some(py) = nixl_python() else { return };
+    let t = TempDir::new("nixl-serve");
+    let json = t.arg("s.json");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve =
+        Proc::start(kvxfer().env("KVXFER_PYTHON", &py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    let args =
+        ["send", "--peer", &addr, "--transport", "nixl", "--sizes", "8MiB", "--reps", "3", "--verify", "--json", &json];
+    with_python(&py, &args).expect_code(0);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(20)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
+    check_case(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true);
+}
+
+#[test]
+fn nixl_without_its_library_says_what_to_install() {
+    let t = TempDir::new("nixl-missing");
+    let dir = t.arg("");
+    let args = ["sweep", "--transport", "nixl", "--sizes", "1MiB", "--reps", "1", "--out-dir", &dir];
+    let out = Proc::start(kvxfer().env("KVXFER_NIXL_LIB", t.path()).args(args), "sweep".into()).finish();
+    out.expect_code(1).no_panic();
+    let line = out.one_error();
+    assert!(line.contains("KVXFER_NIXL_LIB") && line.contains("pip install --no-deps nixl-cu12"), "{line}");
+    // A Python without the wheel.
+    let out = with_python("/nonexistent/python3", &args);
+    out.expect_code(1).no_panic();
+    assert!(out.one_error().contains("pip install --no-deps nixl-cu12"), "{}", out.stderr);
+}

@@ -455,6 +455,6 @@ mod tests {
             }
         }
         names.sort();
-        assert_eq!(names, ["mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "paged-rdma", "smoke"]);
+        assert_eq!(names, ["engines", "mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "paged-rdma", "smoke"]);
     }
 }

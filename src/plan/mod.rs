@@ -14,7 +14,7 @@ use anyhow::Result;
 use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
 pub use transport::{
-    CopyMode, CqMode, CudaConfig, MooncakeConfig, MooncakeEntries, MooncakeProtocol, Staging, TcpConfig,
+    CopyMode, CqMode, CudaConfig, MooncakeConfig, MooncakeEntries, MooncakeProtocol, NixlConfig, Staging, TcpConfig,
     TransportConfig, TransportKind, VerbsConfig,
 };
 

@@ -33,6 +33,7 @@ pub enum TransportKind {
     Verbs,
     Cuda,
     Mooncake,
+    Nixl,
 }
 
 /// cuda transport `--copy`: how each write is copied.
@@ -104,6 +105,7 @@ pub enum TransportConfig {
     Verbs(VerbsConfig),
     Cuda(CudaConfig),
     Mooncake(MooncakeConfig),
+    Nixl(NixlConfig),
 }
 
 /// Every transport's knobs at once, as the command line and the wire configuration hold them (each transport's at
@@ -123,6 +125,7 @@ impl TransportConfig {
             TransportKind::Verbs => TransportConfig::Verbs(all.verbs),
             TransportKind::Cuda => TransportConfig::Cuda(all.cuda),
             TransportKind::Mooncake => TransportConfig::Mooncake(all.mooncake),
+            TransportKind::Nixl => TransportConfig::Nixl(NixlConfig {}),
         }
     }
 
@@ -134,6 +137,7 @@ impl TransportConfig {
             TransportConfig::Verbs(v) => all.verbs = v.clone(),
             TransportConfig::Cuda(c) => all.cuda = *c,
             TransportConfig::Mooncake(m) => all.mooncake = *m,
+            TransportConfig::Nixl(NixlConfig {}) => {}
         }
         all
     }
@@ -144,6 +148,7 @@ impl TransportConfig {
             TransportConfig::Verbs(_) => TransportKind::Verbs,
             TransportConfig::Cuda(_) => TransportKind::Cuda,
             TransportConfig::Mooncake(_) => TransportKind::Mooncake,
+            TransportConfig::Nixl(_) => TransportKind::Nixl,
         }
     }
 
@@ -159,6 +164,10 @@ impl TransportConfig {
 /// TCP has no knobs of its own (streams and block size are every transport's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpConfig {}
+
+/// nixl has no knobs of its own yet (the UCX backend, WRITE requests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NixlConfig {}
 
 /// The mooncake transport's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -9,6 +9,7 @@
 
 pub mod cuda;
 pub mod mooncake;
+pub mod nixl;
 pub mod tcp;
 pub mod verbs;
 
@@ -34,6 +35,7 @@ pub fn default_block_size(transport: TransportKind) -> u64 {
         TransportKind::Verbs => verbs::DEFAULT_BLOCK_SIZE,
         TransportKind::Tcp => tcp::DEFAULT_BLOCK_SIZE,
         TransportKind::Mooncake => mooncake::DEFAULT_BLOCK_SIZE,
+        TransportKind::Nixl => nixl::DEFAULT_BLOCK_SIZE,
     }
 }
 
@@ -58,7 +60,7 @@ pub enum Landing {
 pub fn landing(kind: TransportKind) -> Landing {
     match kind {
         TransportKind::Tcp | TransportKind::Verbs => Landing::Observed,
-        TransportKind::Cuda | TransportKind::Mooncake => Landing::Announced,
+        TransportKind::Cuda | TransportKind::Mooncake | TransportKind::Nixl => Landing::Announced,
     }
 }
 
@@ -69,6 +71,9 @@ pub fn check_host(kind: TransportKind, devices: &[&DeviceChoice]) -> Result<()> 
     match kind {
         // The engine's worker checks Python and the wheel when it starts, before any rep.
         TransportKind::Tcp | TransportKind::Mooncake => {}
+        TransportKind::Nixl => {
+            nixl::check()?;
+        }
         TransportKind::Cuda => {
             crate::mem::cuda::driver().map_err(|e| e.context("--transport cuda"))?;
         }
@@ -129,6 +134,7 @@ pub enum TransportDetail {
     Verbs(Box<verbs::VerbsDetail>),
     Cuda(cuda::CudaDetail),
     Mooncake(mooncake::MooncakeDetail),
+    Nixl(nixl::NixlDetail),
 }
 
 impl TransportDetail {
@@ -230,6 +236,7 @@ pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<B
         TransportConfig::Cuda(_) => Box::new(cuda::CudaTarget::open(buf)?),
         TransportConfig::Verbs(v) => Box::new(verbs::VerbsTarget::open(v, buf, ctx)?),
         TransportConfig::Mooncake(m) => Box::new(mooncake::MooncakeTarget::open(m, buf, ctx)?),
+        TransportConfig::Nixl(_) => Box::new(nixl::NixlTarget::open(buf, ctx)?),
     })
 }
 
@@ -244,6 +251,7 @@ pub fn connect_source(
         TransportConfig::Cuda(c) => Box::new(cuda::CudaSource::connect(c, cfg, buf, offer, ctx)?),
         TransportConfig::Verbs(v) => Box::new(verbs::VerbsSource::connect(v, cfg, buf, offer, ctx)?),
         TransportConfig::Mooncake(m) => Box::new(mooncake::MooncakeSource::connect(m, buf, offer, ctx)?),
+        TransportConfig::Nixl(_) => Box::new(nixl::NixlSource::connect(buf, offer, ctx)?),
     })
 }
 
