@@ -6,10 +6,11 @@
 #      Python loop (scripts/mooncake_loop.py, no kvxfer around it: kvxfer / loop >= 0.95 says the harness is not
 #      what is measured), and Mooncake's own transfer_engine_bench from the wheel (C++, asynchronous submit + poll,
 #      one thread, batches of BATCH blocks of BLOCK, write). Rates are aggregates: all bytes over all calls' time.
-#   2. kvxfer tcp (raw) against kvxfer mooncake (tcp) at KV-transfer sizes: 96 MiB (1k tokens of a 30B model),
-#      1.5 GiB (16k) and 3 GiB (the 12 GiB end scaled down to this 24 GiB machine), SIZE_REPS reps each, verified.
+#   2. kvxfer tcp (raw) against kvxfer mooncake (tcp) and kvxfer nixl (UCX) at KV-transfer sizes: 96 MiB (1k
+#      tokens of a 30B model), 1.5 GiB (16k) and 3 GiB (the 12 GiB end scaled down to this 24 GiB machine),
+#      SIZE_REPS reps each, verified.
 # verbs needs an RDMA device (scripts/rxe-vm has soft-RoCE ones), so it is not in this loopback run.
-# Installs the wheel into target/engines-venv (scripts/setup --test) and builds the release binary.
+# Installs the wheels into target/engines-venv (scripts/setup --test) and builds the release binary.
 #   BLOCK=65536 BATCH=128 REPS=1000 SECS=5 SIZES="96MiB,1536MiB,3GiB" SIZE_REPS=3 scripts/bench-engines.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,7 @@ say "the same call from a bare Python loop (scripts/mooncake_loop.py, $REPS batc
     { say "scripts/mooncake_loop.py failed"; exit 1; }
 
 # ---------------------------------------------------------------------------------------- 2. KV-sized transfers
-for t in tcp mooncake; do
+for t in tcp mooncake nixl; do
     say "kvxfer --transport $t --sizes $SIZES --reps $SIZE_REPS --verify"
     KVXFER_PYTHON=$PY "$K" sweep --transport "$t" --sizes "$SIZES" --reps "$SIZE_REPS" --verify \
         --json "$WORK/$t.json" --out-dir "$WORK" >"$WORK/$t.out" 2>&1 ||
@@ -93,11 +94,11 @@ print(f"   ratio kvxfer / bare loop:                     {harness:7.3f}   (targe
 print(f"   ratio kvxfer / transfer_engine_bench:         {agg / teb:7.3f}   (the sync Python API vs the C++ bench)")
 print()
 print("2. KV-sized transfers, p50 GB/s (verified)")
-runs = {t: {c["size_bytes"]: c for c in json.load(open(f"{work}/{t}.json"))["cases"]} for t in ("tcp", "mooncake")}
-print(f"   {'size':>10}  {'tcp (raw)':>10}  {'mooncake':>10}  mooncake/tcp")
+runs = {t: {c["size_bytes"]: c for c in json.load(open(f"{work}/{t}.json"))["cases"]} for t in ("tcp", "mooncake", "nixl")}
+print(f"   {'size':>10}  {'tcp (raw)':>10}  {'mooncake':>10}  {'nixl':>10}  mooncake/tcp  nixl/tcp")
 for size in sorted(runs["tcp"]):
-    a, b = runs["tcp"][size]["gbps"]["p50"], runs["mooncake"][size]["gbps"]["p50"]
+    a, b, c = (runs[t][size]["gbps"]["p50"] for t in ("tcp", "mooncake", "nixl"))
     ok = all(runs[t][size]["verified"] for t in runs)
-    print(f"   {size / 2**20:7.0f} MiB  {a:10.3f}  {b:10.3f}  {b / a:12.3f}{'' if ok else '  (NOT VERIFIED)'}")
+    print(f"   {size / 2**20:7.0f} MiB  {a:10.3f}  {b:10.3f}  {c:10.3f}  {b / a:12.3f}  {c / a:8.3f}{'' if ok else '  (NOT VERIFIED)'}")
 print("GB/s = 10^9 bytes/s")
 PY
