@@ -96,27 +96,20 @@ fn mooncake_tcp_paged_transfer_sends_one_entry_per_piece_and_verifies() {
 #[test]
 fn mooncake_between_serve_and_send_processes() {
     let Some(py) = engines_python() else { return };
-    let t = TempDir::new("mooncake-serve");
+    serve_and_send(&py, "mooncake");
+}
+
+/// `kvxfer serve --once` and `kvxfer send --transport TRANSPORT` as two processes on loopback: 3 verified reps of
+/// 8 MiB, and serve exits 0 after the session.
+fn serve_and_send(py: &str, transport: &str) {
+    let t = TempDir::new(&format!("{transport}-serve"));
     let json = t.arg("s.json");
     let addr = format!("127.0.0.1:{}", free_port());
     let mut serve =
-        Proc::start(kvxfer().env("KVXFER_PYTHON", &py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
+        Proc::start(kvxfer().env("KVXFER_PYTHON", py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
     assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
-    let args = [
-        "send",
-        "--peer",
-        &addr,
-        "--transport",
-        "mooncake",
-        "--sizes",
-        "8MiB",
-        "--reps",
-        "3",
-        "--verify",
-        "--json",
-        &json,
-    ];
-    with_python(&py, &args).expect_code(0);
+    let args = ["send", "--peer", &addr, "--transport", transport, "--sizes", "8MiB", "--reps", "3", "--verify"];
+    with_python(py, &[&args[..], &["--json", &json]].concat()).expect_code(0);
     assert_eq!(serve.wait_timeout(Duration::from_secs(20)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
     check_case(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true);
 }
@@ -204,17 +197,7 @@ fn nixl_ucx_contiguous_and_paged_sweeps_verify_with_a_descriptor_per_write() {
 #[test]
 fn nixl_between_serve_and_send_processes() {
     let Some(py) = nixl_python() else { return };
-    let t = TempDir::new("nixl-serve");
-    let json = t.arg("s.json");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut serve =
-        Proc::start(kvxfer().env("KVXFER_PYTHON", &py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
-    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
-    let args =
-        ["send", "--peer", &addr, "--transport", "nixl", "--sizes", "8MiB", "--reps", "3", "--verify", "--json", &json];
-    with_python(&py, &args).expect_code(0);
-    assert_eq!(serve.wait_timeout(Duration::from_secs(20)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
-    check_case(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true);
+    serve_and_send(&py, "nixl");
 }
 
 #[test]
