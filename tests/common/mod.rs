@@ -30,9 +30,22 @@ pub fn kvxfer() -> Command {
 }
 
 /// A port that was free a moment ago: bind port 0, read the port, release it.
+/// A port for a test's listener to take: one no test holds now, drawn from 20000..32000 — below Linux's ephemeral
+/// range (32768..), which the kernel hands to every outgoing connection and to every `bind(0)` (the engines' own
+/// listeners too), and away from Mooncake's RPC ports (15000..17000). A port picked with `bind(0)` could be handed to
+/// someone else before the test's process bound it; under parallel tests that opened many connections it was.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let mut seed = [0u8; 4];
+    getrandom::fill(&mut seed).expect("randomness for a port");
+    let base = u32::from_le_bytes(seed);
+    for _ in 0..1000 {
+        let port = 20000 + ((base.wrapping_add(NEXT.fetch_add(7919, Ordering::Relaxed))) % 12000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000 on 127.0.0.1");
 }
 
 // ------------------------------------------------------------------------------------------ required hardware
