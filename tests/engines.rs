@@ -214,3 +214,27 @@ fn nixl_without_its_library_says_what_to_install() {
     out.expect_code(1).no_panic();
     assert!(out.one_error().contains("pip install --no-deps nixl-cu12"), "{}", out.stderr);
 }
+
+/// A receiver that dies mid-transfer: the sender, blocked in the engine's synchronous batch call, is told by the
+/// control connection and exits 1 within 10 s naming it, instead of waiting on the engine.
+#[test]
+fn mooncake_sender_fails_within_seconds_when_the_receiver_dies_mid_transfer() {
+    let Some(py) = engines_python() else { return };
+    let ev_dir = TempDir::new("mooncake-kill-ev");
+    let events = Events::fifo(ev_dir.join("e.jsonl"));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve =
+        Proc::start(kvxfer().env("KVXFER_PYTHON", &py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    // 50 reps of 512 MiB at about 1.3 GB/s: tens of seconds of engine calls, during which the receiver dies.
+    let args = ["send", "--peer", &addr, "--transport", "mooncake", "--sizes", "512MiB", "--reps", "50"];
+    let ev = events.arg();
+    let mut send = Proc::start(kvxfer().env("KVXFER_PYTHON", &py).args(args).args(["--events", &ev]), "send".into());
+    events.wait_rep(0, false, 0, Duration::from_secs(120));
+    serve.kill();
+    let status = send.wait_timeout(Duration::from_secs(10));
+    assert!(status.is_some(), "send still running 10 s after the receiver died:\n{}", send.stderr.text());
+    let out = send.finish();
+    out.expect_code(1).no_panic();
+    assert!(out.one_error().contains("receiver"), "{}", out.stderr);
+}

@@ -184,14 +184,20 @@ pub struct TransferHooks<'a> {
 pub trait Target: Send {
     /// How the sender reaches the region (sent in `Accept`).
     fn offer(&self) -> serde_json::Value;
-    /// Finish connecting with the sender's answer.
-    fn accept(&mut self, answer: serde_json::Value) -> Result<()>;
-    /// Expect one rep of `size_bytes`.
-    fn arm(&mut self, size_bytes: u64) -> Result<()>;
+    /// Finish connecting with the sender's answer (nothing to do for targets the sender writes into unaided).
+    fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
+        Ok(())
+    }
+    /// Expect one rep of `size_bytes` (nothing to do where landing is [`Landing::Announced`]).
+    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
+        Ok(())
+    }
     /// Block until the armed rep has landed (transports whose [`landing`] is [`Landing::Observed`]) and return when
     /// that was observed, or return `None` as soon as `control_ready()` says the control connection has something
-    /// to say (the sender failed or vanished).
-    fn wait_landed(&mut self, timeout: Duration, control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>>;
+    /// to say (the sender failed or vanished). The run never asks a target whose landing is announced.
+    fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
+        anyhow::bail!("this transport learns of landing from the sender's control message")
+    }
 }
 
 /// What a transport needs to know about where it runs.

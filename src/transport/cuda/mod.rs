@@ -67,18 +67,6 @@ impl Target for CudaTarget {
         })
         .expect("offer serializes")
     }
-
-    fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
-        Ok(())
-    }
-
-    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
-        Ok(())
-    }
-
-    fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
-        bail!("the cuda transport learns of landing from the sender's control message")
-    }
 }
 
 /// `transport_detail` of a cuda run: the copy the sender actually uses (`--copy batch` falls back to `ce` on an

@@ -77,7 +77,7 @@ fn start_engine(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -
     if let Some(g) = ctx.device.gid_index {
         env.push(("MC_GID_INDEX", g.to_string()));
     }
-    let mut w = Worker::spawn(role, &env)?;
+    let mut w = Worker::spawn(role, &env, ctx.timeouts.io)?;
     let device = ctx.device.names.join(",");
     let init =
         w.call(json!({"op": "init", "host": ctx.local_ip.to_string(), "protocol": cfg.protocol, "device": device}))?;
@@ -136,18 +136,6 @@ impl Target for MooncakeTarget {
     fn offer(&self) -> Value {
         serde_json::to_value(&self.offer).expect("offer serializes")
     }
-
-    fn accept(&mut self, _answer: Value) -> Result<()> {
-        Ok(())
-    }
-
-    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
-        Ok(())
-    }
-
-    fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
-        bail!("the mooncake transport learns of landing from the sender's control message")
-    }
 }
 
 // ------------------------------------------------------------------------------------------------ sender
@@ -161,6 +149,7 @@ pub struct MooncakeSource {
     plan_id: u64,
     /// Entries in the plan's batch.
     entries: u64,
+    io_timeout: Duration,
     entries_mode: MooncakeEntries,
 }
 
@@ -187,6 +176,7 @@ impl MooncakeSource {
             plan_id: 0,
             entries: 0,
             entries_mode: cfg.entries,
+            io_timeout: ctx.timeouts.io,
         })
     }
 
@@ -237,10 +227,9 @@ impl Source for MooncakeSource {
     fn transfer(&mut self, _mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
         self.plan(writes)?;
         let started = Instant::now();
-        let reply = self
-            .worker
-            .call(json!({"op": "write", "session": self.remote.session, "plan": self.plan_id}))
-            .map_err(|e| self.refused(e))?;
+        let request = json!({"op": "write", "session": self.remote.session, "plan": self.plan_id});
+        let reply =
+            self.worker.call_within(request, self.io_timeout, hooks.peer_failed).map_err(|e| self.refused(e))?;
         let ns = reply["ns"].as_u64().ok_or_else(|| anyhow!("the mooncake worker's write reply has no ns"))?;
         // The engine's own call, as the worker timed it: the request's trip through the pipe is not the engine's.
         let done = started + Duration::from_nanos(ns);

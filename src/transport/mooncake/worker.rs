@@ -5,10 +5,13 @@
 //! python, say) that has the wheel.
 
 use anyhow::{anyhow, bail, Context as _, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write as _};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The worker as this version of kvxfer ships it.
 const SCRIPT: &str = include_str!("../../../python/kvxfer_mooncake.py");
@@ -27,6 +30,7 @@ pub struct Worker {
     /// Whether the log says something the user may need (an error); otherwise it goes with the worker.
     keep_log: bool,
     pub python: String,
+    io_timeout: Duration,
 }
 
 /// The worker script's path: `KVXFER_MOONCAKE_WORKER`, else the embedded copy written once per content.
@@ -48,8 +52,9 @@ fn script_path() -> Result<PathBuf> {
 }
 
 impl Worker {
-    /// Start a worker with `env` added to its environment; `role` names it in its log file's name.
-    pub fn spawn(role: &str, env: &[(&str, String)]) -> Result<Worker> {
+    /// Start a worker with `env` added to its environment; `role` names it in its log file's name; requests wait
+    /// at most `io_timeout` for their reply.
+    pub fn spawn(role: &str, env: &[(&str, String)], io_timeout: Duration) -> Result<Worker> {
         let python = std::env::var("KVXFER_PYTHON").unwrap_or_else(|_| "python3".into());
         let script = script_path()?;
         let log = std::env::temp_dir().join(format!("kvxfer-mooncake-{role}-{}.log", std::process::id()));
@@ -70,17 +75,49 @@ impl Worker {
             })?;
         let stdin = child.stdin.take().expect("piped");
         let replies = BufReader::new(child.stdout.take().expect("piped"));
-        Ok(Worker { child, stdin, replies, log, keep_log: false, python })
+        Ok(Worker { child, stdin, replies, log, keep_log: false, python, io_timeout })
     }
 
-    /// Send one request and wait for its reply; a reply `{"ok": false, "error": ...}` becomes the error.
-    pub fn call(&mut self, request: Value) -> Result<Value> {
+    /// Send one request and wait for its reply, at most `timeout`, giving up at once when `peer_failed()` says the
+    /// other end is gone (an engine call can wait on a dead peer for a long time); a reply
+    /// `{"ok": false, "error": ...}` becomes the error. The worker is killed when it does not answer.
+    pub fn call_within(
+        &mut self,
+        request: Value,
+        timeout: Duration,
+        peer_failed: &mut dyn FnMut() -> bool,
+    ) -> Result<Value> {
         let op = request["op"].as_str().unwrap_or("?").to_string();
         let mut line = request.to_string();
         line.push('\n');
-        let sent = self.stdin.write_all(line.as_bytes()).and_then(|()| self.stdin.flush());
+        if self.stdin.write_all(line.as_bytes()).and_then(|()| self.stdin.flush()).is_err() {
+            return Err(self.died(&op));
+        }
+        let deadline = Instant::now() + timeout;
+        // Wait for the reply line in short slices, looking at the peer between them.
+        while !self.replies.buffer().contains(&b'\n') {
+            let fd = self.replies.get_ref().as_fd();
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            if poll(&mut fds, PollTimeout::from(50u16)).unwrap_or(0) > 0 {
+                break;
+            }
+            if peer_failed() {
+                self.keep_log = true;
+                let _ = self.child.kill();
+                bail!("the receiver hung up or reported an error on the control connection during mooncake {op}");
+            }
+            if Instant::now() >= deadline {
+                self.keep_log = true;
+                let _ = self.child.kill();
+                bail!(
+                    "the mooncake worker did not answer {op} within --io-timeout ({:.0} s); its log: {}",
+                    timeout.as_secs_f64(),
+                    self.log.display()
+                );
+            }
+        }
         let mut reply = String::new();
-        let got = sent.and_then(|()| self.replies.read_line(&mut reply));
+        let got = self.replies.read_line(&mut reply);
         if !matches!(got, Ok(n) if n > 0) {
             return Err(self.died(&op));
         }
@@ -93,6 +130,12 @@ impl Worker {
             bail!("mooncake: {why} (worker log: {})", self.log.display());
         }
         Ok(v)
+    }
+
+    /// [`Worker::call_within`] for set-up requests: `--io-timeout`, no peer to watch yet.
+    pub fn call(&mut self, request: Value) -> Result<Value> {
+        let timeout = self.io_timeout;
+        self.call_within(request, timeout, &mut || false)
     }
 
     /// The error for a worker that stopped answering: no wheel, or a crash (its log's last line says more).

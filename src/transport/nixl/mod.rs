@@ -152,18 +152,6 @@ impl Target for NixlTarget {
         let addr = self._buf.host_ptr().map_or(0, |p| p as u64);
         serde_json::to_value(Offer { metadata, addr, region_len: self._buf.len() as u64 }).expect("offer serializes")
     }
-
-    fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
-        Ok(())
-    }
-
-    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
-        Ok(())
-    }
-
-    fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
-        bail!("the nixl transport learns of landing from the sender's control message")
-    }
 }
 
 // ------------------------------------------------------------------------------------------------ sender
