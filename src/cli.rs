@@ -4,7 +4,7 @@ use crate::mem::MemKind;
 pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::{parse_size, SizeList, TokenList};
 use crate::plan::text;
-use crate::plan::{CopyMode, CqMode, MooncakeEntries, MooncakeProtocol, Staging, TransportKind};
+use crate::plan::{CopyMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, Staging, TransportKind};
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -244,6 +244,14 @@ pub struct RunArgs {
     /// groups blocks) or per-write (one entry per write, as Mooncake's transfer_engine_bench posts blocks)
     #[arg(long, default_value = "grouped")]
     pub mooncake_entries: MooncakeEntries,
+    /// nixl transport: the NIXL backend plugin (ucx; libfabric needs libfabric >= 1.10 on the host)
+    #[arg(long, default_value = "ucx")]
+    pub nixl_backend: NixlBackend,
+    /// nixl transport: write (the sender WRITEs into the receiver) or read (the receiver, the decode side, READs
+    /// from the sender with prepped descriptor lists and notifies it, as vLLM's NixlConnector does; the receiver
+    /// times the READ)
+    #[arg(long, default_value = "write")]
+    pub nixl_op: NixlOp,
 
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
     #[arg(long)]

@@ -96,20 +96,20 @@ fn mooncake_tcp_paged_transfer_sends_one_entry_per_piece_and_verifies() {
 #[test]
 fn mooncake_between_serve_and_send_processes() {
     let Some(py) = engines_python() else { return };
-    serve_and_send(&py, "mooncake");
+    serve_and_send(&py, &["--transport", "mooncake"]);
 }
 
 /// `kvxfer serve --once` and `kvxfer send --transport TRANSPORT` as two processes on loopback: 3 verified reps of
 /// 8 MiB, and serve exits 0 after the session.
-fn serve_and_send(py: &str, transport: &str) {
-    let t = TempDir::new(&format!("{transport}-serve"));
+fn serve_and_send(py: &str, transport: &[&str]) {
+    let t = TempDir::new(&format!("{}-serve", transport[1]));
     let json = t.arg("s.json");
     let addr = format!("127.0.0.1:{}", free_port());
     let mut serve =
         Proc::start(kvxfer().env("KVXFER_PYTHON", py).args(["serve", "--listen", &addr, "--once"]), "serve".into());
     assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
-    let args = ["send", "--peer", &addr, "--transport", transport, "--sizes", "8MiB", "--reps", "3", "--verify"];
-    with_python(py, &[&args[..], &["--json", &json]].concat()).expect_code(0);
+    let args = ["send", "--peer", &addr, "--sizes", "8MiB", "--reps", "3", "--verify", "--json", &json];
+    with_python(py, &[&args[..], transport].concat()).expect_code(0);
     assert_eq!(serve.wait_timeout(Duration::from_secs(20)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
     check_case(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true);
 }
@@ -165,12 +165,26 @@ fn nixl_python() -> Option<String> {
     None
 }
 
-#[test]
-fn nixl_ucx_contiguous_and_paged_sweeps_verify_with_a_descriptor_per_write() {
+/// nixl over UCX on loopback, `--nixl-op OP`: contiguous and paged sweeps verify every rep, with one descriptor
+/// per write, and the results name the engine, backend and op.
+fn nixl_sweeps_verify(op: &str) {
     let Some(py) = nixl_python() else { return };
-    let t = TempDir::new("nixl");
+    let t = TempDir::new(&format!("nixl-{op}"));
     let (json, dir) = (t.arg("n.json"), t.arg(""));
-    let base = ["sweep", "--transport", "nixl", "--reps", "3", "--verify", "--json", &json, "--out-dir", &dir];
+    let base = [
+        "sweep",
+        "--transport",
+        "nixl",
+        "--nixl-op",
+        op,
+        "--reps",
+        "3",
+        "--verify",
+        "--json",
+        &json,
+        "--out-dir",
+        &dir,
+    ];
     let contiguous = ["--sizes", "1MiB,16MiB", "--block-size", "4MiB"];
     with_python(&py, &[&base[..], &contiguous[..]].concat()).expect_code(0);
     let v = read_json(Path::new(&json));
@@ -180,8 +194,8 @@ fn nixl_ucx_contiguous_and_paged_sweeps_verify_with_a_descriptor_per_write() {
     }
     let d = detail(&v);
     assert_eq!(
-        (d["engine"].as_str(), d["backend"].as_str(), d["op"].as_str()),
-        (Some("nixl"), Some("UCX"), Some("write"))
+        (d["engine"].as_str(), d["backend"].as_str(), d["op"].as_str(), d["memory"].as_str()),
+        (Some("nixl"), Some("UCX"), Some(op), Some("dram"))
     );
     assert!(d["library"].as_str().is_some_and(|l| l.ends_with("libnixl_capi.so")), "{d}");
     assert_eq!(d["env"]["UCX_MODULES"], "^efa", "the EFA module stays out: {d}");
@@ -191,13 +205,45 @@ fn nixl_ucx_contiguous_and_paged_sweeps_verify_with_a_descriptor_per_write() {
     for c in v["cases"].as_array().unwrap() {
         check_case(c, c["size_bytes"].as_u64().unwrap(), 3, true);
         assert_eq!(c["descriptors"], c["writes"], "{c}");
+        assert!(c["writes"].as_u64().unwrap() > 1, "paged: a descriptor per piece: {c}");
     }
+}
+
+#[test]
+fn nixl_ucx_write_sweeps_verify_with_a_descriptor_per_write() {
+    nixl_sweeps_verify("write");
+}
+
+/// The decode side pulls: the receiver READs with prepped descriptor lists and times the READ.
+#[test]
+fn nixl_ucx_read_sweeps_verify_with_a_descriptor_per_piece() {
+    nixl_sweeps_verify("read");
+}
+
+/// A backend whose plugin cannot load here (the wheel's libfabric plugin wants CUDA and libfabric >= 1.10) is
+/// one line naming the plugin and what the loader missed; where it loads, it moves verified bytes.
+#[test]
+fn nixl_libfabric_backend_moves_verified_bytes_or_names_what_its_plugin_lacks() {
+    let Some(py) = nixl_python() else { return };
+    let t = TempDir::new("nixl-libfabric");
+    let dir = t.arg("");
+    let args = ["sweep", "--transport", "nixl", "--nixl-backend", "libfabric", "--sizes", "1MiB", "--reps", "2"];
+    let out = with_python(&py, &[&args[..], &["--verify", "--out-dir", &dir]].concat());
+    out.no_panic();
+    if out.code != Some(0) {
+        out.expect_code(1);
+        let line = out.one_error();
+        assert!(line.contains("--nixl-backend libfabric") && line.contains("libplugin_LIBFABRIC.so"), "{line}");
+    }
+    // A backend NIXL does not have is a usage error before anything starts.
+    with_python(&py, &["sweep", "--transport", "nixl", "--nixl-backend", "gds", "--sizes", "1MiB"]).expect_code(2);
 }
 
 #[test]
 fn nixl_between_serve_and_send_processes() {
     let Some(py) = nixl_python() else { return };
-    serve_and_send(&py, "nixl");
+    serve_and_send(&py, &["--transport", "nixl"]);
+    serve_and_send(&py, &["--transport", "nixl", "--nixl-op", "read"]);
 }
 
 #[test]

@@ -12,7 +12,8 @@ use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, parse_token_list};
 use crate::plan::transport::AllKnobs;
 use crate::plan::{
-    CudaConfig, MooncakeConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind, VerbsConfig,
+    CudaConfig, MooncakeConfig, NixlConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind,
+    VerbsConfig,
 };
 use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::transport::DeviceChoice;
@@ -137,6 +138,7 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
         cuda: CudaConfig { copy: r.copy, staging: r.staging },
         verbs: verbs_config(&r.verbs)?,
         mooncake: MooncakeConfig { protocol: r.mooncake_protocol, entries: r.mooncake_entries },
+        nixl: NixlConfig { backend: r.nixl_backend, op: r.nixl_op },
     };
     let cfg = RunConfig {
         transport: TransportConfig::select(transport, all),

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &str = "kvxfer";
 /// Bumped on any incompatible change of these messages or of a transport's wire format.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -80,6 +80,9 @@ pub struct RepReport {
     pub t_landed_ms: f64,
     pub verify_ms: Option<f64>,
     pub mismatched_bytes: Option<u64>,
+    /// The transfer's post → completion, when the receiver posted it (nixl `--nixl-op read`): the rep's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_ms: Option<f64>,
 }
 
 impl Msg {

@@ -14,8 +14,8 @@ use anyhow::Result;
 use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
 pub use transport::{
-    CopyMode, CqMode, CudaConfig, MooncakeConfig, MooncakeEntries, MooncakeProtocol, NixlConfig, Staging, TcpConfig,
-    TransportConfig, TransportKind, VerbsConfig,
+    CopyMode, CqMode, CudaConfig, MooncakeConfig, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlConfig, NixlOp,
+    Staging, TcpConfig, TransportConfig, TransportKind, VerbsConfig,
 };
 
 /// One size to measure, with its token count when the user asked in tokens.
@@ -237,6 +237,15 @@ mod tests {
         let json = serde_json::to_string(&mc).unwrap();
         assert!(!json.contains("mooncake\":{"), "{json}");
         assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), mc);
+        // So do nixl's.
+        let mut nx = tcp.clone();
+        nx.transport = TransportConfig::Nixl(NixlConfig { op: NixlOp::Read, ..NixlConfig::default() });
+        let json = serde_json::to_string(&nx).unwrap();
+        assert!(json.contains(r#""nixl":{"backend":"ucx","op":"read"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), nx);
+        nx.transport = TransportConfig::Nixl(NixlConfig::default());
+        let json = serde_json::to_string(&nx).unwrap();
+        assert!(!json.contains("nixl\":{"), "{json}");
     }
 
     #[test]

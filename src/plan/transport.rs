@@ -95,7 +95,39 @@ pub enum MooncakeEntries {
     PerWrite,
 }
 
-display_as_value_name!(TransportKind, CopyMode, Staging, CqMode, MooncakeProtocol, MooncakeEntries);
+/// nixl `--nixl-backend`: the NIXL plugin that moves the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NixlBackend {
+    // UCX (shared memory, TCP, RDMA verbs, cuda_ipc: whatever UCX finds between the two agents).
+    #[default]
+    Ucx,
+    // libfabric (needs libfabric 1.10 or newer on the host; EFA and its other providers).
+    Libfabric,
+}
+
+/// nixl `--nixl-op`: which side posts the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NixlOp {
+    // The sender (prefill side) WRITEs into the receiver's buffer.
+    #[default]
+    Write,
+    // The receiver (decode side) READs from the sender's buffer with prepped descriptor lists, notifying the
+    // sender when done, as vLLM's NixlConnector does; the receiver times it.
+    Read,
+}
+
+display_as_value_name!(
+    TransportKind,
+    CopyMode,
+    Staging,
+    CqMode,
+    MooncakeProtocol,
+    MooncakeEntries,
+    NixlBackend,
+    NixlOp
+);
 
 /// Which transport a run uses, with that transport's own knobs (the general ones, such as `streams` and
 /// `block_size`, are [`super::RunConfig`]'s). Adding a transport adds one arm here.
@@ -115,6 +147,7 @@ pub struct AllKnobs {
     pub cuda: CudaConfig,
     pub verbs: VerbsConfig,
     pub mooncake: MooncakeConfig,
+    pub nixl: NixlConfig,
 }
 
 impl TransportConfig {
@@ -125,7 +158,7 @@ impl TransportConfig {
             TransportKind::Verbs => TransportConfig::Verbs(all.verbs),
             TransportKind::Cuda => TransportConfig::Cuda(all.cuda),
             TransportKind::Mooncake => TransportConfig::Mooncake(all.mooncake),
-            TransportKind::Nixl => TransportConfig::Nixl(NixlConfig {}),
+            TransportKind::Nixl => TransportConfig::Nixl(all.nixl),
         }
     }
 
@@ -137,7 +170,7 @@ impl TransportConfig {
             TransportConfig::Verbs(v) => all.verbs = v.clone(),
             TransportConfig::Cuda(c) => all.cuda = *c,
             TransportConfig::Mooncake(m) => all.mooncake = *m,
-            TransportConfig::Nixl(NixlConfig {}) => {}
+            TransportConfig::Nixl(n) => all.nixl = *n,
         }
         all
     }
@@ -165,9 +198,13 @@ impl TransportConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpConfig {}
 
-/// nixl has no knobs of its own yet (the UCX backend, WRITE requests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NixlConfig {}
+/// The nixl transport's knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NixlConfig {
+    pub backend: NixlBackend,
+    pub op: NixlOp,
+}
 
 /// The mooncake transport's knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -256,6 +293,8 @@ mod tests {
         same::<CqMode>();
         same::<MooncakeProtocol>();
         same::<MooncakeEntries>();
+        same::<NixlBackend>();
+        same::<NixlOp>();
         let names: Vec<String> = CopyMode::value_variants().iter().map(value_name).collect();
         assert_eq!(names, ["auto", "ce", "batch", "sm"]);
     }
@@ -266,6 +305,7 @@ mod tests {
             cuda: CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather },
             verbs: VerbsConfig { qps: 2, cq_mode: CqMode::Event, ..VerbsConfig::default() },
             mooncake: MooncakeConfig { protocol: MooncakeProtocol::Rdma, entries: MooncakeEntries::PerWrite },
+            nixl: NixlConfig { backend: NixlBackend::Libfabric, op: NixlOp::Read },
         };
         for &kind in TransportKind::value_variants() {
             let cfg = TransportConfig::select(kind, all.clone());

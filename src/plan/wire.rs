@@ -5,7 +5,7 @@
 
 use super::paged::PagedConfig;
 use super::transport::{
-    AllKnobs, CopyMode, CudaConfig, MooncakeConfig, Staging, TransportConfig, TransportKind, VerbsConfig,
+    AllKnobs, CopyMode, CudaConfig, MooncakeConfig, NixlConfig, Staging, TransportConfig, TransportKind, VerbsConfig,
 };
 use super::{RunConfig, RunKnobs, SizeCase};
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,9 @@ pub(super) struct RunConfigWire {
     /// Left out at its defaults, so configurations without mooncake keep their bytes.
     #[serde(default, skip_serializing_if = "is_default")]
     mooncake: MooncakeConfig,
+    /// Likewise nixl's.
+    #[serde(default, skip_serializing_if = "is_default")]
+    nixl: NixlConfig,
     cases: Vec<SizeCase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     paged: Option<PagedConfig>,
@@ -43,7 +46,7 @@ fn default_mem() -> String {
 
 impl From<RunConfig> for RunConfigWire {
     fn from(c: RunConfig) -> RunConfigWire {
-        let AllKnobs { cuda, verbs, mooncake } = c.transport.all_knobs();
+        let AllKnobs { cuda, verbs, mooncake, nixl } = c.transport.all_knobs();
         RunConfigWire {
             transport: c.transport.kind(),
             knobs: c.knobs,
@@ -53,6 +56,7 @@ impl From<RunConfig> for RunConfigWire {
             src_mem: c.src_mem,
             verbs,
             mooncake,
+            nixl,
             cases: c.cases,
             paged: c.paged,
         }
@@ -61,8 +65,8 @@ impl From<RunConfig> for RunConfigWire {
 
 impl From<RunConfigWire> for RunConfig {
     fn from(w: RunConfigWire) -> RunConfig {
-        let all =
-            AllKnobs { cuda: CudaConfig { copy: w.copy, staging: w.staging }, verbs: w.verbs, mooncake: w.mooncake };
+        let cuda = CudaConfig { copy: w.copy, staging: w.staging };
+        let all = AllKnobs { cuda, verbs: w.verbs, mooncake: w.mooncake, nixl: w.nixl };
         let transport = TransportConfig::select(w.transport, all);
         RunConfig {
             transport,

@@ -129,10 +129,10 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                 if size_bytes == 0 || size_bytes > buf.len() as u64 {
                     bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
                 }
-                target.arm(size_bytes)?;
+                target.arm(case, size_bytes)?;
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
-                let landed = if transport::landing(cfg.transport.kind()) == Landing::Announced {
+                let landed = if transport::landing(&cfg.transport) == Landing::Announced {
                     match ch.recv("Landed")? {
                         Msg::Landed => Instant::now(),
                         other => bail!("the sender sent {} instead of Landed", other.name()),
@@ -152,6 +152,9 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                     notify_ms: landed.saturating_duration_since(t_start).as_secs_f64() * 1e3,
                     t_rep_start_ms: ms(t_start),
                     t_landed_ms: ms(landed),
+                    transfer_ms: target
+                        .posted_transfer()
+                        .map(|(posted, done)| done.saturating_duration_since(posted).as_secs_f64() * 1e3),
                     ..RepReport::default()
                 };
                 if cfg.knobs.verify {

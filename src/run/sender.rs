@@ -267,7 +267,7 @@ impl SenderSession {
             }
             Err(e) => return Err(e),
         };
-        if transport::landing(self.cfg.transport.kind()) == Landing::Announced {
+        if transport::landing(&self.cfg.transport) == Landing::Announced {
             self.ch.send(&Msg::Landed)?;
         }
         let report = match self.ch.recv("RepDone")? {
@@ -275,7 +275,8 @@ impl SenderSession {
             other => bail!("the receiver answered {} instead of RepDone", other.name()),
         };
         let t_done = Instant::now();
-        let transfer_ms = ms_since(times.first_post, times.last_complete);
+        // A receiver that posted the transfer itself (it pulls) timed it on its own clock.
+        let transfer_ms = report.transfer_ms.unwrap_or_else(|| ms_since(times.first_post, times.last_complete));
         let s0 = self.started;
         Ok(RepRecord {
             i: 0, // numbered by `next_rep`

@@ -56,11 +56,13 @@ pub enum Landing {
     Announced,
 }
 
-/// How transport `kind` signals that a rep landed.
-pub fn landing(kind: TransportKind) -> Landing {
-    match kind {
-        TransportKind::Tcp | TransportKind::Verbs => Landing::Observed,
-        TransportKind::Cuda | TransportKind::Mooncake | TransportKind::Nixl => Landing::Announced,
+/// How a run of `transport` signals that a rep landed.
+pub fn landing(transport: &TransportConfig) -> Landing {
+    match transport {
+        TransportConfig::Tcp(_) | TransportConfig::Verbs(_) => Landing::Observed,
+        // The receiver posts the READ itself and sees it complete.
+        TransportConfig::Nixl(n) if n.op == crate::plan::NixlOp::Read => Landing::Observed,
+        TransportConfig::Cuda(_) | TransportConfig::Mooncake(_) | TransportConfig::Nixl(_) => Landing::Announced,
     }
 }
 
@@ -188,8 +190,8 @@ pub trait Target: Send {
     fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
         Ok(())
     }
-    /// Expect one rep of `size_bytes` (nothing to do where landing is [`Landing::Announced`]).
-    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
+    /// Expect one rep of case `case`, `size_bytes` long (nothing to do where landing is [`Landing::Announced`]).
+    fn arm(&mut self, _case: usize, _size_bytes: u64) -> Result<()> {
         Ok(())
     }
     /// Block until the armed rep has landed (transports whose [`landing`] is [`Landing::Observed`]) and return when
@@ -197,6 +199,11 @@ pub trait Target: Send {
     /// to say (the sender failed or vanished). The run never asks a target whose landing is announced.
     fn wait_landed(&mut self, _timeout: Duration, _control_ready: &mut dyn FnMut() -> bool) -> Result<Option<Instant>> {
         anyhow::bail!("this transport learns of landing from the sender's control message")
+    }
+    /// When this end posted the last rep's transfer itself (nixl `--nixl-op read`: the receiver pulls), its post
+    /// and completion: the rep's transfer time then is this end's.
+    fn posted_transfer(&self) -> Option<(Instant, Instant)> {
+        None
     }
 }
 
@@ -242,7 +249,7 @@ pub fn open_target(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<B
         TransportConfig::Cuda(_) => Box::new(cuda::CudaTarget::open(buf)?),
         TransportConfig::Verbs(v) => Box::new(verbs::VerbsTarget::open(v, buf, ctx)?),
         TransportConfig::Mooncake(m) => Box::new(mooncake::MooncakeTarget::open(m, buf, ctx)?),
-        TransportConfig::Nixl(_) => Box::new(nixl::NixlTarget::open(buf, ctx)?),
+        TransportConfig::Nixl(n) => Box::new(nixl::NixlTarget::open(n, cfg, buf, ctx)?),
     })
 }
 
@@ -257,7 +264,7 @@ pub fn connect_source(
         TransportConfig::Cuda(c) => Box::new(cuda::CudaSource::connect(c, cfg, buf, offer, ctx)?),
         TransportConfig::Verbs(v) => Box::new(verbs::VerbsSource::connect(v, cfg, buf, offer, ctx)?),
         TransportConfig::Mooncake(m) => Box::new(mooncake::MooncakeSource::connect(m, buf, offer, ctx)?),
-        TransportConfig::Nixl(_) => Box::new(nixl::NixlSource::connect(buf, offer, ctx)?),
+        TransportConfig::Nixl(n) => Box::new(nixl::NixlSource::connect(n, buf, offer, ctx)?),
     })
 }
 

@@ -31,7 +31,6 @@ pub fn load() -> Result<&'static Loaded> {
 fn load_once() -> Result<Loaded> {
     let dir = library_dir()?;
     let path = dir.join(LIB);
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| anyhow!("a NUL in {}", path.display()))?;
     let mut env = BTreeMap::new();
     // Hygiene, as measured where the wheel was tried: UCX's EFA module loads a second libibverbs and crashes at
     // exit; the plugins live beside the library. Only where the user set nothing.
@@ -41,22 +40,45 @@ fn load_once() -> Result<Loaded> {
             env.insert(k.to_string(), v);
         }
     }
-    // SAFETY: dlopen of a path; the handle is kept for the life of the process (never dlclosed), so the stubs'
-    // later dlopen by name finds this library and its symbols stay valid.
-    let handle = unsafe { nix::libc::dlopen(c.as_ptr(), nix::libc::RTLD_NOW | nix::libc::RTLD_GLOBAL) };
-    if handle.is_null() {
-        // SAFETY: dlerror returns a thread-local message (or NULL) describing the failed dlopen just above.
-        let why = unsafe {
-            let e = nix::libc::dlerror();
-            if e.is_null() {
-                "unknown".to_string()
-            } else {
-                std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
-            }
-        };
-        return Err(anyhow!("--transport nixl cannot load {}: {why}", path.display()));
-    }
+    // The handle is kept for the life of the process (never dlclosed), so the stubs' later dlopen by name finds
+    // this library and its symbols stay valid.
+    dlopen(&path, nix::libc::RTLD_NOW | nix::libc::RTLD_GLOBAL)
+        .map_err(|why| anyhow!("--transport nixl cannot load {}: {why}", path.display()))?;
     Ok(Loaded { path, env })
+}
+
+/// Why NIXL's plugin for `backend` (e.g. `UCX`) does not load, when it does not: the dynamic loader's own words
+/// (a missing or too old library), which NIXL itself does not pass on.
+pub fn plugin_problem(loaded: &Loaded, backend: &str) -> String {
+    let dir =
+        std::env::var_os("NIXL_PLUGIN_DIR").map(PathBuf::from).unwrap_or_else(|| loaded.path.with_file_name("plugins"));
+    let plugin = dir.join(format!("libplugin_{backend}.so"));
+    if !plugin.is_file() {
+        return format!("no {} (NIXL_PLUGIN_DIR names the folder of NIXL's plugins)", plugin.display());
+    }
+    match dlopen(&plugin, nix::libc::RTLD_LAZY | nix::libc::RTLD_LOCAL) {
+        Err(why) => format!("{} does not load: {why}", plugin.display()),
+        Ok(()) => format!("{} loads, but NIXL could not start it", plugin.display()),
+    }
+}
+
+/// dlopen `path`, or the loader's message. The handle is never closed.
+fn dlopen(path: &Path, flags: i32) -> std::result::Result<(), String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| format!("a NUL in {}", path.display()))?;
+    // SAFETY: dlopen of a NUL-terminated path; the handle is deliberately leaked (never dlclosed).
+    let handle = unsafe { nix::libc::dlopen(c.as_ptr(), flags) };
+    if !handle.is_null() {
+        return Ok(());
+    }
+    // SAFETY: dlerror returns a thread-local message (or NULL) describing the failed dlopen just above.
+    Err(unsafe {
+        let e = nix::libc::dlerror();
+        if e.is_null() {
+            "unknown".to_string()
+        } else {
+            std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    })
 }
 
 /// `KVXFER_NIXL_LIB` (the library or its folder), else the folder of an installed wheel as the Python that

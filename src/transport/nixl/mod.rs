@@ -1,34 +1,46 @@
-//! NVIDIA NIXL as a transport: each end creates an agent with the UCX backend and registers its whole buffer once
-//! (outside every timed interval); the receiver offers its agent's metadata, the sender loads it and moves a
-//! transfer as one NIXL WRITE request holding a descriptor per write (a paged transfer: one per piece), posted and
-//! polled to completion. The request of a case is made once and posted again every rep, as a connector reuses its
-//! prepared transfer. NIXL is loaded at run time (see `library`): kvxfer starts without it and says what to
-//! install. The target cannot see the bytes arrive: the sender announces each rep (`Landing::Announced`).
+//! NVIDIA NIXL as a transport: each end creates an agent with one backend (`--nixl-backend`, UCX by default) and
+//! registers its whole buffer once (outside every timed interval) — host memory as DRAM, GPU memory as VRAM of its
+//! device. The two agents swap metadata through kvxfer's control channel (the receiver's in its offer, the
+//! sender's in its answer), then a transfer is one NIXL request holding a descriptor per write (a paged transfer:
+//! one per piece), made once per case and posted again every rep, as a connector reuses its prepared transfer.
+//!
+//! `--nixl-op write`: the sender WRITEs and polls its request; the receiver cannot see the bytes arrive and is told
+//! by the control channel (`Landing::Announced`). `--nixl-op read`, the decode side pulling as vLLM's NixlConnector
+//! does: the receiver READs from the sender through prepped descriptor lists with a notification for the sender,
+//! and times the READ itself (`Landing::Observed`; the sender's rep time is the receiver's post → completion).
+//!
+//! NIXL is loaded at run time (see `library`): kvxfer starts without it and says what to install.
 
 mod library;
+mod source;
+mod target;
 
-use super::{Context, Source, Target, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
-use crate::mem::Buffer;
-use crate::plan::Write;
+pub use source::NixlSource;
+pub use target::NixlTarget;
+
+use super::TransportDetail;
+use crate::mem::{Buffer, MemKind};
+use crate::plan::{NixlBackend, NixlConfig, NixlOp, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 use nixl_sys::{
-    Agent, AgentConfig, Backend, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList, XferOp,
+    Agent, AgentConfig, Backend, MemType, MemoryRegion, NixlDescriptor, NotificationMap, RegistrationHandle,
+    XferDescList, XferDlistHandle, XferRequest, XferStatus,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Contiguous transfers as 64 MiB writes, like the other host transports; UCX splits them as it likes.
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
-const BACKEND: &str = "UCX";
 /// How often a transfer's poll loop looks at the control connection and the clock.
 const PEER_CHECK: Duration = Duration::from_millis(20);
 /// The receiver agent's progress thread sleeps this long between rounds. NIXL's default is 0: a thread spinning on
 /// a core for as long as the agent lives, which on a small host halved every other transport's rate in the same
 /// sweep (raw tcp 2.1 → 0.8–1.0 GB/s on the 2-core VM). The sender needs none: its poll loop drives its requests.
 const RECEIVER_PROGRESS_DELAY_US: u64 = 100;
+/// The notification a READ leaves with the sender when it completes (`--nixl-op read`).
+const READ_DONE: &[u8] = b"kvxfer-read-done";
 
 /// `transport_detail` of a nixl run.
 #[derive(Debug, Clone, Serialize)]
@@ -39,8 +51,11 @@ pub struct NixlDetail {
 #[derive(Debug, Clone, Serialize)]
 pub struct NixlSenderDetail {
     pub engine: &'static str,
+    /// As NIXL names its plugin (`UCX`, `LIBFABRIC`).
     pub backend: &'static str,
-    pub op: &'static str,
+    pub op: NixlOp,
+    /// What NIXL registered on this end: DRAM or VRAM.
+    pub memory: RegionMem,
     /// The receiver agent's progress thread pause (µs); the sender's agent has no progress thread.
     pub receiver_progress_delay_us: u64,
     /// The C API library loaded.
@@ -49,23 +64,61 @@ pub struct NixlSenderDetail {
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Offer {
-    /// The receiver agent's metadata (hex), for `load_remote_md`.
+/// NIXL's memory kinds that kvxfer registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegionMem {
+    Dram,
+    Vram,
+}
+
+impl RegionMem {
+    fn nixl(self) -> MemType {
+        match self {
+            RegionMem::Dram => MemType::Dram,
+            RegionMem::Vram => MemType::Vram,
+        }
+    }
+}
+
+/// One end's registered buffer as the other end addresses it: its agent's metadata (hex, for `load_remote_md`)
+/// and the region. The receiver's travels in its offer, the sender's in its answer.
+#[derive(Debug, Serialize, Deserialize)]
+struct Region {
     metadata: String,
     addr: u64,
     region_len: u64,
+    #[serde(default = "dram")]
+    mem: RegionMem,
+    #[serde(default)]
+    device: u64,
 }
 
-/// A buffer's host bytes as NIXL registers them (DRAM, device 0). Holds no reference to the bytes: NIXL and UCX
-/// write them, and kvxfer reads them only through volatile loads.
+fn dram() -> RegionMem {
+    RegionMem::Dram
+}
+
+/// A buffer's bytes as NIXL registers them. Holds no reference to the bytes: NIXL and UCX write them, and kvxfer
+/// reads them only through volatile loads or CUDA copies.
 #[derive(Debug)]
-struct HostBytes {
+struct BufferBytes {
     addr: usize,
     len: usize,
+    mem: RegionMem,
+    device: u64,
 }
 
-impl MemoryRegion for HostBytes {
+impl BufferBytes {
+    fn of(buf: &Buffer) -> BufferBytes {
+        let (mem, device) = match buf.kind() {
+            MemKind::Host | MemKind::Pinned => (RegionMem::Dram, 0),
+            MemKind::Gpu(n) => (RegionMem::Vram, u64::from(n)),
+        };
+        BufferBytes { addr: buf.cuda_addr() as usize, len: buf.len(), mem, device }
+    }
+}
+
+impl MemoryRegion for BufferBytes {
     unsafe fn as_ptr(&self) -> *const u8 {
         self.addr as *const u8
     }
@@ -75,24 +128,33 @@ impl MemoryRegion for HostBytes {
     }
 }
 
-impl NixlDescriptor for HostBytes {
+impl NixlDescriptor for BufferBytes {
     fn mem_type(&self) -> MemType {
-        MemType::Dram
+        self.mem.nixl()
     }
 
     fn device_id(&self) -> u64 {
-        0
+        self.device
     }
 }
 
-/// An agent of this process with the UCX backend and `buf` registered. Agent names must differ between the agents
-/// that talk (a sweep has both ends in one process).
+fn backend_name(b: NixlBackend) -> &'static str {
+    match b {
+        NixlBackend::Ucx => "UCX",
+        NixlBackend::Libfabric => "LIBFABRIC",
+    }
+}
+
+/// An agent of this process with one backend and its buffer registered. Agent names must differ between the
+/// agents that talk (a sweep has both ends in one process).
 struct Engine {
     // Drop order: the registration before the agent.
     _reg: RegistrationHandle,
     // Kept for the life of the agent that created it.
     _backend: Backend,
     agent: Agent,
+    bytes: BufferBytes,
+    backend: &'static str,
     loaded: &'static library::Loaded,
 }
 
@@ -102,14 +164,12 @@ fn nixl(what: &str) -> impl Fn(nixl_sys::NixlError) -> anyhow::Error + '_ {
 
 impl Engine {
     /// An agent for `role`; `progress` gives it NIXL's progress thread, pausing that many µs between rounds.
-    fn start(role: &str, buf: &Buffer, progress: Option<u64>) -> Result<Engine> {
-        let Some(base) = buf.host_ptr() else {
-            return Err(crate::error::usage(format!(
-                "--transport nixl moves host memory here ({} given); use --mem host (GPU memory is not wired up yet)",
-                buf.kind()
-            )));
-        };
+    fn start(role: &str, cfg: &NixlConfig, buf: &Buffer, progress: Option<u64>) -> Result<Engine> {
         let loaded = library::load()?;
+        if let MemKind::Gpu(n) = buf.kind() {
+            // UCX's CUDA transports look for the context current on the registering thread.
+            crate::mem::cuda::context(n)?;
+        }
         static N: AtomicU32 = AtomicU32::new(0);
         let name = format!("kvxfer-{role}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
         let config = AgentConfig {
@@ -118,146 +178,111 @@ impl Engine {
             ..AgentConfig::default()
         };
         let agent = Agent::new_configured(&name, &config).map_err(nixl("agent"))?;
-        let (_mems, params) =
-            agent.get_plugin_params(BACKEND).map_err(nixl("UCX plugin (is NIXL_PLUGIN_DIR right?)"))?;
-        let backend = agent.create_backend(BACKEND, &params).map_err(nixl("UCX backend"))?;
-        let region = HostBytes { addr: base as usize, len: buf.len() };
-        let reg = agent.register_memory(&region, None).map_err(nixl("register_memory"))?;
-        Ok(Engine { _reg: reg, _backend: backend, agent, loaded })
-    }
-}
-
-/// Fail before connecting when NIXL's library cannot be found or loaded.
-pub fn check() -> Result<()> {
-    library::load().map(|_| ())
-}
-
-// ------------------------------------------------------------------------------------------------ receiver
-
-pub struct NixlTarget {
-    engine: Engine,
-    _buf: Arc<Buffer>,
-}
-
-impl NixlTarget {
-    pub fn open(buf: Arc<Buffer>, _ctx: &Context) -> Result<NixlTarget> {
-        let engine = Engine::start("receiver", &buf, Some(RECEIVER_PROGRESS_DELAY_US))?;
-        Ok(NixlTarget { engine, _buf: buf })
-    }
-}
-
-impl Target for NixlTarget {
-    fn offer(&self) -> serde_json::Value {
-        let metadata = self.engine.agent.get_local_md().map(hex::encode).unwrap_or_default();
-        let addr = self._buf.host_ptr().map_or(0, |p| p as u64);
-        serde_json::to_value(Offer { metadata, addr, region_len: self._buf.len() as u64 }).expect("offer serializes")
-    }
-}
-
-// ------------------------------------------------------------------------------------------------ sender
-
-/// A prepared WRITE of one case's writes, posted again every rep (the request holds its own copy of the
-/// descriptor lists it was made from).
-struct Prepared {
-    writes: Vec<Write>,
-    request: nixl_sys::XferRequest,
-}
-
-pub struct NixlSource {
-    prepared: Option<Prepared>,
-    remote_agent: String,
-    remote: Offer,
-    base: u64,
-    io_timeout: Duration,
-    engine: Engine,
-}
-
-impl NixlSource {
-    pub fn connect(buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<NixlSource> {
-        let remote: Offer = serde_json::from_value(offer).context("the receiver's nixl offer is malformed")?;
-        let engine = Engine::start("sender", buf, None)?;
-        let md = hex::decode(&remote.metadata).context("the receiver's nixl metadata is malformed")?;
-        let remote_agent = engine.agent.load_remote_md(&md).map_err(nixl("load_remote_md"))?;
-        let base = buf.host_ptr().map_or(0, |p| p as u64);
-        Ok(NixlSource { prepared: None, remote_agent, remote, base, io_timeout: ctx.timeouts.io, engine })
+        let backend = backend_name(cfg.backend);
+        let (_mems, params) = agent.get_plugin_params(backend).map_err(|e| {
+            anyhow!("--nixl-backend {}: {e}: {}", cfg.backend, library::plugin_problem(loaded, backend))
+        })?;
+        let handle = agent.create_backend(backend, &params).map_err(nixl("backend"))?;
+        let bytes = BufferBytes::of(buf);
+        let reg = agent.register_memory(&bytes, None).map_err(nixl("register_memory"))?;
+        Ok(Engine { _reg: reg, _backend: handle, agent, bytes, backend, loaded })
     }
 
-    /// The request for `writes`: the prepared one when the writes are the same as last time.
-    fn prepare(&mut self, writes: &[Write]) -> Result<&Prepared> {
-        if self.prepared.as_ref().is_some_and(|p| p.writes == writes) {
-            return Ok(self.prepared.as_ref().expect("checked"));
-        }
-        self.prepared = None;
-        let mut local = XferDescList::new(MemType::Dram).map_err(nixl("descriptor list"))?;
-        let mut remote = XferDescList::new(MemType::Dram).map_err(nixl("descriptor list"))?;
-        for w in writes {
-            if w.remote_offset + w.len > self.remote.region_len {
-                bail!("a write of {} bytes at offset {} falls outside the receiver's region", w.len, w.remote_offset);
-            }
-            local.add_desc((self.base + w.local_offset) as usize, w.len as usize, 0);
-            remote.add_desc((self.remote.addr + w.remote_offset) as usize, w.len as usize, 0);
-        }
-        let request = self
-            .engine
-            .agent
-            .create_xfer_req(XferOp::Write, &local, &remote, &self.remote_agent, None)
-            .map_err(nixl("create_xfer_req"))?;
-        Ok(self.prepared.insert(Prepared { writes: writes.to_vec(), request }))
-    }
-}
-
-impl Source for NixlSource {
-    fn answer(&self) -> serde_json::Value {
-        serde_json::json!({})
+    /// This end's region, for the other end.
+    fn region(&self) -> Region {
+        let metadata = self.agent.get_local_md().map(hex::encode).unwrap_or_default();
+        let b = &self.bytes;
+        Region { metadata, addr: b.addr as u64, region_len: b.len as u64, mem: b.mem, device: b.device }
     }
 
-    fn describe(&self) -> TransportDetail {
-        let mut env = self.engine.loaded.env.clone();
+    /// Load the other end's region; returns its agent's name.
+    fn load_remote(&self, value: serde_json::Value, whose: &str) -> Result<(String, Region)> {
+        let remote: Region =
+            serde_json::from_value(value).with_context(|| format!("{whose} nixl region is malformed"))?;
+        let md = hex::decode(&remote.metadata).with_context(|| format!("{whose} nixl metadata is malformed"))?;
+        let name = self.agent.load_remote_md(&md).map_err(nixl("load_remote_md"))?;
+        Ok((name, remote))
+    }
+
+    fn describe(&self, op: NixlOp) -> TransportDetail {
+        let mut env = self.loaded.env.clone();
         for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("UCX_")) {
             env.entry(k).or_insert(v);
         }
         TransportDetail::Nixl(NixlDetail {
             sender: NixlSenderDetail {
                 engine: "nixl",
-                backend: BACKEND,
-                op: "write",
+                backend: self.backend,
+                op,
+                memory: self.bytes.mem,
                 receiver_progress_delay_us: RECEIVER_PROGRESS_DELAY_US,
-                library: self.engine.loaded.path.display().to_string(),
+                library: self.loaded.path.display().to_string(),
                 env,
             },
         })
     }
+}
 
-    fn transfer(&mut self, _mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
-        let timeout = self.io_timeout;
-        self.prepare(writes)?;
-        let p = self.prepared.as_ref().expect("just prepared");
-        let agent = &self.engine.agent;
-        let started = Instant::now();
-        agent.post_xfer_req(&p.request, None).map_err(nixl("post_xfer_req"))?;
-        // Busy-poll, as a connector's progress loop does (the request completes as a whole), looking at the control
-        // connection now and then for a receiver that died.
-        let mut checked = started;
-        loop {
-            match agent.get_xfer_status(&p.request).map_err(nixl("transfer"))? {
-                nixl_sys::XferStatus::Success => break,
-                nixl_sys::XferStatus::InProgress => {}
-            }
-            if checked.elapsed() > PEER_CHECK {
-                checked = Instant::now();
-                if started.elapsed() > timeout {
-                    bail!("the nixl transfer did not complete within --io-timeout ({:.0} s)", timeout.as_secs_f64());
-                }
-                if (hooks.peer_failed)() {
-                    bail!("the receiver hung up or reported an error on the control connection mid-transfer");
-                }
-            }
+/// The descriptor lists of `writes`: the sender's pieces (at `local_offset`) and the receiver's (at
+/// `remote_offset`), checked against both regions.
+fn descriptor_lists(
+    writes: &[Write],
+    sender: &Region,
+    receiver: &Region,
+) -> Result<(XferDescList<'static>, XferDescList<'static>)> {
+    let mut src = XferDescList::new(sender.mem.nixl()).map_err(nixl("descriptor list"))?;
+    let mut dst = XferDescList::new(receiver.mem.nixl()).map_err(nixl("descriptor list"))?;
+    for w in writes {
+        let inside = |at: u64, region: &Region| at.checked_add(w.len).is_some_and(|end| end <= region.region_len);
+        if !inside(w.local_offset, sender) || !inside(w.remote_offset, receiver) {
+            bail!("a write of {} bytes falls outside the agreed regions", w.len);
         }
-        let done = Instant::now();
-        for i in 0..writes.len() {
-            (hooks.done)(i, started, done);
-        }
-        let extras = TransferExtras { descriptors: Some(writes.len() as u64), ..TransferExtras::default() };
-        Ok(TransferTimes { extras, ..TransferTimes::new(started, done) })
+        src.add_desc((sender.addr + w.local_offset) as usize, w.len as usize, sender.device);
+        dst.add_desc((receiver.addr + w.remote_offset) as usize, w.len as usize, receiver.device);
     }
+    Ok((src, dst))
+}
+
+/// Poll `request` until it completes: at most `timeout`, giving up as soon as `peer_gone` says the other end is.
+fn complete(
+    agent: &Agent,
+    request: &XferRequest,
+    timeout: Duration,
+    peer_gone: &mut dyn FnMut() -> bool,
+) -> Result<Option<Instant>> {
+    let started = Instant::now();
+    let mut checked = started;
+    loop {
+        match agent.get_xfer_status(request).map_err(nixl("transfer"))? {
+            XferStatus::Success => return Ok(Some(Instant::now())),
+            XferStatus::InProgress => {}
+        }
+        if checked.elapsed() > PEER_CHECK {
+            checked = Instant::now();
+            if started.elapsed() > timeout {
+                bail!("the nixl transfer did not complete within --io-timeout ({:.0} s)", timeout.as_secs_f64());
+            }
+            if peer_gone() {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// A NIXL object that nixl-sys leaves `!Send` because it holds raw pointers: prepped descriptor lists and a
+/// notification map. Each is used only through the transport half that owns it (`&mut self`), never from two
+/// threads at once.
+struct Owned<T>(T);
+
+// SAFETY: a prepped descriptor list is a heap object of NIXL's, not tied to the thread that made it; the agent
+// pointer it keeps (for its release) stays valid because the owning half drops the lists before its agent, and
+// NIXL's agent API is thread-safe (nixl-sys's `Agent` is `Send + Sync`).
+unsafe impl Send for Owned<(XferDlistHandle, XferDlistHandle)> {}
+// SAFETY: a notification map is a plain container NIXL fills and clears on whichever thread calls it; the
+// owning half is its only user.
+unsafe impl Send for Owned<NotificationMap> {}
+
+/// Fail before connecting when NIXL's library cannot be found or loaded.
+pub fn check() -> Result<()> {
+    library::load().map(|_| ())
 }

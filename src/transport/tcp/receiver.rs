@@ -117,7 +117,7 @@ impl Target for TcpTarget {
         Ok(())
     }
 
-    fn arm(&mut self, size_bytes: u64) -> Result<()> {
+    fn arm(&mut self, _case: usize, size_bytes: u64) -> Result<()> {
         let mut s = self.shared.state.lock().unwrap();
         if let Some(e) = &s.error {
             bail!("{e}");

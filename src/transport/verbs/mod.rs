@@ -200,7 +200,7 @@ impl Target for VerbsTarget {
         Ok(())
     }
 
-    fn arm(&mut self, _size_bytes: u64) -> Result<()> {
+    fn arm(&mut self, _case: usize, _size_bytes: u64) -> Result<()> {
         self.rep = self.rep.wrapping_add(1);
         for rail in &mut self.rails {
             rail.lander.arm(self.rep);
