@@ -111,7 +111,8 @@ fn serve_and_send(py: &str, transport: &[&str]) {
     let args = ["send", "--peer", &addr, "--sizes", "8MiB", "--reps", "3", "--verify", "--json", &json];
     with_python(py, &[&args[..], transport].concat()).expect_code(0);
     assert_eq!(serve.wait_timeout(Duration::from_secs(20)).and_then(|s| s.code()), Some(0), "{}", serve.stderr.text());
-    check_case(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true);
+    let timed_by = if transport.contains(&"read") { TimedBy::Receiver } else { TimedBy::Sender };
+    check_case_timed(&read_json(Path::new(&json))["cases"][0], 8 << 20, 3, true, timed_by);
 }
 
 #[test]
@@ -168,6 +169,7 @@ fn nixl_python() -> Option<String> {
 /// nixl over UCX on loopback, `--nixl-op OP`: contiguous and paged sweeps verify every rep, with one descriptor
 /// per write, and the results name the engine, backend and op.
 fn nixl_sweeps_verify(op: &str) {
+    let timed_by = if op == "read" { TimedBy::Receiver } else { TimedBy::Sender };
     let Some(py) = nixl_python() else { return };
     let t = TempDir::new(&format!("nixl-{op}"));
     let (json, dir) = (t.arg("n.json"), t.arg(""));
@@ -189,7 +191,7 @@ fn nixl_sweeps_verify(op: &str) {
     with_python(&py, &[&base[..], &contiguous[..]].concat()).expect_code(0);
     let v = read_json(Path::new(&json));
     for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 16]) {
-        check_case(c, mib << 20, 3, true);
+        check_case_timed(c, mib << 20, 3, true, timed_by);
         assert_eq!(c["descriptors"], c["writes"], "{c}");
     }
     let d = detail(&v);
@@ -203,7 +205,7 @@ fn nixl_sweeps_verify(op: &str) {
     with_python(&py, &[&base[..], &paged[..]].concat()).expect_code(0);
     let v = read_json(Path::new(&json));
     for c in v["cases"].as_array().unwrap() {
-        check_case(c, c["size_bytes"].as_u64().unwrap(), 3, true);
+        check_case_timed(c, c["size_bytes"].as_u64().unwrap(), 3, true, timed_by);
         assert_eq!(c["descriptors"], c["writes"], "{c}");
         assert!(c["writes"].as_u64().unwrap() > 1, "paged: a descriptor per piece: {c}");
     }

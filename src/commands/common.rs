@@ -15,12 +15,10 @@ use crate::plan::{
     CudaConfig, MooncakeConfig, NixlConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind,
     VerbsConfig,
 };
-use crate::run::receiver::{serve_session, ReceiverLimits};
 use crate::transport::DeviceChoice;
 use anyhow::{anyhow, Result};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::thread::JoinHandle;
 
 /// Sizes when the user gives none: 1k..16k tokens of the seed's model (96 MiB .. 1.5 GiB), seconds on loopback.
 pub const DEFAULT_TOKENS: &str = "1k,2k,4k,8k,16k";
@@ -284,25 +282,6 @@ pub fn default_outputs(out: &mut OutputArgs, out_dir: &Path) -> Result<()> {
         out.md.get_or_insert_with(|| out_dir.join(format!("{stamp}.md")));
     }
     Ok(())
-}
-
-/// A receiver for one session in a thread of this process, on a loopback port, with a fresh random token.
-pub fn loopback_receiver(limits: ReceiverLimits) -> Result<(SocketAddr, String, JoinHandle<Result<()>>)> {
-    let listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
-    let addr = listener.local_addr()?;
-    let token = random_token()?;
-    let receiver_token = token.clone();
-    let receiver = std::thread::Builder::new().name("kvxfer-receiver".into()).spawn(move || -> Result<()> {
-        let (stream, _) = listener.accept()?;
-        serve_session(stream, &receiver_token, &limits)
-    })?;
-    Ok((addr, token, receiver))
-}
-
-fn random_token() -> Result<String> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness for the loopback receiver's token: {e}"))?;
-    Ok(hex::encode(b))
 }
 
 /// Listen on `addr`, naming the usual cause when the port is taken.

@@ -33,6 +33,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         crate::transport::verbs::device::open(&limits.device, Some(name))?;
     }
     let listener = bind(addr)?;
+    // The port bound, when --listen asked for any (:0).
+    let addr = listener.local_addr().unwrap_or(addr);
     eprintln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));
     loop {
         let (stream, peer) = listener.accept().map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;

@@ -1,7 +1,8 @@
 //! `kvxfer sweep`: the main job on one machine. A receiver runs in a thread of this process on loopback, with a
 //! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
 
-use super::common::{self, check_host_support, configure, default_outputs, loopback_receiver, Configured};
+use super::common::{self, check_host_support, configure, default_outputs, Configured};
+use super::loopback::loopback_receiver;
 use super::send::{drive, SendJob};
 use crate::cli::SweepArgs;
 use crate::output::Recorder;
@@ -22,7 +23,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
     check_host_support(&cfg, &[("--src", src), ("--dst", dst)], &[&device, &peer_device])?;
     let limits = ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst, device: peer_device };
-    let (addr, token, receiver) = loopback_receiver(limits)?;
+    let (addr, token, receiver) = loopback_receiver(limits, cfg.transport.kind())?;
 
     let label = a
         .run

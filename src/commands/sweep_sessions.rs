@@ -3,7 +3,7 @@
 //! interleave, so sessions stay open between visits while their buffers fit in memory together; when they do not,
 //! the least recently used one is closed first and reopened later (its cases then warm up again).
 
-use super::common::loopback_receiver;
+use super::loopback::loopback_receiver;
 use crate::control::Timeouts;
 use crate::mem::{host::available_memory, MemKind};
 use crate::plan::RunConfig;
@@ -117,7 +117,7 @@ impl<'a> Pool<'a> {
                 mem: p.dst,
                 device: p.peer_device.clone(),
             };
-            let (addr, token, receiver) = loopback_receiver(limits)?;
+            let (addr, token, receiver) = loopback_receiver(limits, p.cfg.transport.kind())?;
             let connected = super::send::connect(&addr.to_string(), &token, p.timeouts, &p.device, &p.cfg, p.src);
             let session = match connected {
                 Ok((s, _)) => s,

@@ -45,6 +45,14 @@ pub fn shares_host_memory(kind: TransportKind) -> bool {
     kind == TransportKind::Mooncake
 }
 
+/// Whether a one-machine run (`sweep`) must put transport `kind`'s receiver in a process of its own. NIXL: UCX
+/// will not use CUDA IPC between two agents of one process ("cuda_ipc cannot reach: same process") and quietly
+/// moves GPU buffers over loopback TCP instead (0.4 GB/s where two processes get NVLink), and two processes are
+/// how its users run it. Mooncake's engines already live in worker processes.
+pub fn receiver_in_own_process(kind: TransportKind) -> bool {
+    kind == TransportKind::Nixl
+}
+
 /// How the receiver learns that a rep's bytes have landed. Declared once per transport ([`landing`]) and read by
 /// both ends, so the sender's and the receiver's view of a rep's end cannot disagree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
