@@ -4,7 +4,9 @@ use crate::mem::MemKind;
 pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::{parse_size, SizeList, TokenList};
 use crate::plan::text;
-use crate::plan::{CopyMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, Staging, TransportKind};
+use crate::plan::{
+    CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, Staging, TransportKind,
+};
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -262,6 +264,11 @@ pub struct RunArgs {
     /// Try huge pages for the buffers (falls back to normal pages, and says so)
     #[arg(long)]
     pub hugepages: bool,
+    /// Read counters around every rep on both ends, outside the timed interval, and keep what moved
+    /// (reps[].counters): the RDMA port's counters and hw_counters, the network interface's statistics, the
+    /// process's CPU time; off: none
+    #[arg(long, default_value = "auto")]
+    pub counters: CountersMode,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
     #[serde(skip)]

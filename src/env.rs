@@ -2,6 +2,7 @@
 
 mod diff;
 pub mod hardware;
+pub mod sysroot;
 
 pub use diff::differences;
 
@@ -40,14 +41,14 @@ pub fn hostname() -> String {
 }
 
 fn os_name() -> String {
-    std::fs::read_to_string("/etc/os-release")
+    std::fs::read_to_string(sysroot::SysRoot::get().path("/etc/os-release"))
         .ok()
         .and_then(|t| t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_string())))
         .unwrap_or_else(|| "unknown".into())
 }
 
 fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
+    std::fs::read_to_string(sysroot::SysRoot::get().path("/proc/cpuinfo"))
         .ok()
         .and_then(|t| {
             t.lines()
@@ -58,7 +59,7 @@ fn cpu_model() -> String {
 
 impl Env {
     pub fn capture() -> Env {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string(sysroot::SysRoot::get().path("/proc/meminfo")).unwrap_or_default();
         Env {
             hostname: hostname(),
             kernel: nix::sys::utsname::uname()

@@ -13,6 +13,7 @@ pub mod env;
 pub mod error;
 pub mod export;
 pub mod mem;
+pub mod observe;
 pub mod output;
 pub mod pattern;
 pub mod plan;
@@ -34,6 +35,9 @@ pub const LAYERS: &[&[&str]] = &[
     &["mem"],
     // The host: hostname, hardware, and how two hosts differ (lists GPUs through mem).
     &["env"],
+    // What the host's counters and topology say: per-rep counter deltas, PCIe/NUMA placement (reads sysfs
+    // through env's root).
+    &["observe"],
     // The control channel to the peer: messages, framing, the hello (names the host through env), timeouts.
     &["control"],
     // Moving bytes: tcp, verbs and cuda (uses control's timeouts and token check).

@@ -144,7 +144,7 @@ fn garbage_huge_and_truncated_frames_do_not_crash_serve() {
         ("huge length prefix", vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
         ("length just above the limit", ((1u32 << 20) + 1).to_be_bytes().to_vec()),
         ("truncated frame", {
-            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":3,"version":"x","token":""}"#);
+            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":4,"version":"x","token":""}"#);
             f.truncate(20);
             f
         }),
@@ -200,7 +200,7 @@ impl RawSender {
     fn hello(addr: &str) -> RawSender {
         let mut ctl = connect(addr);
         let hello = format!(
-            r#"{{"type":"hello","magic":"kvxfer","protocol":3,"version":"{}","token":""}}"#,
+            r#"{{"type":"hello","magic":"kvxfer","protocol":4,"version":"{}","token":""}}"#,
             env!("CARGO_PKG_VERSION")
         );
         ctl.write_all(&frame(hello.as_bytes())).unwrap();

@@ -692,3 +692,94 @@ fn mooncake_over_rdma_between_two_rxe_devices_verifies() {
     let d = &v["config"]["transport_detail"]["sender"];
     assert_eq!((d["protocol"].as_str(), d["devices"].as_str()), (Some("rdma"), Some(r.b_dev.as_str())), "{d}");
 }
+
+/// Issue K: packets dropped on every other rep (netem loss on rxeB's veth, switched on and off by this test as each
+/// rep's line lands in the events file) make those reps slow, and the case's attribution names soft-RoCE's
+/// retransmission counters as what separates the slow reps from the fast ones.
+#[test]
+fn attribution_names_the_retransmissions_of_the_reps_that_lost_packets() {
+    let Some(r) = rxe() else { return };
+    let netdev = std::env::var("RXE_B_NETDEV").expect("scripts/rxe-vm names rxeB's netdev");
+    struct Unshape(String);
+    impl Drop for Unshape {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("tc").args(["qdisc", "del", "dev", &self.0, "root"]).status();
+        }
+    }
+    let _unshape = Unshape(netdev.clone());
+    let t = TempDir::new("verbs-attribution");
+    let (json, events, dir) = (t.arg("a.json"), t.arg("events.jsonl"), t.arg(""));
+    std::fs::write(&events, "").unwrap();
+    let args = [
+        "sweep",
+        "--transport",
+        "verbs",
+        "-d",
+        &r.b_dev,
+        "--peer-device",
+        &r.a_dev,
+        "--qps",
+        "1",
+        "--ack-timeout",
+        "12",
+        "--sizes",
+        "4MiB",
+        "--reps",
+        "10",
+        "--warmup",
+        "1",
+        "--verify",
+        "--events",
+        &events,
+        "--json",
+        &json,
+        "--out-dir",
+        &dir,
+    ];
+    let mut sweep = Proc::start(common::kvxfer().args(args), "sweep".into());
+    // Rep k+1 (counting the warm-up) loses packets when k+1 is odd: switched as rep k's sender line appears.
+    let mut seen = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while matches!(sweep.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        let text = std::fs::read_to_string(&events).unwrap_or_default();
+        let done = text.lines().filter(|l| l.contains(r#""side":"sender""#)).count();
+        if done > seen {
+            seen = done;
+            let lossy = seen % 2 == 1;
+            let verb: &[&str] = if lossy {
+                &["replace", "dev", &netdev, "root", "netem", "loss", "1%"]
+            } else {
+                &["del", "dev", &netdev, "root"]
+            };
+            let _ = std::process::Command::new("tc").arg("qdisc").args(verb).status();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let out = sweep.finish();
+    out.expect_code(0);
+    let c = &read_json(Path::new(&json))["cases"][0];
+    check_case(c, 4 << 20, 10, true);
+    let a = &c["attribution"];
+    assert!(a.is_object(), "a case with lossy reps is attributed: cv {} bimodal {}", c["cv"], c["bimodal"]);
+    let named: Vec<(String, String)> = a["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["source"].as_str().unwrap().to_string(), x["name"].as_str().unwrap().to_string()))
+        .collect();
+    let retransmission = [
+        "duplicate_request",
+        "out_of_seq_request",
+        "rcvd_seq_err",
+        "completer_retry_err",
+        "retry_exceeded_err",
+        "local_ack_timeout_err",
+        "packet_seq_err",
+        "out_of_sequence",
+    ];
+    assert!(
+        named.iter().any(|(s, n)| s.contains(" rdma rxe") && retransmission.contains(&n.as_str())),
+        "attribution names no retransmission counter: {a}"
+    );
+    assert!(out.stdout.contains("why at 4 MiB"), "{}", out.stdout);
+}

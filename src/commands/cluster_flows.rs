@@ -152,7 +152,8 @@ fn failed(flow: Flow, e: anyhow::Error) -> FlowOutcome {
 /// unless the group failed.
 fn one_flow(flow: Flow, job: &FlowJob, gate: &Gate, passes: usize) -> FlowOutcome {
     let peer = &job.members[flow.dst].addr;
-    let session = connect(peer, &job.token, job.timeouts, &job.device, &job.cfg, job.src);
+    // Every rank runs its receiver in the process that sends.
+    let session = connect(peer, &job.token, job.timeouts, &job.device, &job.cfg, job.src, true);
     let mut left = passes - 1;
     let started = gate.pass();
     let (mut session, _) = match session {

@@ -148,6 +148,7 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
             verify: r.verify,
             seed: r.seed,
             hugepages: r.hugepages,
+            counters: r.counters,
         },
         block_size_default: r.block_size.is_none(),
         src_mem: src.to_string(),

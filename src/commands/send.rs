@@ -56,20 +56,25 @@ pub fn connect(
     device: &DeviceChoice,
     cfg: &RunConfig,
     src: MemKind,
+    shares_process: bool,
 ) -> Result<(SenderSession, String)> {
     let mut ch = ControlChannel::connect(peer, timeouts)?;
     let receiver_host = client_hello(&mut ch, token)?;
     let (Some(peer_addr), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
         anyhow::bail!("the control connection to {peer} closed during the handshake");
     };
-    let ctx = Context { peer_ip: peer_addr.ip(), local_ip: local.ip(), timeouts, device: device.clone() };
+    let ctx =
+        Context { peer_ip: peer_addr.ip(), local_ip: local.ip(), timeouts, device: device.clone(), shares_process };
     Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
 }
 
 /// Connect, handshake, run every case, and keep the output files current. Returns the results.
 pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
-    let (session, receiver_host) = connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src)?;
+    // A sweep's receiver is a thread of this process, unless its transport needs a process of its own.
+    let shares_process = job.role == "sweep" && !crate::transport::receiver_in_own_process(job.cfg.transport.kind());
+    let (session, receiver_host) =
+        connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process)?;
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
     let detail = session.transport_detail.to_json();
     let config = ConfigJson::from_run(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
@@ -96,6 +101,7 @@ mod tests {
                 verify: true,
                 seed: 9,
                 hugepages: false,
+                counters: Default::default(),
             },
             block_size_default: false,
             src_mem: "gpu:0".into(),

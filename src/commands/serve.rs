@@ -25,6 +25,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         timeouts: crate::control::Timeouts { connect: a.connect_timeout, io: a.io_timeout },
         mem: a.mem,
         device: device_choice(&a.device)?,
+        shares_process: false,
     };
     if limits.mem != crate::mem::MemKind::Host {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;

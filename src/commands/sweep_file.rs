@@ -455,6 +455,9 @@ mod tests {
             }
         }
         names.sort();
-        assert_eq!(names, ["engines", "mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "paged-rdma", "smoke"]);
+        assert_eq!(
+            names,
+            ["engines", "engines-gpu", "mb2", "mr-cliff", "nvlink-vs-nic", "paged-nvlink", "paged-rdma", "smoke"]
+        );
     }
 }

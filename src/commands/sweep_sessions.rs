@@ -116,9 +116,12 @@ impl<'a> Pool<'a> {
                 timeouts: p.timeouts,
                 mem: p.dst,
                 device: p.peer_device.clone(),
+                shares_process: !crate::transport::receiver_in_own_process(p.cfg.transport.kind()),
             };
             let (addr, token, receiver) = loopback_receiver(limits, p.cfg.transport.kind())?;
-            let connected = super::send::connect(&addr.to_string(), &token, p.timeouts, &p.device, &p.cfg, p.src);
+            let shares_process = !crate::transport::receiver_in_own_process(p.cfg.transport.kind());
+            let connected =
+                super::send::connect(&addr.to_string(), &token, p.timeouts, &p.device, &p.cfg, p.src, shares_process);
             let session = match connected {
                 Ok((s, _)) => s,
                 Err(e) => {

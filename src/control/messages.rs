@@ -83,6 +83,9 @@ pub struct RepReport {
     /// The transfer's post → completion, when the receiver posted it (nixl `--nixl-op read`): the rep's time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_ms: Option<f64>,
+    /// The receiver's counters that moved during the rep (see `observe::counters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<crate::observe::counters::Deltas>,
 }
 
 impl Msg {

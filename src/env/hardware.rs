@@ -2,19 +2,16 @@
 //! reader returns what it finds and nothing when a file is missing (containers, other kernels): a fingerprint is
 //! never a reason to fail a run.
 
+use super::sysroot::SysRoot;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 fn read(p: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    SysRoot::get().read(p)
 }
 
 fn entries(dir: impl AsRef<Path>) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
+    SysRoot::get().entries(dir)
 }
 
 fn numa_of(device_dir: &Path) -> Option<i32> {
@@ -138,7 +135,7 @@ pub fn nics() -> Vec<Nic> {
         .map(|name| {
             let d = root.join(&name);
             let dev = d.join("device");
-            let pci = std::fs::canonicalize(&dev).ok().and_then(|p| p.file_name().map(|f| f.to_string_lossy().into()));
+            let pci = SysRoot::get().link_name(&dev);
             let ports = entries(d.join("ports"))
                 .into_iter()
                 .filter_map(|p| {

@@ -100,7 +100,13 @@ pub fn notes(cases: &[CaseResult]) -> Vec<String> {
         .chain(cases.iter().filter_map(|c| staged_text(c).map(|t| format!("staged at {}: {t} (p50)", case_name(c)))))
         .chain(cases.iter().filter_map(|c| work_requests_text(c).map(|t| format!("{}: {t}", case_name(c)))))
         .chain(cases.iter().filter_map(|c| rails_text(c).map(|t| format!("rails at {}: {t} (p50)", case_name(c)))))
+        .chain(cases.iter().filter_map(why_note))
         .collect()
+}
+
+/// The attribution of a bimodal or spread case: "why at 64 MiB: 4 slow of 8 reps; slow vs fast: ...".
+pub fn why_note(c: &CaseResult) -> Option<String> {
+    c.attribution.as_ref().map(|a| format!("why at {}: {}", case_name(c), a.verdict))
 }
 
 /// "3 of 9 cases carry warnings (high CV 2, cold first rep 1)", or that none do.

@@ -3,7 +3,7 @@
 
 use super::{compare, progress::Progress, table};
 use crate::export::args::{FigArgs, OutputArgs};
-use crate::export::cells::{case_name, ceiling_note, ci_note, rails_text, warning_summary};
+use crate::export::cells::{case_name, ceiling_note, ci_note, rails_text, warning_summary, why_note};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
 use crate::plan::paged::Layout;
 use crate::plan::{sizes::format_size, RunConfig};
@@ -78,6 +78,9 @@ impl Recorder {
             if let Some(text) = rails_text(c) {
                 println!("rails at {}: {text} (p50)", case_name(c));
             }
+        }
+        for line in self.results.cases.iter().filter_map(why_note) {
+            println!("{line}");
         }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
         if clamped {

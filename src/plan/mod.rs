@@ -56,6 +56,24 @@ pub struct RunKnobs {
     /// Seed of the `--verify` pattern.
     pub seed: u64,
     pub hugepages: bool,
+    /// Read counters around every rep on both ends (left out of the wire config at its default).
+    #[serde(default, skip_serializing_if = "is_default_counters")]
+    pub counters: CountersMode,
+}
+
+fn is_default_counters(c: &CountersMode) -> bool {
+    *c == CountersMode::default()
+}
+
+/// `--counters`: read counters around every rep (auto) or not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountersMode {
+    // Every source this host has for what the run uses: RDMA port, network interface, process CPU time.
+    #[default]
+    Auto,
+    // None: no reads between reps.
+    Off,
 }
 
 impl RunConfig {
@@ -176,6 +194,7 @@ mod tests {
                 verify: true,
                 seed: 7,
                 hugepages: true,
+                counters: Default::default(),
             },
             block_size_default: false,
             src_mem: "gpu:1".into(),
@@ -282,6 +301,7 @@ mod tests {
                 verify: true,
                 seed: 3,
                 hugepages: false,
+                counters: Default::default(),
             },
             block_size_default: false,
             src_mem: "host".into(),

@@ -4,8 +4,28 @@ pub mod receiver;
 pub mod sender;
 
 use crate::control::RepReport;
-use crate::plan::SizeCase;
+use crate::observe::counters::{Deltas, RepCounters, Side, Uses};
+use crate::plan::{MooncakeProtocol, RunConfig, SizeCase, TransportConfig};
+use crate::transport::Context;
 use serde::{Deserialize, Serialize};
+
+/// The counters one end reads around its reps, for what `cfg`'s transport uses there.
+fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context) -> RepCounters {
+    let rdma = match &cfg.transport {
+        TransportConfig::Verbs(_) => true,
+        TransportConfig::Mooncake(m) => m.protocol == MooncakeProtocol::Rdma,
+        _ => false,
+    };
+    let names: &[String] = if rdma { &ctx.device.names } else { &[] };
+    let uses = Uses {
+        rdma: names,
+        ib_port: ctx.device.ib_port,
+        rdma_auto: rdma,
+        local_ip: Some(ctx.local_ip),
+        shares_process: ctx.shares_process,
+    };
+    RepCounters::discover(side, cfg.knobs.counters, &uses)
+}
 
 /// Sender-clock stage timestamps of one rep, in ms since the sender's run start.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -32,6 +52,10 @@ pub struct RepRecord {
     pub total_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatched_bytes: Option<u64>,
+    /// Counters that moved during the rep, both ends, by source (`sender rdma mlx5_0:1`, `receiver process`...)
+    /// then name; absent with `--counters off` or from older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Deltas>,
     /// What the transport measured besides the times (`reg_ms`, `work_requests`, `staged`: keys of the rep).
     #[serde(flatten)]
     pub extras: crate::transport::TransferExtras,

@@ -24,6 +24,8 @@ pub struct ReceiverLimits {
     pub mem: MemKind,
     /// The receiver's RDMA device (verbs).
     pub device: crate::transport::DeviceChoice,
+    /// The sender runs in this process too (a sweep's receiver thread, a cluster rank).
+    pub shares_process: bool,
 }
 
 /// Check a sender's configuration against this receiver's limits. Errors are usage errors: the sender asked for
@@ -98,7 +100,13 @@ pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) ->
         &mut ch,
         &cfg,
         limits.mem,
-        Context { peer_ip, local_ip, timeouts: limits.timeouts, device: limits.device.clone() },
+        Context {
+            peer_ip,
+            local_ip,
+            timeouts: limits.timeouts,
+            device: limits.device.clone(),
+            shares_process: limits.shares_process,
+        },
     ) {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -118,6 +126,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
         other => bail!("the sender sent {} instead of Connect", other.name()),
     }
     ch.send(&Msg::Connected)?;
+    let mut counters = super::rep_counters(crate::observe::counters::Side::Receiver, cfg, &ctx);
     let started = Instant::now();
     let ms = |t: Instant| t.saturating_duration_since(started).as_secs_f64() * 1e3;
     // Paged --verify: where the current case's pieces must have landed, rebuilt from the agreed configuration.
@@ -130,6 +139,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                     bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
                 }
                 target.arm(case, size_bytes)?;
+                counters.start();
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
                 let landed = if transport::landing(&cfg.transport) == Landing::Announced {
@@ -148,7 +158,9 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                         }
                     }
                 };
+                let moved = counters.finish();
                 let mut report = RepReport {
+                    counters: moved,
                     notify_ms: landed.saturating_duration_since(t_start).as_secs_f64() * 1e3,
                     t_rep_start_ms: ms(t_start),
                     t_landed_ms: ms(landed),

@@ -4,6 +4,7 @@
 use super::{CaseRecord, RepRecord, RunSink, StageTimes};
 use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
+use crate::observe::counters::{RepCounters, Side};
 use crate::pattern::Span;
 use crate::plan::{RunConfig, TransferPlan};
 use crate::transport::{self, Context, Landing, Source, TransferHooks, TransportDetail};
@@ -69,6 +70,7 @@ pub struct SenderSession {
     pub dst_mem: String,
     /// What the transport chose and measured while connecting (for the results file).
     pub transport_detail: TransportDetail,
+    counters: RepCounters,
     started: Instant,
 }
 
@@ -114,7 +116,8 @@ impl SenderSession {
             return Err(e);
         }
         let transport_detail = source.describe();
-        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, started: Instant::now() })
+        let counters = super::rep_counters(Side::Sender, &cfg, ctx);
+        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, counters, started: Instant::now() })
     }
 
     /// Run every case in order; stop at the first failure (after handing completed cases to the sink).
@@ -237,6 +240,7 @@ impl SenderSession {
                 None => self.fill_watching_the_receiver(size, pattern_key(case, seq))?,
             }
         }
+        self.counters.start();
         let t0 = Instant::now();
         self.ch.send(&Msg::RepStart { case, rep: seq, warmup, size_bytes: size })?;
         match self.ch.recv("RepReady")? {
@@ -275,6 +279,8 @@ impl SenderSession {
             other => bail!("the receiver answered {} instead of RepDone", other.name()),
         };
         let t_done = Instant::now();
+        let mut counters = self.counters.finish();
+        crate::observe::counters::merge(&mut counters, report.counters.clone());
         // A receiver that posted the transfer itself (it pulls) timed it on its own clock.
         let transfer_ms = report.transfer_ms.unwrap_or_else(|| ms_since(times.first_post, times.last_complete));
         let s0 = self.started;
@@ -286,6 +292,7 @@ impl SenderSession {
             notify_ms: report.notify_ms,
             total_ms: ms_since(t0, t_done),
             mismatched_bytes: report.mismatched_bytes,
+            counters,
             extras: times.extras,
             sender: StageTimes {
                 t_setup_start_ms: ms_since(s0, t0),

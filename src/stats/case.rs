@@ -54,6 +54,16 @@ pub struct CaseResult {
     /// Verbs striped over several devices: each rail's share and median rate, lagging ones flagged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rails: Option<Vec<super::rails::RailSummary>>,
+    /// Each counter's mean delta per measured rep, by source (`--counters auto`); absent without counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<crate::observe::counters::Deltas>,
+    /// CPU seconds per GiB moved, by process (`sender process`, `receiver process`, or `process (both ends)` when
+    /// both ends ran in one process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s_per_gib: Option<BTreeMap<String, f64>>,
+    /// For a bimodal or spread case: the counters that separate its slow reps from its fast ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<super::attribution::Attribution>,
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
@@ -140,6 +150,9 @@ impl CaseResult {
             staged_p50: staged_medians(&rec.reps),
             descriptors: rec.reps.iter().filter_map(|r| r.extras.descriptors).max(),
             rails: super::rails::of(&rec.reps),
+            counters: super::attribution::means(&rec.reps),
+            cpu_s_per_gib: super::attribution::cpu_s_per_gib(&rec.reps, rec.case.size_bytes),
+            attribution: None,
 
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
@@ -168,6 +181,9 @@ impl CaseResult {
         }
         if self.cv.is_none() && !ms.is_empty() {
             self.cv = Some(confidence::cv(&ms));
+        }
+        if self.attribution.is_none() {
+            self.attribution = super::attribution::of(&self.reps, &self.bimodal, self.cv);
         }
         if self.warnings.is_empty() && !ms.is_empty() {
             self.warnings = warnings::of(&ms, &self.bimodal);

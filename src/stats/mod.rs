@@ -1,5 +1,6 @@
 //! Turning per-rep measurements into the numbers users quote.
 
+pub mod attribution;
 pub mod case;
 pub mod ceiling;
 pub mod cluster;

@@ -223,6 +223,9 @@ pub struct Context {
     pub timeouts: crate::control::Timeouts,
     /// This end's RDMA device choice (verbs).
     pub device: DeviceChoice,
+    /// Both ends of the session run in this process (a sweep's receiver thread, a cluster rank): its CPU time is
+    /// both ends'.
+    pub shares_process: bool,
 }
 
 /// `-d/--device`, `--ib-port`, `--gid-index` of one end.

@@ -1,0 +1,238 @@
+//! Counters read before and after each rep, outside its timed interval, on each end: the RDMA port's
+//! `counters/*` and `hw_counters/*` (every numeric file the driver exposes: mlx5's out_of_sequence, np_cnp_sent...,
+//! rxe's duplicate_request, retry_exceeded_err...), the network interface's `statistics/*`, and this process's CPU
+//! time. A rep keeps the counters that moved, as deltas: `{source: {name: delta}}`; a counter absent from a rep
+//! did not move. Sources are found once per session from what the transport uses (the RDMA device and port, the
+//! interface that holds the local address) through [`SysRoot`].
+
+use crate::env::sysroot::SysRoot;
+pub use crate::plan::CountersMode;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Instant;
+
+/// Counter deltas of one rep (or one side of it), by source then name.
+pub type Deltas = BTreeMap<String, BTreeMap<String, u64>>;
+
+/// Which end reads: the sources of a rep are named with it, as both ends' counters land in one rep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Sender,
+    Receiver,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Sender => "sender",
+            Side::Receiver => "receiver",
+        }
+    }
+}
+
+/// One place counters come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    /// `/sys/class/infiniband/DEV/ports/PORT/{counters,hw_counters}/*`.
+    RdmaPort { device: String, port: u8 },
+    /// `/sys/class/net/NAME/statistics/*`.
+    Netdev { name: String },
+    /// CPU time this process used (all its threads), in µs; `both_ends` when the other end runs in it too.
+    Process { both_ends: bool },
+}
+
+impl Source {
+    fn label(&self, side: Side) -> String {
+        let side = side.name();
+        match self {
+            Source::RdmaPort { device, port } => format!("{side} rdma {device}:{port}"),
+            Source::Netdev { name } => format!("{side} net {name}"),
+            Source::Process { both_ends: false } => format!("{side} process"),
+            Source::Process { both_ends: true } => "process (both ends)".into(),
+        }
+    }
+
+    fn read(&self, root: &SysRoot) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        match self {
+            Source::RdmaPort { device, port } => {
+                for dir in ["counters", "hw_counters"] {
+                    let d = format!("/sys/class/infiniband/{device}/ports/{port}/{dir}");
+                    for name in root.entries(&d) {
+                        if let Some(v) = root.read_u64(format!("{d}/{name}")) {
+                            out.insert(name, v);
+                        }
+                    }
+                }
+            }
+            Source::Netdev { name } => {
+                let d = format!("/sys/class/net/{name}/statistics");
+                for counter in root.entries(&d) {
+                    if let Some(v) = root.read_u64(format!("{d}/{counter}")) {
+                        out.insert(counter, v);
+                    }
+                }
+            }
+            Source::Process { .. } => {
+                if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID) {
+                    let us = t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000;
+                    out.insert("cpu_us".into(), us);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What one end reads around its reps.
+pub struct RepCounters {
+    side: Side,
+    sources: Vec<Source>,
+    before: Vec<BTreeMap<String, u64>>,
+    /// How long the last snapshot took (both reads of a rep cost about twice this).
+    pub last_read_us: u64,
+}
+
+/// What a session uses, for finding its counters.
+pub struct Uses<'a> {
+    /// The RDMA devices (verbs rails, or an engine's RDMA devices) and their port; empty: none.
+    pub rdma: &'a [String],
+    pub ib_port: u8,
+    /// Whether no device was named but the transport picks one (verbs): the first device with an active port.
+    pub rdma_auto: bool,
+    /// This end's address on the control connection: the interface holding it carries TCP data.
+    pub local_ip: Option<IpAddr>,
+    /// Both ends run in this process: the sender reads its CPU time for both, the receiver none.
+    pub shares_process: bool,
+}
+
+impl RepCounters {
+    /// The sources for `uses` on this host (none with `--counters off`).
+    pub fn discover(side: Side, mode: CountersMode, uses: &Uses) -> RepCounters {
+        let root = SysRoot::get();
+        let mut sources = Vec::new();
+        if mode == CountersMode::Auto {
+            let mut devices: Vec<String> = uses.rdma.to_vec();
+            if devices.is_empty() && uses.rdma_auto {
+                devices.extend(first_active_device(root, uses.ib_port));
+            }
+            for device in devices {
+                let port = uses.ib_port;
+                if let Some(net) = root.read(format!("/sys/class/infiniband/{device}/ports/{port}/gid_attrs/ndevs/0")) {
+                    sources.push(Source::Netdev { name: net });
+                }
+                sources.push(Source::RdmaPort { device, port });
+            }
+            if let Some(name) = uses.local_ip.and_then(interface_of) {
+                let s = Source::Netdev { name };
+                if !sources.contains(&s) {
+                    sources.push(s);
+                }
+            }
+            match (side, uses.shares_process) {
+                (_, false) => sources.push(Source::Process { both_ends: false }),
+                (Side::Sender, true) => sources.push(Source::Process { both_ends: true }),
+                (Side::Receiver, true) => {}
+            }
+        }
+        RepCounters { side, sources, before: Vec::new(), last_read_us: 0 }
+    }
+
+    /// The sources' labels as reps name them.
+    pub fn labels(&self) -> Vec<String> {
+        self.sources.iter().map(|s| s.label(self.side)).collect()
+    }
+
+    fn snapshot(&mut self) -> Vec<BTreeMap<String, u64>> {
+        let t = Instant::now();
+        let root = SysRoot::get();
+        let snap = self.sources.iter().map(|s| s.read(root)).collect();
+        self.last_read_us = t.elapsed().as_micros() as u64;
+        snap
+    }
+
+    /// Read every source before a rep.
+    pub fn start(&mut self) {
+        if !self.sources.is_empty() {
+            self.before = self.snapshot();
+        }
+    }
+
+    /// Read every source after the rep and return what moved since [`RepCounters::start`]. A counter that went
+    /// backwards (a reset, a 32-bit wrap) counts as not moved rather than as a huge delta.
+    pub fn finish(&mut self) -> Option<Deltas> {
+        if self.sources.is_empty() || self.before.len() != self.sources.len() {
+            return None;
+        }
+        let after = self.snapshot();
+        let before = std::mem::take(&mut self.before);
+        let mut out = Deltas::new();
+        for ((source, b), a) in self.sources.iter().zip(before).zip(after) {
+            let moved: BTreeMap<String, u64> = a
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let d = v.saturating_sub(*b.get(&k)?);
+                    (d > 0).then_some((k, d))
+                })
+                .collect();
+            if !moved.is_empty() {
+                out.insert(source.label(self.side), moved);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The first RDMA device whose `port` is ACTIVE, as the verbs transport picks one when none is named.
+fn first_active_device(root: &SysRoot, port: u8) -> Option<String> {
+    root.entries("/sys/class/infiniband").into_iter().find(|d| {
+        root.read(format!("/sys/class/infiniband/{d}/ports/{port}/state")).is_some_and(|s| s.contains("ACTIVE"))
+    })
+}
+
+/// The network interface that holds `ip` on this host.
+fn interface_of(ip: IpAddr) -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let Some(addr) = a.address else { continue };
+        let found = match ip {
+            IpAddr::V4(v4) => addr.as_sockaddr_in().is_some_and(|s| s.ip() == v4),
+            IpAddr::V6(v6) => addr.as_sockaddr_in6().is_some_and(|s| s.ip() == v6),
+        };
+        if found {
+            return Some(a.interface_name);
+        }
+    }
+    None
+}
+
+/// Merge one side's deltas into a rep's.
+pub fn merge(into: &mut Option<Deltas>, more: Option<Deltas>) {
+    if let Some(more) = more {
+        into.get_or_insert_with(Deltas::new).extend(more);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_cpu_clock_moves_and_only_moved_counters_are_kept() {
+        let local_ip = Some("127.0.0.1".parse().unwrap());
+        let uses = Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false };
+        let mut c = RepCounters::discover(Side::Sender, CountersMode::Auto, &uses);
+        assert!(c.labels().contains(&"sender process".to_string()), "{:?}", c.labels());
+        c.start();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let d = c.finish().expect("sources were read");
+        assert!(d["sender process"]["cpu_us"] > 0, "{d:?}");
+        assert!(d.values().all(|m| m.values().all(|&v| v > 0)), "zero deltas are left out: {d:?}");
+        let off = RepCounters::discover(Side::Sender, CountersMode::Off, &uses);
+        assert!(off.labels().is_empty());
+    }
+}

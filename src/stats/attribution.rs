@@ -1,0 +1,217 @@
+//! Why some reps were slow: the counters whose per-rep deltas separate a case's slow reps from its fast ones.
+//! Reps are split into the bimodal test's two modes when the case is bimodal, else at the largest gap between
+//! sorted rates when its CV is high; a counter separates them when every slow rep moved it more (or less) than
+//! every fast rep and the groups' means differ by at least a fifth. The verdict names them with per-rep means
+//! ("slow: receiver rdma rxeA:1 out_of_seq_request +1,402/rep, fast: +0"), or says that nothing does.
+
+use super::modes::Bimodality;
+use super::warnings::MAX_CV;
+use crate::observe::counters::Deltas;
+use crate::run::RepRecord;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Fewest reps worth splitting.
+const MIN_REPS: usize = 4;
+/// The groups' means must differ by this fraction of the larger.
+const MIN_RELATIVE_GAP: f64 = 0.2;
+/// At most this many counters are named.
+const MOST_NAMED: usize = 5;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// How the reps were split: `bimodal modes` or `largest gap`.
+    pub split: String,
+    /// Rep numbers (`reps[].i`) of each group.
+    pub slow_reps: Vec<u32>,
+    pub fast_reps: Vec<u32>,
+    /// The counters that separate the groups, strongest first.
+    pub counters: Vec<Separator>,
+    /// One line for tables and logs.
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Separator {
+    pub source: String,
+    pub name: String,
+    pub slow_per_rep: f64,
+    pub fast_per_rep: f64,
+}
+
+/// Each counter's mean delta per measured rep (absent = 0), for the case summary; None without counters.
+pub fn means(reps: &[RepRecord]) -> Option<Deltas> {
+    let with: Vec<&Deltas> = reps.iter().filter_map(|r| r.counters.as_ref()).collect();
+    if with.is_empty() {
+        return None;
+    }
+    let mut sums: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for d in &with {
+        for (source, m) in d.iter() {
+            for (name, v) in m {
+                *sums.entry(source.clone()).or_default().entry(name.clone()).or_default() += v;
+            }
+        }
+    }
+    let n = with.len() as u64;
+    Some(sums.into_iter().map(|(s, m)| (s, m.into_iter().map(|(k, v)| (k, v / n)).collect())).collect())
+}
+
+/// CPU seconds per GiB moved, by process source (`sender process`, `receiver process`, `process (both ends)`).
+pub fn cpu_s_per_gib(reps: &[RepRecord], size_bytes: u64) -> Option<BTreeMap<String, f64>> {
+    let means = means(reps)?;
+    let gib = size_bytes as f64 / (1u64 << 30) as f64;
+    let out: BTreeMap<String, f64> =
+        means.iter().filter_map(|(source, m)| Some((source.clone(), *m.get("cpu_us")? as f64 / 1e6 / gib))).collect();
+    (!out.is_empty() && gib > 0.0).then_some(out)
+}
+
+/// The attribution of a case whose reps are bimodal or spread (CV above the warning's), when its reps carry
+/// counters.
+pub fn of(reps: &[RepRecord], bimodal: &Bimodality, cv: Option<f64>) -> Option<Attribution> {
+    if reps.len() < MIN_REPS || reps.iter().any(|r| r.counters.is_none()) {
+        return None;
+    }
+    let mut by_rate: Vec<&RepRecord> = reps.iter().collect();
+    by_rate.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
+    let (split, slow_count) = if bimodal.is_bimodal && bimodal.counts.len() == 2 {
+        ("bimodal modes", bimodal.counts[0])
+    } else if cv.is_some_and(|cv| cv > MAX_CV) {
+        // The largest ratio between neighbours in rate order.
+        let cut = (1..by_rate.len())
+            .max_by(|&a, &b| {
+                let gap = |i: usize| by_rate[i].gbps / by_rate[i - 1].gbps.max(f64::MIN_POSITIVE);
+                gap(a).total_cmp(&gap(b))
+            })
+            .unwrap_or(1);
+        ("largest gap", cut)
+    } else {
+        return None;
+    };
+    if slow_count == 0 || slow_count >= by_rate.len() {
+        return None;
+    }
+    let (slow, fast) = by_rate.split_at(slow_count);
+    let keys: BTreeSet<(String, String)> = reps
+        .iter()
+        .filter_map(|r| r.counters.as_ref())
+        .flat_map(|d| d.iter().flat_map(|(s, m)| m.keys().map(move |k| (s.clone(), k.clone()))))
+        .collect();
+    let value = |r: &RepRecord, (s, k): &(String, String)| -> f64 {
+        r.counters.as_ref().and_then(|d| d.get(s)?.get(k).copied()).unwrap_or(0) as f64
+    };
+    let mut counters: Vec<(f64, Separator)> = keys
+        .iter()
+        .filter_map(|key| {
+            let sv: Vec<f64> = slow.iter().map(|r| value(r, key)).collect();
+            let fv: Vec<f64> = fast.iter().map(|r| value(r, key)).collect();
+            let (s_min, s_max) = min_max(&sv);
+            let (f_min, f_max) = min_max(&fv);
+            let (s_mean, f_mean) = (mean(&sv), mean(&fv));
+            let apart = s_min > f_max || s_max < f_min;
+            let gap = (s_mean - f_mean).abs() / s_mean.max(f_mean);
+            (apart && gap >= MIN_RELATIVE_GAP).then(|| {
+                let sep = Separator {
+                    source: key.0.clone(),
+                    name: key.1.clone(),
+                    slow_per_rep: s_mean,
+                    fast_per_rep: f_mean,
+                };
+                (gap, sep)
+            })
+        })
+        .collect();
+    // Strongest first: counters that moved in one group only, then by relative gap.
+    counters.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    let counters: Vec<Separator> = counters.into_iter().take(MOST_NAMED).map(|(_, s)| s).collect();
+    let verdict = if counters.is_empty() {
+        format!("{} slow of {} reps: no counter separates them from the fast ones", slow.len(), reps.len())
+    } else {
+        let named: Vec<String> = counters
+            .iter()
+            .map(|c| {
+                format!("{} {} +{}/rep vs +{}", c.source, c.name, thousands(c.slow_per_rep), thousands(c.fast_per_rep))
+            })
+            .collect();
+        format!("{} slow of {} reps; slow vs fast: {}", slow.len(), reps.len(), named.join("; "))
+    };
+    let numbers = |group: &[&RepRecord]| {
+        let mut v: Vec<u32> = group.iter().map(|r| r.i).collect();
+        v.sort_unstable();
+        v
+    };
+    Some(Attribution { split: split.into(), slow_reps: numbers(slow), fast_reps: numbers(fast), counters, verdict })
+}
+
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)))
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// A per-rep mean as counters read: whole numbers with thousands separators, small ones with one decimal.
+fn thousands(x: f64) -> String {
+    if x < 10.0 && x.fract() != 0.0 {
+        return format!("{x:.1}");
+    }
+    let digits = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(i: u32, gbps: f64, counters: &[(&str, &str, u64)]) -> RepRecord {
+        let mut r: RepRecord = serde_json::from_str(&format!(
+            r#"{{"i":{i},"transfer_ms":1.0,"gbps":{gbps},"setup_ms":0.1,"notify_ms":0.2,"total_ms":1.5}}"#
+        ))
+        .unwrap();
+        let mut d = Deltas::new();
+        for (s, k, v) in counters {
+            d.entry(s.to_string()).or_default().insert(k.to_string(), *v);
+        }
+        r.counters = Some(d);
+        r
+    }
+
+    #[test]
+    fn the_counter_that_moves_only_in_slow_reps_is_named() {
+        let rx = "receiver rdma rxeA:1";
+        let reps: Vec<RepRecord> = (0..8)
+            .map(|i| {
+                let slow = i % 2 == 1;
+                let gbps = if slow { 0.4 } else { 1.2 + i as f64 * 0.01 };
+                let seq = if slow { 1400 + i as u64 } else { 0 };
+                let pkts = 1000 + i as u64;
+                rep(i, gbps, &[(rx, "out_of_seq_request", seq), (rx, "rcvd_pkts", pkts), (rx, "duplicate_request", 0)])
+            })
+            .collect();
+        let gbps: Vec<f64> = reps.iter().map(|r| r.gbps).collect();
+        let bimodal = Bimodality::of(&gbps);
+        let a = of(&reps, &bimodal, Some(0.5)).expect("attributed");
+        assert_eq!(a.slow_reps, [1, 3, 5, 7]);
+        assert_eq!(a.counters.len(), 1, "{a:?}");
+        assert_eq!((a.counters[0].name.as_str(), a.counters[0].fast_per_rep), ("out_of_seq_request", 0.0));
+        assert!(a.verdict.contains("out_of_seq_request +1,404/rep vs +0"), "{}", a.verdict);
+    }
+
+    #[test]
+    fn nothing_separating_is_said_and_steady_cases_are_left_alone() {
+        let reps: Vec<RepRecord> = (0..6)
+            .map(|i| rep(i, if i < 3 { 0.5 } else { 1.0 }, &[("sender net lo", "tx_packets", 100 + i as u64)]))
+            .collect();
+        let a = of(&reps, &Bimodality::default(), Some(0.4)).expect("high CV is attributed");
+        assert!(a.counters.is_empty() && a.verdict.contains("no counter separates"), "{a:?}");
+        assert!(of(&reps, &Bimodality::default(), Some(0.01)).is_none(), "a steady case needs no attribution");
+    }
+}
