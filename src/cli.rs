@@ -78,8 +78,15 @@ pub enum Command {
                             rank into every other at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
     Cluster(ClusterArgs),
     /// Show what this host offers: CPUs, memory, huge pages, RDMA devices (ports, GIDs) and GPUs.
-    #[command(after_help = "Example:\n  kvxfer devices --json")]
+    #[command(after_help = "Example:\n  kvxfer devices --json\n  kvxfer devices --topo")]
     Devices(DevicesArgs),
+    /// Preflight: what on this host is likely to cost GPU <-> NIC bandwidth (NUMA, ACS, relaxed ordering, degraded
+    /// links, RoCE MTU and GIDs, GPUDirect module, IOMMU, CPU governor, huge pages), ranked, each with its fix. Exits 0
+    /// when nothing is found, 1 when something is
+    #[command(
+        after_help = "Example:\n  kvxfer doctor -d mlx5_0 --gpu 0\n  KVXFER_SYSFS_ROOT=/path/to/capture kvxfer doctor --json"
+    )]
+    Doctor(DoctorArgs),
 }
 
 /// `--transport`: a transport by name, or `auto` (chosen from the memory kinds of the ends; command line only, a
@@ -527,6 +534,23 @@ pub struct PredictArgs {
 #[derive(Args, Debug)]
 pub struct DevicesArgs {
     /// Print JSON instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Also show where each GPU and RDMA NIC sits on the PCIe tree: the bridges to the root with their links,
+    /// NUMA node, relaxed ordering, MaxPayload/MaxReadReq, ACS, and each GPU's relation to each NIC (PIX..SYS)
+    #[arg(long)]
+    pub topo: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Only this RDMA device (default: every one)
+    #[arg(short = 'd', long = "device", value_name = "NAME")]
+    pub device: Option<String>,
+    /// Only this GPU, by PCI order (default: every one)
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
+    /// Print the findings as JSON
     #[arg(long)]
     pub json: bool,
 }

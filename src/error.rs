@@ -29,6 +29,23 @@ macro_rules! bail_usage {
     ($($arg:tt)*) => { return Err($crate::error::usage(format!($($arg)*))) };
 }
 
+/// Not a failure but an answer that a script must be able to tell apart: `kvxfer doctor` found something (it
+/// has printed what). Exit code 1, and `main` prints nothing more.
+#[derive(Debug)]
+pub struct Found(pub usize);
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} finding(s)", self.0)
+    }
+}
+
+impl std::error::Error for Found {}
+
+pub fn found(n: usize) -> anyhow::Error {
+    anyhow::Error::new(Found(n))
+}
+
 /// Exit code for an error chain: 2 when any cause is a [`UsageError`], 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     if err.chain().any(|c| c.is::<UsageError>()) {

@@ -20,9 +20,12 @@ fn main() {
         Command::Predict(a) => commands::predict::run(a),
         Command::Cluster(a) => commands::cluster::run(a),
         Command::Devices(a) => commands::devices::run(a),
+        Command::Doctor(a) => commands::doctor::run(a),
     };
     if let Err(e) = outcome {
-        eprintln!("error: {e:#}");
+        if !e.is::<kvxfer::error::Found>() {
+            eprintln!("error: {e:#}");
+        }
         std::process::exit(kvxfer::error::exit_code(&e));
     }
 }

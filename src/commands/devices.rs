@@ -1,8 +1,10 @@
 //! `kvxfer devices`: what this host offers — CPUs, memory, huge pages, GPUs (and, with the verbs transport, NICs).
 
 use crate::cli::DevicesArgs;
+use crate::env::sysroot::SysRoot;
 use crate::env::Env;
 use crate::mem::cuda;
+use crate::observe::topology;
 use crate::plan::sizes::format_size;
 use crate::transport::verbs::device as verbs;
 use anyhow::Result;
@@ -20,6 +22,14 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         match verbs::report() {
             Ok(d) => v["rdma"] = serde_json::to_value(d)?,
             Err(e) => v["rdma_error"] = format!("{e:#}").into(),
+        }
+        if a.topo {
+            let (gpus, nics) = topology::devices(SysRoot::get());
+            let relations: Vec<_> = gpus
+                .iter()
+                .flat_map(|g| nics.iter().map(move |n| serde_json::json!([g.name, n.name, topology::relation(g, n)])))
+                .collect();
+            v["topology"] = serde_json::json!({ "gpus": gpus, "rdma": nics, "relations": relations });
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -87,7 +97,53 @@ pub fn run(a: DevicesArgs) -> Result<()> {
             }
         }
     }
+    if a.topo {
+        print_topology();
+    }
     Ok(())
+}
+
+/// `--topo`: each GPU's and NIC's path from its root port, and each GPU's relation to each NIC.
+fn print_topology() {
+    let (gpus, nics) = topology::devices(SysRoot::get());
+    println!("topology   {} GPU(s), {} RDMA device(s) on the PCI bus", gpus.len(), nics.len());
+    for p in gpus.iter().chain(&nics) {
+        let numa = p.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
+        println!("  {}  {}  NUMA {numa}  {}", p.name, p.bdf, p.root);
+        for h in &p.path {
+            let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
+            let l = &h.link;
+            let mut line = format!(
+                "    {}  {} x{} (max {} x{})",
+                h.bdf,
+                l.speed.as_deref().unwrap_or("?"),
+                opt(l.width),
+                l.max_speed.as_deref().unwrap_or("?"),
+                opt(l.max_width)
+            );
+            if l.degraded() {
+                line.push_str("  DEGRADED");
+            }
+            if let Some(ro) = h.relaxed_ordering {
+                line.push_str(&format!("  relaxed ordering {}", if ro { "on" } else { "off" }));
+            }
+            if let (Some(mps), Some(mrrs)) = (h.max_payload, h.max_read_request) {
+                line.push_str(&format!("  MPS {mps} MRRS {mrrs}"));
+            }
+            if h.acs_redirect == Some(true) {
+                line.push_str("  ACS redirect");
+            }
+            println!("{line}");
+        }
+    }
+    if !gpus.is_empty() && !nics.is_empty() {
+        println!("  relation (nvidia-smi's PIX < PXB < PHB < NODE < SYS):");
+        println!("         {}", nics.iter().map(|n| format!("{:<10}", n.name)).collect::<String>());
+        for g in &gpus {
+            let cells: String = nics.iter().map(|n| format!("{:<10}", topology::relation(g, n).to_string())).collect();
+            println!("  {:<7}{cells}", g.name);
+        }
+    }
 }
 
 fn yes(b: bool) -> &'static str {

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod cluster_flows;
 pub mod common;
 pub mod devices;
+pub mod doctor;
 pub mod loopback;
 pub mod predict;
 pub mod report;

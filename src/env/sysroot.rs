@@ -18,8 +18,11 @@ impl SysRoot {
         ROOT.get_or_init(|| SysRoot::at(std::env::var_os("KVXFER_SYSFS_ROOT").map(PathBuf::from).unwrap_or("/".into())))
     }
 
+    /// A root at `root`, made absolute (links inside it resolve to absolute paths, which [`SysRoot::strip`] maps
+    /// back).
     pub fn at(root: impl Into<PathBuf>) -> SysRoot {
-        SysRoot { root: root.into() }
+        let root = root.into();
+        SysRoot { root: std::fs::canonicalize(&root).unwrap_or(root) }
     }
 
     /// Whether reads go to this machine's own files.

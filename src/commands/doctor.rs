@@ -1,0 +1,56 @@
+//! `kvxfer doctor`: the findings of `observe::doctor` for this host (or a captured tree), highest cost first, each
+//! with its fix. Exit 0 when nothing is found, 1 when something is, 2 when -d or --gpu names nothing here.
+
+use crate::cli::DoctorArgs;
+use crate::env::sysroot::SysRoot;
+use crate::observe::doctor::{examine, Scope};
+use crate::observe::topology;
+use anyhow::Result;
+
+pub fn run(a: DoctorArgs) -> Result<()> {
+    let root = SysRoot::get();
+    let (gpus, nics) = topology::devices(root);
+    if let Some(d) = &a.device {
+        if !nics.iter().any(|n| &n.name == d) {
+            let have: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
+            crate::bail_usage!("-d {d}: no such RDMA device here (this host has: {})", list(&have));
+        }
+    }
+    if let Some(g) = a.gpu {
+        if g as usize >= gpus.len() {
+            crate::bail_usage!("--gpu {g}: this host has {} NVIDIA GPU(s) on its PCI bus", gpus.len());
+        }
+    }
+    let findings = examine(root, &Scope { gpu: a.gpu, nic: a.device.clone() });
+    if a.json {
+        let v = serde_json::json!({
+            "root": root.path("/").display().to_string(),
+            "gpus": gpus.len(),
+            "rdma_devices": nics.len(),
+            "findings": findings,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("looked at {} GPU(s) and {} RDMA device(s) on {}", gpus.len(), nics.len(), root.path("/").display());
+        if findings.is_empty() {
+            println!("nothing found");
+        }
+        for (i, f) in findings.iter().enumerate() {
+            println!("{}. [{:?}] {}", i + 1, f.cost, f.what);
+            println!("   fix: {}", f.fix);
+        }
+    }
+    if findings.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::error::found(findings.len()))
+    }
+}
+
+fn list(v: &[&str]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}

@@ -1,0 +1,212 @@
+//! `kvxfer doctor` and `devices --topo` (issue K) on sysfs trees: two captured from real machines
+//! (`scripts/capture-sysfs`: the 2×H200 host through the device machine, and this VM), and small trees written
+//! here from the PCI Express config-space layout for what cannot be captured (a GPU and a NIC on different
+//! sockets, ACS redirection on the switch between them, relaxed ordering off, a link at x8 of x16, RoCE at MTU
+//! 1500). Doctor must find exactly what each tree holds, and nothing on a clean one.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(name)
+}
+
+/// `kvxfer doctor --json ARGS` against the tree at `root`: its exit code and the kinds it found, in order.
+fn doctor(root: &Path, args: &[&str]) -> (Option<i32>, Vec<String>) {
+    let out =
+        Proc::start(kvxfer().env("KVXFER_SYSFS_ROOT", root).args(["doctor", "--json"]).args(args), "doctor".into())
+            .finish();
+    out.no_panic();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    let kinds = v["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap().to_string()).collect();
+    (out.code, kinds)
+}
+
+/// A sysfs tree written file by file.
+struct Tree(TempDir);
+
+/// A PCIe function's config space: the PCI Express capability at 0x40 with Device Control `devctl`, and ACS at
+/// 0x100 with ACS Control `acs` when given (PCI Express Base Specification 7.5.3, 7.7.8).
+fn config(devctl: u16, acs: Option<u16>) -> Vec<u8> {
+    let mut c = vec![0u8; 4096];
+    c[0x06] = 0x10; // Status: capability list
+    c[0x34] = 0x40;
+    c[0x40] = 0x10; // PCI Express
+    c[0x48..0x4a].copy_from_slice(&devctl.to_le_bytes());
+    if let Some(ctl) = acs {
+        c[0x100..0x104].copy_from_slice(&(0x000d_u32 | (1 << 16)).to_le_bytes());
+        c[0x106..0x108].copy_from_slice(&ctl.to_le_bytes());
+    }
+    c
+}
+
+/// Relaxed ordering on, MaxPayload 256, MaxReadReq 512.
+const RO_ON: u16 = 0x10 | (1 << 5) | (2 << 12);
+const GEN5: &str = "32.0 GT/s PCIe";
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let t = Tree(TempDir::new(name));
+        t.file("/proc/meminfo", b"MemTotal: 1000 kB\nHugePages_Total:    2048\n");
+        t.file("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", b"performance\n");
+        std::fs::create_dir_all(t.path("/sys/module/nvidia_peermem")).unwrap();
+        t
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.0.path().join(p.trim_start_matches('/'))
+    }
+
+    fn file(&self, p: &str, data: &[u8]) {
+        let p = self.path(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+
+    fn link(&self, p: &str, target: &str) {
+        let p = self.path(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, p).unwrap();
+    }
+
+    /// A PCI function at `chain` (root complex first, then every bridge, the function last).
+    fn pci(&self, chain: &[&str], class: &str, vendor: &str, numa: i32, width: (u32, u32), cfg: Vec<u8>) {
+        let dir = format!("/sys/devices/{}", chain.join("/"));
+        for (f, v) in [
+            ("class", class.to_string()),
+            ("vendor", vendor.to_string()),
+            ("numa_node", numa.to_string()),
+            ("current_link_speed", GEN5.into()),
+            ("max_link_speed", GEN5.into()),
+            ("current_link_width", width.0.to_string()),
+            ("max_link_width", width.1.to_string()),
+        ] {
+            self.file(&format!("{dir}/{f}"), format!("{v}\n").as_bytes());
+        }
+        self.file(&format!("{dir}/config"), &cfg);
+        let bdf = chain.last().unwrap();
+        self.link(&format!("/sys/bus/pci/devices/{bdf}"), &format!("../../../devices/{}", chain.join("/")));
+    }
+
+    /// A RoCE NIC `name` at PCI `chain`, its netdev at `mtu`.
+    fn nic(&self, name: &str, chain: &[&str], numa: i32, devctl: u16, mtu: u32) {
+        self.pci(chain, "0x020000", "0x15b3", numa, (16, 16), config(devctl, None));
+        self.link(&format!("/sys/class/infiniband/{name}/device"), &format!("../../../devices/{}", chain.join("/")));
+        let port = format!("/sys/class/infiniband/{name}/ports/1");
+        self.file(&format!("{port}/link_layer"), b"Ethernet\n");
+        self.file(&format!("{port}/state"), b"4: ACTIVE\n");
+        self.file(&format!("{port}/gid_attrs/ndevs/0"), format!("{name}-eth\n").as_bytes());
+        self.file(&format!("{port}/gid_attrs/types/0"), b"IB/RoCE v1\n");
+        self.file(&format!("{port}/gid_attrs/types/1"), b"RoCE v2\n");
+        self.file(&format!("/sys/class/net/{name}-eth/mtu"), format!("{mtu}\n").as_bytes());
+    }
+
+    fn gpu(&self, chain: &[&str], numa: i32, width: (u32, u32)) {
+        self.pci(chain, "0x030200", "0x10de", numa, width, config(RO_ON, None));
+    }
+
+    /// A switch: its upstream port under `root_port`, and downstream ports `downs` (ACS control `acs` on each).
+    fn switch(&self, chain: &[&str], downs: &[&str], acs: Option<u16>) {
+        for i in 1..=chain.len() - 1 {
+            self.pci(&chain[..=i], "0x060400", "0x1000", 0, (16, 16), config(RO_ON, None));
+        }
+        for d in downs {
+            let mut c = chain.to_vec();
+            c.push(d);
+            self.pci(&c, "0x060400", "0x1000", 0, (16, 16), config(RO_ON, acs));
+        }
+    }
+}
+
+const SWITCH: [&str; 3] = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"];
+
+/// A GPU and a NIC under one PCIe switch on socket 0: the good case, with what `tweak` changes.
+fn one_switch(name: &str, acs: Option<u16>, nic_devctl: u16, gpu_width: (u32, u32), mtu: u32) -> Tree {
+    let t = Tree::new(name);
+    t.switch(&SWITCH, &["0000:02:00.0", "0000:02:01.0"], acs);
+    t.gpu(&[&SWITCH[..], &["0000:02:00.0", "0000:03:00.0"]].concat(), 0, gpu_width);
+    t.nic("mlx5_0", &[&SWITCH[..], &["0000:02:01.0", "0000:04:00.0"]].concat(), 0, nic_devctl, mtu);
+    t
+}
+
+#[test]
+fn a_clean_host_has_nothing_to_report_and_devices_topo_names_the_switch() {
+    let t = one_switch("doctor-clean", Some(0b0011), RO_ON, (16, 16), 9000);
+    let (code, kinds) = doctor(t.0.path(), &[]);
+    assert_eq!((code, kinds), (Some(0), vec![]));
+    let out = Proc::start(
+        kvxfer().env("KVXFER_SYSFS_ROOT", t.0.path()).args(["devices", "--topo", "--json"]),
+        "devices".into(),
+    )
+    .finish();
+    out.expect_code(0);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["topology"]["relations"], serde_json::json!([["gpu:0", "mlx5_0", "PIX"]]), "{}", v["topology"]);
+    let nic_path = &v["topology"]["rdma"][0]["path"];
+    assert_eq!(nic_path.as_array().unwrap().len(), 4, "root port, switch up, switch down, the NIC: {nic_path}");
+    assert_eq!(
+        (nic_path[3]["relaxed_ordering"].as_bool(), nic_path[3]["max_payload"].as_u64()),
+        (Some(true), Some(256))
+    );
+}
+
+#[test]
+fn each_problem_written_into_a_tree_is_found_and_only_it() {
+    let cases: [(&str, Tree, &[&str]); 4] = [
+        ("acs", one_switch("doctor-acs", Some(0b1100), RO_ON, (16, 16), 9000), &["acs_redirect"]),
+        ("relaxed ordering", one_switch("doctor-ro", None, 1 << 5, (16, 16), 9000), &["relaxed_ordering_off"]),
+        ("degraded", one_switch("doctor-x8", None, RO_ON, (8, 16), 9000), &["degraded_link"]),
+        ("mtu", one_switch("doctor-mtu", None, RO_ON, (16, 16), 1500), &["roce_mtu_below_4096"]),
+    ];
+    for (what, tree, expect) in cases {
+        let (code, kinds) = doctor(tree.0.path(), &[]);
+        assert_eq!((code, kinds), (Some(1), expect.iter().map(|k| k.to_string()).collect::<Vec<_>>()), "{what}");
+    }
+}
+
+#[test]
+fn a_gpu_and_nic_on_different_sockets_are_found_and_the_closer_nic_named() {
+    let t = Tree::new("doctor-numa");
+    t.gpu(&["pci0000:00", "0000:00:02.0", "0000:05:00.0"], 0, (16, 16));
+    t.nic("mlx5_0", &["pci0000:80", "0000:80:02.0", "0000:81:00.0"], 1, RO_ON, 9000);
+    t.nic("mlx5_1", &["pci0000:00", "0000:00:03.0", "0000:06:00.0"], 0, RO_ON, 9000);
+    let (code, kinds) = doctor(t.0.path(), &["-d", "mlx5_0", "--gpu", "0"]);
+    assert_eq!((code, kinds), (Some(1), vec!["gpu_nic_other_socket".to_string()]));
+    let out =
+        Proc::start(kvxfer().env("KVXFER_SYSFS_ROOT", t.0.path()).args(["doctor", "-d", "mlx5_0"]), "doctor".into())
+            .finish();
+    out.expect_code(1);
+    assert!(out.stdout.contains("mlx5_1 is closer (PHB)"), "{}", out.stdout);
+    // The NIC on the GPU's socket: nothing to say.
+    assert_eq!(doctor(t.0.path(), &["-d", "mlx5_1"]), (Some(0), vec![]));
+    // Names that are not here are usage errors.
+    let out =
+        Proc::start(kvxfer().env("KVXFER_SYSFS_ROOT", t.0.path()).args(["doctor", "-d", "mlx5_9"]), "doctor".into())
+            .finish();
+    out.expect_code(2);
+    assert!(out.one_error().contains("mlx5_0, mlx5_1"), "{}", out.stderr);
+}
+
+#[test]
+fn captured_hosts_read_as_they_were() {
+    // The 2×H200 device machine: two GPUs at Gen5 x16 on one root complex, relaxed ordering on, no NIC, no huge
+    // pages.
+    let (code, kinds) = doctor(&fixture("h200"), &[]);
+    assert_eq!((code, kinds), (Some(1), vec!["no_huge_pages".to_string()]));
+    let out = Proc::start(
+        kvxfer().env("KVXFER_SYSFS_ROOT", fixture("h200")).args(["devices", "--topo", "--json"]),
+        "devices".into(),
+    )
+    .finish();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let gpus = v["topology"]["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2, "{}", v["topology"]);
+    for g in gpus {
+        let hop = &g["path"][0];
+        assert_eq!(hop["link"]["speed"], "32.0 GT/s PCIe", "{g}");
+        assert_eq!((hop["link"]["width"].as_u64(), hop["relaxed_ordering"].as_bool()), (Some(16), Some(true)), "{g}");
+    }
+    // This VM kind: no GPU, no NIC, no huge pages.
+    assert_eq!(doctor(&fixture("vm"), &[]), (Some(1), vec!["no_huge_pages".to_string()]));
+}
