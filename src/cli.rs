@@ -128,13 +128,16 @@ impl TypedValueParser for TransportChoiceParser {
 
 /// `--connect-timeout`, `--io-timeout`: `5s`, `500ms`, `2m` or a plain number of seconds; positive.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    /// Longer than any run, and far from where adding it to a clock reading overflows (which panicked with
+    /// `--io-timeout 9223372036854775807`).
+    const MOST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
     let d = if text.chars().all(|c| c.is_ascii_digit()) && !text.is_empty() {
         text.parse::<u64>().map(Duration::from_secs).ok()
     } else {
         humantime::parse_duration(text).ok()
     };
     match d {
-        Some(d) if !d.is_zero() => Ok(d),
+        Some(d) if !d.is_zero() => Ok(d.min(MOST)),
         _ => Err("expected a positive duration like 5s, 500ms or 2m".to_string()),
     }
 }
@@ -562,6 +565,8 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        // Huge values saturate at ten years instead of overflowing a deadline.
+        assert_eq!(parse_duration("9223372036854775807"), Ok(Duration::from_secs(10 * 365 * 24 * 3600)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("soon").is_err());

@@ -74,7 +74,7 @@ impl Env {
             hugepages_free: meminfo_field(&meminfo, "HugePages_Free"),
             hugepage_size_bytes: meminfo_field(&meminfo, "Hugepagesize"),
             kvxfer_version: env!("CARGO_PKG_VERSION").to_string(),
-            command_line: std::env::args().collect(),
+            command_line: scrub_token(std::env::args()),
             git_describe: option_env!("KVXFER_GIT_DESCRIBE").unwrap_or("unknown").to_string(),
             numa_nodes: hardware::numa_nodes(),
             iommu: hardware::iommu(),
@@ -83,5 +83,36 @@ impl Env {
             gpu_driver: hardware::gpu_driver(),
             cuda_driver_version: hardware::cuda_driver_version(),
         }
+    }
+}
+
+/// The command line with the value of `--token` replaced: results files travel, the secret must not.
+fn scrub_token(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for a in args {
+        if hide_next {
+            out.push("(hidden)".to_string());
+            hide_next = false;
+        } else if a == "--token" {
+            out.push(a);
+            hide_next = true;
+        } else if a.starts_with("--token=") {
+            out.push("--token=(hidden)".to_string());
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod scrub_tests {
+    #[test]
+    fn the_token_never_reaches_the_command_line_of_a_results_file() {
+        let args = ["kvxfer", "send", "--token", "s3cret", "--peer", "h:1", "--token=s3cret2"].map(String::from);
+        let kept = super::scrub_token(args);
+        assert!(!kept.iter().any(|a| a.contains("s3cret")), "{kept:?}");
+        assert_eq!(kept[2..5], ["--token", "(hidden)", "--peer"]);
     }
 }

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod commands;
+pub mod console;
 pub mod control;
 pub mod env;
 pub mod error;
@@ -27,8 +28,9 @@ pub mod units;
 /// a parent and its children).
 pub const LAYERS: &[&[&str]] = &[
     // Leaves every layer may use: errors and exit codes, the --verify byte pattern and the seeded generator, units
-    // of bandwidth, and the binary's glibc shim (src/glibc_compat.rs, a module of main.rs).
-    &["error", "pattern", "units", "glibc_compat"],
+    // of bandwidth, printing that never panics (console), and the binary's glibc shim (src/glibc_compat.rs, a
+    // module of main.rs).
+    &["error", "pattern", "units", "glibc_compat", "console"],
     // What to run: sizes, models, paged layouts, orders, sweep files.
     &["plan"],
     // Buffers: host, pinned and GPU memory, and the GPU kernels that fill and check them.

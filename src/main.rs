@@ -24,7 +24,7 @@ fn main() {
     };
     if let Err(e) = outcome {
         if !e.is::<kvxfer::error::Found>() {
-            eprintln!("error: {e:#}");
+            kvxfer::errln!("error: {e:#}");
         }
         std::process::exit(kvxfer::error::exit_code(&e));
     }

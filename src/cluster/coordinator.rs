@@ -140,7 +140,7 @@ impl Gathering<'_> {
         // Rank 0, the ranks in before this one, and this one.
         let ranks_in = 2 + self.joined.iter().filter(|j| j.is_some()).count();
         // A progress line per rank: a launch that hangs here shows who is missing (and tests wait on it).
-        eprintln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
+        crate::errln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
         self.joined[rank] = Some((Link { rank, host, stream }, member));
         Ok(())
     }

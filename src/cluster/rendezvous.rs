@@ -70,7 +70,7 @@ fn connect_with_retry(at: &str, deadline: Instant) -> Result<TcpStream> {
             bail!("rank 0 did not listen at {at} within the rendezvous timeout (last attempt: {last}); is rank 0 running, and is {at} its address (--coordinator)?");
         }
         if !said {
-            eprintln!("waiting for rank 0 at {at}");
+            crate::errln!("waiting for rank 0 at {at}");
             said = true;
         }
         std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));

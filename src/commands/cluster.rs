@@ -29,7 +29,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let info = cluster::discover(&env)?;
     let coordinator = cluster::resolve_coordinator(a.coordinator.as_deref(), &env, launcher::scontrol_hostnames)?;
     let host = crate::env::hostname();
-    eprintln!(
+    crate::errln!(
         "cluster: rank {} of {} on {host} (launcher: {}, local rank {}); ranks meet at {} (from {})",
         info.rank,
         info.world_size,
@@ -122,7 +122,7 @@ fn flow_addresses(members: &[Member], loopback: bool) -> Vec<Member> {
 fn run_steps(group: &mut Group, steps: &[Step], job: &FlowJob, mut collector: Option<&mut Collector>) -> Result<()> {
     for (i, step) in steps.iter().enumerate() {
         if collector.is_some() {
-            eprintln!("step {}/{}: {}", i + 1, steps.len(), describe(step, &job.cfg));
+            crate::errln!("step {}/{}: {}", i + 1, steps.len(), describe(step, &job.cfg));
         }
         let at = || format!("step {}/{}", i + 1, steps.len());
         let outcomes = run_step(group, step, job).with_context(at)?;
@@ -320,7 +320,7 @@ impl Collector {
         }
         for agg in &aggregates {
             let pair = agg.pair.map(|[a, b]| format!(" ({a}⇄{b})")).unwrap_or_default();
-            eprintln!(
+            crate::errln!(
                 "step {number}: {} flows of {} at once{pair}: aggregate p50 {:.2} GB/s",
                 agg.flows,
                 format_size(agg.size_bytes),
@@ -338,7 +338,7 @@ impl Collector {
                 Some(false) => ", VERIFY FAILED",
                 None => "",
             };
-            println!(
+            crate::outln!(
                 "  {}→{} {:>9}  p50 {:8.2} GB/s  {:9.3} ms  (n={}{verified})",
                 f.src.rank,
                 f.dst.rank,
@@ -357,9 +357,9 @@ impl Collector {
         }
         self.exports.write(std::slice::from_ref(&self.results))?;
         let cl = self.results.cluster.clone().expect("a cluster run's results");
-        println!("\n{}", cluster_out::markdown(&self.results, &cl));
+        crate::outln!("\n{}", cluster_out::markdown(&self.results, &cl));
         for (format, p) in self.exports.files() {
-            eprintln!("{}: {}", format.what(), p.display());
+            crate::errln!("{}: {}", format.what(), p.display());
         }
         if let Some(dir) = &self.fig.fig {
             let lines = crate::export::plot::parse_lines(&self.fig.lines)?;

@@ -32,11 +32,11 @@ pub fn receive_in_background(listener: TcpListener, rank: usize, token: String, 
             let shared = Arc::clone(&shared);
             let spawned = std::thread::Builder::new().name("kvxfer-cluster-receive".into()).spawn(move || {
                 if let Err(e) = serve_session(stream, &shared.0, &shared.1) {
-                    eprintln!("rank {rank}: receiving from {peer}: {e:#}");
+                    crate::errln!("rank {rank}: receiving from {peer}: {e:#}");
                 }
             });
             if let Err(e) = spawned {
-                eprintln!("rank {rank}: no thread for a flow from {peer}: {e}");
+                crate::errln!("rank {rank}: no thread for a flow from {peer}: {e}");
             }
         }
     })?;

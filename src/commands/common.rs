@@ -54,12 +54,12 @@ pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)
     };
     let bpt = match &geometry {
         Some(g) => {
-            eprintln!("kv bytes/token: {}", g.describe());
+            crate::errln!("kv bytes/token: {}", g.describe());
             g.bytes_per_token()
         }
         None => {
             let n = a.kv_bytes_per_token.expect("matched above");
-            eprintln!("kv bytes/token: {n} B/token (from --kv-bytes-per-token)");
+            crate::errln!("kv bytes/token: {n} B/token (from --kv-bytes-per-token)");
             n
         }
     };
@@ -110,7 +110,7 @@ fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind 
         (TransportKind::Tcp, "not every end is a GPU")
     };
     let names = crate::transport::TRANSPORTS.join("|");
-    eprintln!("transport: {kind} ({why}; --transport {names} to choose)");
+    crate::errln!("transport: {kind} ({why}; --transport {names} to choose)");
     kind
 }
 
@@ -157,7 +157,7 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
         paged: None,
     };
     if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == Layout::Contiguous {
-        eprintln!("block size: {} ({} default; --block-size to change)", format_size(block_size), transport);
+        crate::errln!("block size: {} ({} default; --block-size to change)", format_size(block_size), transport);
     }
     Ok(cfg)
 }

@@ -31,46 +31,50 @@ pub fn run(a: DevicesArgs) -> Result<()> {
                 .collect();
             v["topology"] = serde_json::json!({ "gpus": gpus, "rdma": nics, "relations": relations });
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     let size = |v: Option<u64>| v.map(format_size).unwrap_or_else(|| "unknown".into());
-    println!("host       {}", env.hostname);
-    println!("os         {} (kernel {})", env.os, env.kernel);
-    println!("cpu        {} × {}", env.cpus, env.cpu);
-    println!("memory     {} total, {} available", size(env.mem_total_bytes), size(env.mem_available_bytes));
+    crate::outln!("host       {}", env.hostname);
+    crate::outln!("os         {} (kernel {})", env.os, env.kernel);
+    crate::outln!("cpu        {} × {}", env.cpus, env.cpu);
+    crate::outln!("memory     {} total, {} available", size(env.mem_total_bytes), size(env.mem_available_bytes));
     match (env.hugepages_total, env.hugepages_free, env.hugepage_size_bytes) {
-        (Some(t), Some(f), Some(s)) if t > 0 => println!("hugepages  {t} × {} reserved, {f} free", format_size(s)),
-        _ => println!("hugepages  none reserved (--hugepages falls back to normal pages)"),
+        (Some(t), Some(f), Some(s)) if t > 0 => crate::outln!("hugepages  {t} × {} reserved, {f} free", format_size(s)),
+        _ => crate::outln!("hugepages  none reserved (--hugepages falls back to normal pages)"),
     }
-    println!("transports {}", crate::transport::TRANSPORTS.join(", "));
+    crate::outln!("transports {}", crate::transport::TRANSPORTS.join(", "));
     match verbs::report() {
-        Err(e) => println!("rdma       none: {e:#}"),
+        Err(e) => crate::outln!("rdma       none: {e:#}"),
         Ok(devs) => {
-            println!("rdma       {} device(s)", devs.len());
+            crate::outln!("rdma       {} device(s)", devs.len());
             for d in devs {
                 let mr = if d.max_mr_size >= 1 << 60 { "unlimited".into() } else { format_size(d.max_mr_size) };
-                println!("  {}  firmware {}  max_mr_size {mr}", d.name, d.firmware);
+                crate::outln!("  {}  firmware {}  max_mr_size {mr}", d.name, d.firmware);
                 for p in d.ports {
-                    println!(
+                    crate::outln!(
                         "    port {}  {}  {}  active MTU {}  {}",
-                        p.port, p.state, p.link_layer, p.active_mtu, p.rate
+                        p.port,
+                        p.state,
+                        p.link_layer,
+                        p.active_mtu,
+                        p.rate
                     );
                     for g in p.gids {
-                        println!("      gid[{:>3}]  {:<6}  {}  {}", g.index, g.gid_type, g.address, g.netdev);
+                        crate::outln!("      gid[{:>3}]  {:<6}  {}  {}", g.index, g.gid_type, g.address, g.netdev);
                     }
                 }
             }
         }
     }
     match gpus {
-        Err(e) => println!("gpus       none: {e:#}"),
-        Ok(g) if g.is_empty() => println!("gpus       none (CUDA driver present, no devices)"),
+        Err(e) => crate::outln!("gpus       none: {e:#}"),
+        Ok(g) if g.is_empty() => crate::outln!("gpus       none (CUDA driver present, no devices)"),
         Ok(g) => {
             let v = cuda_version.unwrap_or(0);
-            println!("gpus       {} (CUDA driver {}.{})", g.len(), v / 1000, v % 1000 / 10);
+            crate::outln!("gpus       {} (CUDA driver {}.{})", g.len(), v / 1000, v % 1000 / 10);
             for d in &g {
-                println!(
+                crate::outln!(
                     "  gpu:{}  {}  {}  sm_{}  pci {}  dma-buf {}  GPUDirect RDMA {}",
                     d.ordinal,
                     d.name,
@@ -82,8 +86,8 @@ pub fn run(a: DevicesArgs) -> Result<()> {
                 );
             }
             if g.len() > 1 {
-                println!("  peer access (row → column):");
-                println!("         {}", g.iter().map(|d| format!("gpu:{:<3}", d.ordinal)).collect::<String>());
+                crate::outln!("  peer access (row → column):");
+                crate::outln!("         {}", g.iter().map(|d| format!("gpu:{:<3}", d.ordinal)).collect::<String>());
                 for d in &g {
                     let cells: String = g
                         .iter()
@@ -92,7 +96,7 @@ pub fn run(a: DevicesArgs) -> Result<()> {
                             format!("{c:<7}")
                         })
                         .collect();
-                    println!("  gpu:{:<3}{cells}", d.ordinal);
+                    crate::outln!("  gpu:{:<3}{cells}", d.ordinal);
                 }
             }
         }
@@ -106,10 +110,10 @@ pub fn run(a: DevicesArgs) -> Result<()> {
 /// `--topo`: each GPU's and NIC's path from its root port, and each GPU's relation to each NIC.
 fn print_topology() {
     let (gpus, nics) = topology::devices(SysRoot::get());
-    println!("topology   {} GPU(s), {} RDMA device(s) on the PCI bus", gpus.len(), nics.len());
+    crate::outln!("topology   {} GPU(s), {} RDMA device(s) on the PCI bus", gpus.len(), nics.len());
     for p in gpus.iter().chain(&nics) {
         let numa = p.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
-        println!("  {}  {}  NUMA {numa}  {}", p.name, p.bdf, p.root);
+        crate::outln!("  {}  {}  NUMA {numa}  {}", p.name, p.bdf, p.root);
         for h in &p.path {
             let opt = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
             let l = &h.link;
@@ -133,15 +137,15 @@ fn print_topology() {
             if h.acs_redirect == Some(true) {
                 line.push_str("  ACS redirect");
             }
-            println!("{line}");
+            crate::outln!("{line}");
         }
     }
     if !gpus.is_empty() && !nics.is_empty() {
-        println!("  relation (nvidia-smi's PIX < PXB < PHB < NODE < SYS):");
-        println!("         {}", nics.iter().map(|n| format!("{:<10}", n.name)).collect::<String>());
+        crate::outln!("  relation (nvidia-smi's PIX < PXB < PHB < NODE < SYS):");
+        crate::outln!("         {}", nics.iter().map(|n| format!("{:<10}", n.name)).collect::<String>());
         for g in &gpus {
             let cells: String = nics.iter().map(|n| format!("{:<10}", topology::relation(g, n).to_string())).collect();
-            println!("  {:<7}{cells}", g.name);
+            crate::outln!("  {:<7}{cells}", g.name);
         }
     }
 }

@@ -29,15 +29,20 @@ pub fn run(a: DoctorArgs) -> Result<()> {
             "rdma_devices": nics.len(),
             "findings": findings,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("looked at {} GPU(s) and {} RDMA device(s) on {}", gpus.len(), nics.len(), root.path("/").display());
+        crate::outln!(
+            "looked at {} GPU(s) and {} RDMA device(s) on {}",
+            gpus.len(),
+            nics.len(),
+            root.path("/").display()
+        );
         if findings.is_empty() {
-            println!("nothing found");
+            crate::outln!("nothing found");
         }
         for (i, f) in findings.iter().enumerate() {
-            println!("{}. [{:?}] {}", i + 1, f.cost, f.what);
-            println!("   fix: {}", f.fix);
+            crate::outln!("{}. [{:?}] {}", i + 1, f.cost, f.what);
+            crate::outln!("   fix: {}", f.fix);
         }
     }
     if findings.is_empty() {

@@ -111,7 +111,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
             decode_tokens: a.decode_tokens,
             predictions,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     print_table(&r.label, range, cases.len(), &predictions, a.decode_ms, a.decode_tokens);
@@ -127,7 +127,7 @@ fn print_table(
     decode_ms: Option<f64>,
     decode_tokens: Option<u64>,
 ) {
-    println!(
+    crate::outln!(
         "{} — measured {} .. {} ({} sizes); p50 interpolated in log-log",
         label,
         format_size(range[0]),
@@ -156,16 +156,16 @@ fn print_table(
         row.extend(p.transfer_over_decode.map(|x| format!("{x:.2}×")));
         t.add_row(row);
     }
-    println!("{t}");
+    crate::outln!("{t}");
     if predictions.iter().any(|p| p.basis.is_extrapolated()) {
-        println!(
+        crate::outln!(
             "! outside the measured range: extrapolated from the nearest two sizes; measure these sizes to trust them"
         );
     }
     if let (Some(d), Some(n)) = (decode_ms, decode_tokens) {
-        println!("decode steps = est. ms ÷ {d} ms; × decode = est. ms ÷ ({n} tokens × {d} ms)");
+        crate::outln!("decode steps = est. ms ÷ {d} ms; × decode = est. ms ÷ ({n} tokens × {d} ms)");
     } else if let Some(d) = decode_ms {
-        println!("decode steps = est. ms ÷ {d} ms per decode step");
+        crate::outln!("decode steps = est. ms ÷ {d} ms per decode step");
     }
 }
 

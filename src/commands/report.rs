@@ -25,7 +25,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     // Runs on hosts whose NIC firmware, MTU or IOMMU mode differ compare the environments as much as the runs.
     for (r, f) in all.iter().zip(&a.files).skip(1) {
         for d in crate::env::differences(&all[0].env, &r.env) {
-            eprintln!("warning: {} and {} ran in different environments: {d}", a.files[0].display(), f.display());
+            crate::errln!("warning: {} and {} ran in different environments: {d}", a.files[0].display(), f.display());
         }
     }
     let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
@@ -42,7 +42,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     }
     exports.write(&all)?;
     if let Some(side) = &side {
-        eprintln!("{}: {}", Format::CompareCsv.what(), side.display());
+        crate::errln!("{}: {}", Format::CompareCsv.what(), side.display());
     }
     if let (Some(dir), [one]) = (&a.fig.fig, all.as_slice()) {
         if one.cluster.is_some() {
@@ -62,20 +62,20 @@ pub fn run(a: ReportArgs) -> Result<()> {
 /// Each run's boxed table and notes on the console, and the side-by-side table of several series.
 fn print_tables(all: &[Results], parts: &[Results]) {
     for r in all {
-        println!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
-        println!("{}", table::render(&r.cases));
+        crate::outln!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
+        crate::outln!("{}", table::render(&r.cases));
         for note in export::cells::notes(&r.cases) {
-            println!("{note}");
+            crate::outln!("{note}");
         }
         if let Some(e) = &r.error {
-            println!("note: this run stopped early: {e}");
+            crate::outln!("note: this run stopped early: {e}");
         }
-        println!();
+        crate::outln!();
     }
     if parts.len() > 1 {
-        println!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(parts));
+        crate::outln!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(parts));
     }
-    println!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
+    crate::outln!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
 }
 
 /// The figures' series: a sweep file's configurations each on their own, other runs under [`series_names`].

@@ -36,15 +36,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let listener = bind(addr)?;
     // The port bound, when --listen asked for any (:0).
     let addr = listener.local_addr().unwrap_or(addr);
-    eprintln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));
+    crate::errln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));
     loop {
         let (stream, peer) = listener.accept().map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;
-        eprintln!("sender connected from {peer}");
+        crate::errln!("sender connected from {peer}");
         let outcome = serve_session(stream, &token, &limits);
         match &outcome {
-            Ok(()) => eprintln!("sender {peer}: run complete"),
+            Ok(()) => crate::errln!("sender {peer}: run complete"),
             // With --once, main reports the error (once) as this process's own.
-            Err(e) if !a.once => eprintln!("error: sender {peer}: {e:#}"),
+            Err(e) if !a.once => crate::errln!("error: sender {peer}: {e:#}"),
             Err(_) => {}
         }
         if a.once {

@@ -41,7 +41,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         .collect();
     let done = need.iter().filter(|n| **n == 0).count();
     if previous.is_some() {
-        eprintln!(
+        crate::errln!(
             "resume: {done} of {} cases complete (skipped), {} partly measured (continued)",
             sweep.cases.len(),
             kept.len() - done
@@ -55,7 +55,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     let rounds = schedule(sweep.order, &need, seed);
     let verify = plans.iter().any(|p| p.cfg.knobs.verify);
     let total: u64 = need.iter().map(|&n| n as u64 + if n > 0 { sweep.warmup as u64 } else { 0 }).sum();
-    eprintln!(
+    crate::errln!(
         "sweep {}: {} cases in {} session(s), {} reps + {} warm-up each, order {} (seed {})",
         sweep.name,
         sweep.cases.len(),
@@ -110,7 +110,7 @@ fn sweep_results(
         Some(mut prev) => {
             let diffs = crate::env::differences(&prev.env, &serde_json::to_value(&env)?);
             for d in diffs {
-                eprintln!("warning: resume: this host differs from the interrupted run's: {d}");
+                crate::errln!("warning: resume: this host differs from the interrupted run's: {d}");
             }
             prev.error = None;
             let s = prev.sweep.as_mut().expect("resumable() checked");

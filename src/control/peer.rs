@@ -81,7 +81,7 @@ impl ControlChannel {
                 );
             }
             if !said {
-                eprintln!(
+                crate::errln!(
                     "waiting for the receiver at {peer} (up to {}; --connect-timeout to change)",
                     humantime::format_duration(timeouts.connect)
                 );

@@ -171,7 +171,7 @@ impl ExportManager {
             let bytes = format.exporter().serialize(runs)?;
             match target {
                 Target::File(p) => write_atomic(p, &bytes)?,
-                Target::Stdout => print!("{}", String::from_utf8_lossy(&bytes)),
+                Target::Stdout => crate::console::out_bytes(&bytes),
             }
         }
         Ok(())

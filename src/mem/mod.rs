@@ -67,14 +67,14 @@ impl Buffer {
         Ok(match kind {
             MemKind::Host if shared => {
                 if hugepages {
-                    eprintln!("note: --hugepages: a buffer shared with the engine's worker uses normal pages");
+                    crate::errln!("note: --hugepages: a buffer shared with the engine's worker uses normal pages");
                 }
                 Buffer::Host(HostBuffer::shared(len)?)
             }
             MemKind::Host => {
                 let b = HostBuffer::new(len, hugepages)?;
                 if hugepages && !b.huge {
-                    eprintln!("note: --hugepages: no huge pages available; using normal pages");
+                    crate::errln!("note: --hugepages: no huge pages available; using normal pages");
                 }
                 Buffer::Host(b)
             }
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn gpu_kinds_without_a_driver_are_errors_not_panics() {
         match cuda::driver() {
-            Ok(v) => eprintln!("skipped: a CUDA driver ({v}) is present; the GPU tests cover this host"),
+            Ok(v) => crate::errln!("skipped: a CUDA driver ({v}) is present; the GPU tests cover this host"),
             Err(e) => {
                 assert!(e.to_string().contains("no CUDA driver"), "{e}");
                 let err = Buffer::alloc(MemKind::Gpu(0), 4096, false).err().expect("no driver, no buffer");

@@ -34,7 +34,7 @@ impl Progress {
 
     /// Print a line on stdout without disturbing the bar.
     pub fn println(&self, line: &str) {
-        self.bar.suspend(|| println!("{line}"));
+        self.bar.suspend(|| crate::outln!("{line}"));
     }
 
     pub fn finish(&self) {

@@ -65,32 +65,35 @@ impl Recorder {
         self.save()?;
         let series = export::compare::series_of(std::slice::from_ref(&self.results));
         if series.len() > 1 {
-            println!("\nSide by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(&series));
+            crate::outln!(
+                "\nSide by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n",
+                compare::render(&series)
+            );
         }
         if let Some(line) = ceiling_note(&self.results.cases) {
-            println!("{line}");
+            crate::outln!("{line}");
         }
-        println!("{}", warning_summary(&self.results.cases));
+        crate::outln!("{}", warning_summary(&self.results.cases));
         if let Some(line) = ci_note(&self.results.cases) {
-            println!("{line}");
+            crate::outln!("{line}");
         }
         for c in &self.results.cases {
             if let Some(text) = rails_text(c) {
-                println!("rails at {}: {text} (p50)", case_name(c));
+                crate::outln!("rails at {}: {text} (p50)", case_name(c));
             }
         }
         for line in self.results.cases.iter().filter_map(why_note) {
-            println!("{line}");
+            crate::outln!("{line}");
         }
         let clamped = self.results.cases.iter().any(|c| c.block_clamped);
         if clamped {
-            println!("* block size clamped to the transfer size");
+            crate::outln!("* block size clamped to the transfer size");
         }
         if self.results.cases.iter().any(|c| c.layout == Layout::Paged) {
-            println!("p paged layout: block = one piece (--block-tokens tokens of one layer's K or V); the JSON has pieces and writes");
+            crate::outln!("p paged layout: block = one piece (--block-tokens tokens of one layer's K or V); the JSON has pieces and writes");
         }
         for (format, p) in self.exports.files() {
-            eprintln!("{}: {}", format.what(), p.display());
+            crate::errln!("{}: {}", format.what(), p.display());
         }
         self.write_figures()
     }
@@ -99,7 +102,7 @@ impl Recorder {
     fn write_figures(&self) -> Result<()> {
         let Some(dir) = &self.fig.fig else { return Ok(()) };
         if self.results.cases.is_empty() {
-            eprintln!("figures: none drawn, no size completed");
+            crate::errln!("figures: none drawn, no size completed");
             return Ok(());
         }
         let lines = export::plot::parse_lines(&self.fig.lines)?;
@@ -133,7 +136,7 @@ impl RunSink for Recorder {
     fn rep_done(&mut self, case: &CaseRecord, rep: &RepRecord, warmup: bool) {
         if let Some(ev) = &mut self.events {
             if let Err(e) = ev.rep(case, rep, warmup) {
-                eprintln!("warning: --events: {e:#}");
+                crate::errln!("warning: --events: {e:#}");
             }
         }
         self.progress.inc();

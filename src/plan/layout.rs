@@ -98,7 +98,7 @@ pub fn paged_config(
     if cfg.fault_swap_dests && cfg.layers * cfg.regions_per_layer < 2 {
         bail_usage!("--test-fault-swap-dests needs at least two regions (layers × K/V) to swap pieces between");
     }
-    eprintln!("{}", describe(&cfg, g));
+    crate::errln!("{}", describe(&cfg, g));
     for c in cases {
         let tokens = c.tokens.expect("validated: paged cases have tokens");
         let blocks = tokens.div_ceil(block_tokens);
@@ -113,7 +113,7 @@ pub fn paged_config(
             let writes = cfg.plan(seed, tokens).writes(true, cfg.fault_swap_dests).len();
             line.push_str(&format!(" → {writes} writes after --coalesce"));
         }
-        eprintln!("{line}");
+        crate::errln!("{line}");
     }
     Ok(Some(cfg))
 }

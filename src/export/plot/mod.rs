@@ -112,7 +112,7 @@ pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine])
 pub fn draw_series(series: &[(String, Results)], dir: &Path, lines: &[RefLine]) -> Result<()> {
     let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
     for f in write_figures(&named, dir, lines)? {
-        eprintln!("figure: {}", f.display());
+        crate::errln!("figure: {}", f.display());
     }
     Ok(())
 }
@@ -122,12 +122,12 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
     let Some(cl) = &results.cluster else { return draw_series(&results.figure_series(), dir, lines) };
     style::register();
     let Some((size_bytes, cells)) = super::cluster::matrix_cells(results, cl.world_size) else {
-        eprintln!("figures: none drawn, no flow completed");
+        crate::errln!("figures: none drawn, no flow completed");
         return Ok(());
     };
     let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
     for f in save(&heatmap::HeatmapFigure { size_bytes, cells, names }, dir, "cluster-heatmap")? {
-        eprintln!("figure: {}", f.display());
+        crate::errln!("figure: {}", f.display());
     }
     let mut links: Vec<(usize, usize)> = Vec::new();
     for f in results.cases.iter().filter_map(|c| c.cluster.as_ref()) {

@@ -27,7 +27,7 @@ pub fn register() {
     ONCE.call_once(|| {
         // The font is compiled in and checked by a test, so failure here is a build defect, not a user mistake.
         if register_font(FONT, FontStyle::Normal, FONT_BYTES).is_err() {
-            eprintln!("warning: the bundled font did not load; figures will have no text");
+            crate::errln!("warning: the bundled font did not load; figures will have no text");
         }
     });
 }

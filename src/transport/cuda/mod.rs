@@ -92,7 +92,7 @@ fn copy_in_use(copy: CopyMode) -> Result<CopyMode> {
             let v = cuda::driver()?;
             if v < 12080 {
                 // What an engine does on such a driver: one cuMemcpyAsync per piece. Say so; `describe` records it.
-                eprintln!(
+                crate::errln!(
                     "note: --copy batch: cuMemcpyBatchAsync needs CUDA driver 12.8 or newer, this one is {}.{}; copying each write with cuMemcpyAsync instead",
                     v / 1000,
                     v % 1000 / 10

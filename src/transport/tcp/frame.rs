@@ -72,7 +72,7 @@ pub(super) fn send_frame(
         if !p.send(w, &frame, &mut sent)? {
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
             if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                eprintln!("note: the kernel refused to splice this buffer's pages; sending with plain writes");
+                crate::errln!("note: the kernel refused to splice this buffer's pages; sending with plain writes");
             }
             *pipe = None;
             // Plain writes for what the pipe did not take.

@@ -184,7 +184,7 @@ impl TcpSource {
             conns.iter().map(|_| if forced_send == Some(SendPath::Write) { None } else { SplicePipe::new() }).collect();
         let (send, send_how) = match forced_send {
             Some(SendPath::Splice) if pipes.iter().any(Option::is_none) => {
-                eprintln!("note: KVXFER_TCP_SPLICE=1 but this kernel gives no pipe to splice through; sending with plain writes");
+                crate::errln!("note: KVXFER_TCP_SPLICE=1 but this kernel gives no pipe to splice through; sending with plain writes");
                 (SendPath::Write, ChosenBy::NoPipe)
             }
             Some(path) => (path, ChosenBy::Environment),
@@ -314,7 +314,7 @@ impl Source for TcpSource {
         let (send, recv, _) = if best.2 >= base.2 * CALIBRATION_MARGIN { best } else { base };
         let measured: Vec<String> =
             rates.iter().map(|(s, r, g)| format!("{}+{} {g:.2} GB/s", s.name(), r.name())).collect();
-        eprintln!(
+        crate::errln!(
             "tcp paths: send {}, receive {} (measured here over {} trial(s) of {} each: {}; {:.0} ms; KVXFER_TCP_SPLICE=0|1 and KVXFER_TCP_RECV=direct|bounce force them)",
             send.name(),
             recv.name(),

@@ -111,7 +111,7 @@ fn open_set(
     }
     let device_sge = port.max_sge.max(1) as u32;
     if send_sge > device_sge {
-        eprintln!(
+        crate::errln!(
             "--max-sge {send_sge}: {} allows at most {device_sge} scatter entries per work request; using {device_sge}",
             port.device
         );
