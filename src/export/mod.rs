@@ -21,16 +21,65 @@ use std::path::{Path, PathBuf};
 
 /// Write `bytes` to `path` via a temporary file in the same directory and a rename. A path that is a device or a
 /// pipe (`--json /dev/null`, `--csv /dev/stdout`, a FIFO) is written in place: a rename would replace the device
-/// node itself with a regular file (as root, /dev/null would then collect every process's discarded output).
+/// node itself with a regular file (as root, /dev/null would then collect every process's discarded output). A
+/// symbolic link is followed: the file it names is replaced, the link stays. The temporary file is removed when
+/// writing it fails (a full disk).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
         return std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()));
     }
+    let resolved;
+    let path = if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        match std::fs::canonicalize(path) {
+            Ok(p) => {
+                resolved = p;
+                resolved.as_path()
+            }
+            // A dangling link: create the file it names.
+            Err(_) => return std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display())),
+        }
+    } else {
+        path
+    };
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    replace_with(&tmp, path, |t| std::fs::write(t, bytes))
+}
+
+/// Write `tmp` with `write`, then rename it over `path`; `tmp` is removed if either step fails.
+pub fn replace_with(tmp: &Path, path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> Result<()> {
+    let outcome = write(tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))
+        .and_then(|()| std::fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display())));
+    if outcome.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    #[test]
+    fn a_link_keeps_pointing_at_the_rewritten_file() {
+        let dir = std::env::temp_dir().join(format!("kvxfer-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, link) = (dir.join("real.json"), dir.join("link.json"));
+        std::fs::write(&file, b"old").unwrap();
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
+        assert_eq!(std::fs::read(&file).unwrap(), b"new");
+        // A temporary file that cannot be renamed into place (a directory is there) is not left behind.
+        let busy = dir.join("busy");
+        std::fs::create_dir_all(busy.join("x")).unwrap();
+        assert!(write_atomic(&busy, b"x").is_err());
+        assert!(!std::fs::read_dir(&dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".tmp.")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// Fail early (usage error) when an output file could not be created: missing or unwritable directory.

@@ -18,7 +18,7 @@ mod time;
 
 use crate::export::json::Results;
 use crate::stats::{ceiling, Ceiling};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -156,13 +156,15 @@ trait Figure {
 fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
     let png = dir.join(format!("{stem}.png"));
     let tmp = dir.join(format!(".{stem}.tmp.{}.png", std::process::id()));
-    {
+    let drawn = (|| -> Result<()> {
         let backend = raster::TextFix::new(BitMapBackend::new(&tmp, style::SIZE), style::FONT_BYTES);
         let root = backend.into_drawing_area();
         fig.draw(&root).map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
         root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", png.display()))?;
-    }
-    std::fs::rename(&tmp, &png).with_context(|| format!("cannot write {}", png.display()))?;
+        Ok(())
+    })();
+    // A half-drawn temporary file is not left behind.
+    drawn.and_then(|()| super::replace_with(&tmp, &png, |_| Ok(())))?;
 
     let svg = dir.join(format!("{stem}.svg"));
     let mut text = String::new();
