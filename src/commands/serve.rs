@@ -1,12 +1,19 @@
-//! `kvxfer serve`: the receiver's accept loop. One sender at a time; a failed session is reported and the loop
-//! goes on (with `--once`, the exit code is that session's).
+//! `kvxfer serve`: the receiver's accept loop. Each connection gets its own thread for the handshake (a complete,
+//! small Hello within five seconds; at most 64 handshakes at once, the oldest cut first), so strangers that connect
+//! and stay silent, or trickle bytes, cannot hold a real sender out. One run at a time: a second authenticated
+//! sender is told at once that serve is busy and with whom. A failed session is reported and serving goes on; with
+//! `--once`, the first kvxfer sender's session (or failed handshake) ends serve with its exit code.
 
 use super::common::{bind, device_choice};
 use crate::cli::ServeArgs;
-use crate::run::receiver::{serve_session, ReceiverLimits};
+use crate::control::peer::is_stranger;
+use crate::control::Msg;
+use crate::run::receiver::{authenticate, run_session, ReceiverLimits};
 use crate::{bail_usage, transport};
 use anyhow::{anyhow, Context, Result};
-use std::net::SocketAddr;
+use std::collections::VecDeque;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::{mpsc, Arc, Mutex};
 
 pub fn run(a: ServeArgs) -> Result<()> {
     let addr: SocketAddr = a
@@ -37,18 +44,105 @@ pub fn run(a: ServeArgs) -> Result<()> {
     // The port bound, when --listen asked for any (:0).
     let addr = listener.local_addr().unwrap_or(addr);
     crate::errln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));
-    loop {
-        let (stream, peer) = listener.accept().map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;
+    let shared = Arc::new(Shared { token, limits, pending: Mutex::new(VecDeque::new()), busy: Mutex::new(None) });
+    let (done_tx, done_rx) = mpsc::channel::<Result<()>>();
+    let once = a.once;
+    let accepting = std::thread::Builder::new().name("kvxfer-accept".into()).spawn(move || -> Result<()> {
+        let mut next_id = 0u64;
+        loop {
+            let (stream, peer) = listener.accept().map_err(|e| anyhow!("accepting a sender on {addr}: {e}"))?;
+            next_id += 1;
+            shared.admit(next_id, &stream);
+            let (shared, done) = (shared.clone(), done_tx.clone());
+            let id = next_id;
+            let spawned = std::thread::Builder::new()
+                .name("kvxfer-session".into())
+                .spawn(move || shared.handle(id, stream, peer, once, &done));
+            if let Err(e) = spawned {
+                crate::errln!("error: sender {peer}: cannot start a thread for it: {e}");
+            }
+        }
+    })?;
+    // Without --once, serve until the accept loop fails; with it, until the first sender's session ends.
+    match done_rx.recv() {
+        Ok(outcome) => outcome,
+        Err(_) => accepting.join().unwrap_or_else(|_| Err(anyhow!("the accept loop panicked"))),
+    }
+}
+
+/// Connections still in their handshake are cut, oldest first, past this many: strangers holding sockets open
+/// cannot keep a real sender out.
+const MAX_PENDING: usize = 64;
+
+struct Shared {
+    token: String,
+    limits: ReceiverLimits,
+    /// Connections in their handshake, oldest first (a clone of each socket, to cut it).
+    pending: Mutex<VecDeque<(u64, TcpStream)>>,
+    /// The sender whose run is in progress: one at a time.
+    busy: Mutex<Option<SocketAddr>>,
+}
+
+impl Shared {
+    fn admit(&self, id: u64, stream: &TcpStream) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() >= MAX_PENDING {
+            if let Some((_, oldest)) = pending.pop_front() {
+                let _ = oldest.shutdown(Shutdown::Both);
+            }
+        }
+        if let Ok(clone) = stream.try_clone() {
+            pending.push_back((id, clone));
+        }
+    }
+
+    fn handshake_over(&self, id: u64) {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+    }
+
+    /// One connection: its handshake, then its run if no other is in progress. With `once`, the first connection
+    /// that presented a kvxfer Hello reports its outcome on `done`.
+    fn handle(&self, id: u64, stream: TcpStream, peer: SocketAddr, once: bool, done: &mpsc::Sender<Result<()>>) {
+        let auth = authenticate(stream, &self.token, &self.limits);
+        self.handshake_over(id);
+        let mut ch = match auth {
+            Ok(ch) => ch,
+            Err(e) if is_stranger(&e) => {
+                crate::errln!("error: sender {peer}: {e:#}");
+                return;
+            }
+            // With --once, main reports the error (once) as this process's own.
+            Err(e) if once => {
+                let _ = done.send(Err(e).with_context(|| format!("sender {peer}")));
+                return;
+            }
+            Err(e) => {
+                crate::errln!("error: sender {peer}: {e:#}");
+                return;
+            }
+        };
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(running) = *busy {
+                let _ = ch.send(&Msg::Error {
+                    message: format!("busy: one run in progress from {}; try again when it ends", running.ip()),
+                });
+                crate::errln!("error: sender {peer}: refused, busy with {running}");
+                return;
+            }
+            *busy = Some(peer);
+        }
         crate::errln!("sender connected from {peer}");
-        let outcome = serve_session(stream, &token, &limits);
+        let outcome = run_session(ch, &self.limits);
+        *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match &outcome {
             Ok(()) => crate::errln!("sender {peer}: run complete"),
             // With --once, main reports the error (once) as this process's own.
-            Err(e) if !a.once => crate::errln!("error: sender {peer}: {e:#}"),
+            Err(e) if !once => crate::errln!("error: sender {peer}: {e:#}"),
             Err(_) => {}
         }
-        if a.once {
-            return outcome.with_context(|| format!("sender {peer}"));
+        if once {
+            let _ = done.send(outcome.with_context(|| format!("sender {peer}")));
         }
     }
 }

@@ -8,6 +8,9 @@ use std::io::{self, Read, Write};
 /// Largest control frame accepted. Control messages are small (configs, region descriptors), so anything bigger is
 /// a peer that is not kvxfer or is misbehaving.
 pub const MAX_FRAME: usize = 1 << 20;
+/// Largest frame read before the peer has authenticated: a Hello is a few hundred bytes, and nothing a stranger
+/// sends may make the receiver allocate more than this.
+pub const MAX_HELLO_FRAME: usize = 4 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -15,8 +18,8 @@ pub enum FrameError {
     Closed,
     #[error("the peer closed the control connection in the middle of a message")]
     Truncated,
-    #[error("the peer sent a {0}-byte control message (limit {MAX_FRAME}); is it a kvxfer peer?")]
-    TooLarge(usize),
+    #[error("the peer sent a {0}-byte control message (limit {1}); is it a kvxfer peer?")]
+    TooLarge(usize, usize),
     #[error("timed out waiting for the peer on the control connection")]
     TimedOut,
     #[error("control connection: {0}")]
@@ -38,7 +41,7 @@ impl From<io::Error> for FrameError {
 
 pub fn write_frame(w: &mut impl Write, payload: &[u8]) -> Result<(), FrameError> {
     if payload.len() > MAX_FRAME {
-        return Err(FrameError::TooLarge(payload.len()));
+        return Err(FrameError::TooLarge(payload.len(), MAX_FRAME));
     }
     let mut buf = Vec::with_capacity(4 + payload.len());
     buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
@@ -49,6 +52,11 @@ pub fn write_frame(w: &mut impl Write, payload: &[u8]) -> Result<(), FrameError>
 }
 
 pub fn read_frame(r: &mut impl Read) -> Result<Vec<u8>, FrameError> {
+    read_frame_limited(r, MAX_FRAME)
+}
+
+/// [`read_frame`] refusing frames above `limit` bytes before allocating anything.
+pub fn read_frame_limited(r: &mut impl Read, limit: usize) -> Result<Vec<u8>, FrameError> {
     let mut len = [0u8; 4];
     // Distinguish a clean close between frames from one inside a frame.
     let mut got = 0;
@@ -62,8 +70,8 @@ pub fn read_frame(r: &mut impl Read) -> Result<Vec<u8>, FrameError> {
         }
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(FrameError::TooLarge(len));
+    if len > limit {
+        return Err(FrameError::TooLarge(len, limit));
     }
     let mut payload = vec![0u8; len];
     r.read_exact(&mut payload)?;
@@ -94,8 +102,8 @@ mod tests {
             assert!(matches!(read_frame(&mut r), Err(FrameError::Truncated)), "cut at {cut}");
         }
         let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
-        assert!(matches!(read_frame(&mut &huge[..]), Err(FrameError::TooLarge(_))));
-        assert!(matches!(read_frame(&mut &[0xffu8; 4][..]), Err(FrameError::TooLarge(_))));
+        assert!(matches!(read_frame(&mut &huge[..]), Err(FrameError::TooLarge(..))));
+        assert!(matches!(read_frame(&mut &[0xffu8; 4][..]), Err(FrameError::TooLarge(..))));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! One end of the control connection: typed messages over frames, with timeouts, and the handshake of each role.
 
-use super::frame::{read_frame, write_frame, FrameError};
+use super::frame::{read_frame, read_frame_limited, write_frame, FrameError, MAX_HELLO_FRAME};
 use super::messages::{Msg, MAGIC, PROTOCOL};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::ErrorKind;
@@ -145,6 +145,24 @@ impl ControlChannel {
     /// Receive the next message. An `Error` from the peer becomes an `Err` carrying its text.
     pub fn recv(&mut self, waiting_for: &str) -> Result<Msg> {
         let bytes = read_frame(&mut self.stream).map_err(|e| self.frame_error(e, waiting_for))?;
+        self.decode(bytes)
+    }
+
+    /// Receive the opening message of a peer that has not authenticated yet: at most [`MAX_HELLO_FRAME`] bytes,
+    /// all of it by `deadline` (a peer sending a byte a second cannot hold the handshake open).
+    fn recv_before(&mut self, deadline: Instant, waiting_for: &str) -> Result<Msg> {
+        let mut r = DeadlineReader { stream: &self.stream, deadline };
+        let bytes = read_frame_limited(&mut r, MAX_HELLO_FRAME).map_err(|e| match e {
+            FrameError::TimedOut => {
+                anyhow!("{} sent no complete {waiting_for} within the handshake's deadline", self.peer_role)
+            }
+            e => self.frame_error(e, waiting_for),
+        })?;
+        self.stream.set_read_timeout(Some(self.io_timeout))?;
+        self.decode(bytes)
+    }
+
+    fn decode(&mut self, bytes: Vec<u8>) -> Result<Msg> {
         let msg: Msg = serde_json::from_slice(&bytes)
             .map_err(|e| anyhow!("{} sent a malformed control message ({e}); is it a kvxfer peer?", self.peer_role))?;
         if let Msg::Error { message } = msg {
@@ -194,14 +212,53 @@ pub fn client_hello(ch: &mut ControlChannel, token: &str) -> Result<String> {
     }
 }
 
-/// Receiver side of the handshake: check magic, protocol and token; answer Welcome or Error.
-pub fn server_hello(ch: &mut ControlChannel, expected_token: &str) -> Result<()> {
-    let msg = ch.recv("Hello").context("handshake")?;
+/// Marks a handshake that never became a kvxfer Hello (silence, a trickle, an oversized or foreign first frame):
+/// `serve --once` waits on for a real sender instead of ending there.
+#[derive(Debug)]
+pub struct Stranger;
+
+impl std::fmt::Display for Stranger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a kvxfer sender")
+    }
+}
+
+/// Whether a handshake error came from a connection that never presented a kvxfer Hello.
+pub fn is_stranger(e: &anyhow::Error) -> bool {
+    e.is::<Stranger>()
+}
+
+/// How long a connection may take, from accept, to present a complete Hello.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Reads that give up at `deadline`, however the bytes trickle in.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl std::io::Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+/// Receiver side of the handshake: check magic, protocol and token; answer Welcome or Error. The Hello must be
+/// complete by `deadline` and small (see [`ControlChannel::recv_before`]).
+pub fn server_hello(ch: &mut ControlChannel, expected_token: &str, deadline: Instant) -> Result<()> {
+    let msg = ch.recv_before(deadline, "Hello").context("handshake").map_err(|e| e.context(Stranger))?;
     let Msg::Hello { magic, protocol, version, token } = msg else {
-        bail!("the sender opened with {} instead of Hello; is it a kvxfer peer?", msg.name());
+        return Err(
+            anyhow!("the sender opened with {} instead of Hello; is it a kvxfer peer?", msg.name()).context(Stranger)
+        );
     };
     if magic != MAGIC {
-        bail!("the sender is not kvxfer (magic {magic:?})");
+        return Err(anyhow!("the sender is not kvxfer (magic {magic:?})").context(Stranger));
     }
     if protocol != PROTOCOL {
         let text = format!(

@@ -2,7 +2,7 @@
 //! answer each rep with what it saw on its own clock.
 
 use super::sender::pattern_key;
-use crate::control::peer::server_hello;
+use crate::control::peer::{server_hello, HANDSHAKE_DEADLINE};
 use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
 use crate::mem::{host::available_memory, Buffer, MemKind};
 use crate::pattern::Span;
@@ -79,10 +79,25 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
 
 /// Serve one sender on an accepted control connection, from Hello to Bye.
 pub fn serve_session(stream: TcpStream, token: &str, limits: &ReceiverLimits) -> Result<()> {
-    let local_ip = stream.local_addr()?.ip();
-    let peer_ip = stream.peer_addr()?.ip();
+    let ch = authenticate(stream, token, limits)?;
+    run_session(ch, limits)
+}
+
+/// The handshake of an accepted connection: a complete, small Hello with the right token within
+/// [`HANDSHAKE_DEADLINE`] of now (or `--io-timeout`, when shorter), answered with Welcome.
+pub fn authenticate(stream: TcpStream, token: &str, limits: &ReceiverLimits) -> Result<ControlChannel> {
+    let deadline = Instant::now() + HANDSHAKE_DEADLINE.min(limits.timeouts.io);
     let mut ch = ControlChannel::new(stream, "the sender", limits.timeouts.io)?;
-    server_hello(&mut ch, token)?;
+    server_hello(&mut ch, token, deadline)?;
+    Ok(ch)
+}
+
+/// An authenticated sender's session, from Config to Bye.
+pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()> {
+    let (Some(local), Some(peer)) = (ch.local_addr(), ch.peer_addr()) else {
+        bail!("the sender's control connection closed after the handshake");
+    };
+    let (local_ip, peer_ip) = (local.ip(), peer.ip());
     // A configuration this receiver cannot read (e.g. a transport it does not have) is answered, not just dropped.
     let cfg = match ch.recv("Config") {
         Ok(Msg::Config { config }) => *config,

@@ -1,0 +1,60 @@
+//! `kvxfer serve` on a shared network (issue L): strangers that connect and stay silent, or trickle a huge length
+//! prefix a byte at a time, cannot keep a real sender out, and a second sender is told at once that serve is busy.
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn silent_and_trickling_strangers_do_not_lock_out_a_real_sender() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve = Proc::start(kvxfer().args(["serve", "--listen", &addr, "--token", "tok"]), "serve".into());
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    // 200 silent connections, and 20 that announce a 1 MiB frame and then send one byte at a time.
+    let silent: Vec<TcpStream> = (0..200).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    let mut trickling: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(&(1u32 << 20).to_be_bytes()).unwrap();
+            s
+        })
+        .collect();
+    for s in trickling.iter_mut() {
+        let _ = s.write_all(b"{");
+    }
+    let started = Instant::now();
+    let t = TempDir::new("hardening");
+    let json = t.arg("r.json");
+    run(&["send", "--peer", &addr, "--token", "tok", "--sizes", "8MiB", "--reps", "3", "--verify", "--json", &json])
+        .expect_code(0);
+    let took = started.elapsed();
+    check_case(&read_json(std::path::Path::new(&json))["cases"][0], 8 << 20, 3, true);
+    // Stall detector with a wide margin: a locked-out sender waited for the io timeout (60 s).
+    assert!(took < Duration::from_secs(30), "the real sender took {took:?} among strangers");
+    drop(silent);
+    drop(trickling);
+    assert!(serve.is_running(), "serve keeps serving");
+}
+
+#[test]
+fn a_second_sender_is_told_at_once_that_serve_is_busy() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve = Proc::start(kvxfer().args(["serve", "--listen", &addr]), "serve".into());
+    assert!(serve.stderr.wait_for("listening on", Duration::from_secs(30)), "{}", serve.stderr.text());
+    // A long run: 512 MiB x 40 reps.
+    let mut first = Proc::start(
+        kvxfer().args(["send", "--peer", &addr, "--sizes", "512MiB", "--reps", "40", "--counters", "off"]),
+        "first".into(),
+    );
+    assert!(serve.stderr.wait_for("sender connected", Duration::from_secs(30)), "{}", serve.stderr.text());
+    let started = Instant::now();
+    let second = run(&["send", "--peer", &addr, "--sizes", "1MiB"]);
+    second.expect_code(1);
+    let line = second.one_error();
+    assert!(line.contains("busy") && line.contains("127.0.0.1"), "{line}");
+    assert!(started.elapsed() < Duration::from_secs(10), "told at once, not after a timeout");
+    let _ = first.child.kill();
+    assert!(serve.is_running());
+}
