@@ -40,6 +40,27 @@ pub fn err_line(args: fmt::Arguments) {
     }
 }
 
+/// Text a peer sent, made safe for one log line: control characters (newlines that would forge lines, ANSI
+/// escapes) shown as `\u{..}`, and at most [`PEER_TEXT_CHARS`] characters kept.
+pub fn printable(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == PEER_TEXT_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// How much of a peer's text a log line keeps.
+pub const PEER_TEXT_CHARS: usize = 200;
+
 /// Whether stdout has been found closed (a reader that went away).
 pub fn stdout_gone() -> bool {
     STDOUT_GONE.load(Ordering::Relaxed)
@@ -57,4 +78,17 @@ macro_rules! outln {
 macro_rules! errln {
     () => { $crate::console::err_line(format_args!("")) };
     ($($arg:tt)*) => { $crate::console::err_line(format_args!($($arg)*)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_text_cannot_forge_lines_or_flood_the_log() {
+        assert_eq!(printable("ok\nerror: forged\x1b[31m"), "ok\\u{a}error: forged\\u{1b}[31m");
+        let long = "x".repeat(1 << 20);
+        assert_eq!(printable(&long).chars().count(), PEER_TEXT_CHARS + 1);
+        assert_eq!(printable("é ok"), "é ok");
+    }
 }

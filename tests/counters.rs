@@ -16,6 +16,7 @@ fn a_sweep_keeps_the_loopback_bytes_and_the_processes_cpu_time_of_every_rep() {
     let (json, dir) = (t.arg("c.json"), t.arg(""));
     run(&["sweep", "--sizes", "8MiB", "--reps", "5", "--json", &json, "--out-dir", &dir]).expect_code(0);
     let v = read_json(Path::new(&json));
+    assert_eq!(v["complete"], true, "a finished run says so");
     let c = &v["cases"][0];
     for rep in c["reps"].as_array().unwrap() {
         // Both ends' view of the interface: at least the payload crossed it each way it counts.

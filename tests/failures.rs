@@ -69,6 +69,7 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
     check_case(&cases[0], 2 * MIB, 50, false);
     let err = r["error"].as_str().expect("the JSON records why the run stopped");
     assert!(err.contains("receiver"), "{err}");
+    assert_eq!(r["complete"], false, "a run that stopped early says so");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv_text.lines().count(), 2, "header + the completed case:\n{csv_text}");
     let md_text = std::fs::read_to_string(&md).unwrap();
@@ -102,6 +103,7 @@ fn ctrl_c_keeps_the_completed_cases() {
     let r = read_json(&dir.join("r.json"));
     let cases = r["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 2, "the two completed cases survive Ctrl-C: {r}");
+    assert_eq!(r["complete"], false, "an interrupted run says so: {r}");
     check_case(&cases[0], MIB, 50, false);
     check_case(&cases[1], 2 * MIB, 50, false);
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

@@ -218,11 +218,27 @@ impl RawSender {
     }
 
     fn config(&mut self, size: u64, streams: u32) -> serde_json::Value {
-        self.send(serde_json::json!({"type": "config", "config": {
+        self.send_config(serde_json::json!({
             "transport": "tcp", "block_size": size, "streams": streams, "reps": 1, "warmup": 0,
             "verify": true, "seed": 7, "hugepages": false,
-            "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]}}));
-        self.recv()
+            "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]}))
+    }
+
+    /// Send Config and return the answer. serve runs one session at a time and tells a sender that comes while
+    /// the previous session is still ending that it is busy; like kvxfer's own sender, this one then connects
+    /// again (for up to 10 s).
+    fn send_config(&mut self, config: serde_json::Value) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.send(serde_json::json!({"type": "config", "config": config.clone()}));
+            let reply = self.recv();
+            let busy = reply["message"].as_str().is_some_and(|m| m.starts_with("busy:"));
+            if !busy || Instant::now() > deadline {
+                return reply;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            *self = RawSender::hello(&self.addr);
+        }
     }
 
     /// Config, Accept, one data connection with the session key, Connect, Connected. Returns the data connection.
@@ -385,11 +401,10 @@ fn receiver_limits_are_checked_before_allocating() {
     assert!(wide.one_error().contains("at most 2"), "{}", wide.stderr);
     // By hand: an unknown transport and a size beyond any memory.
     let mut s = RawSender::hello(&serve.addr);
-    s.send(serde_json::json!({"type": "config", "config": {
+    let e = s.send_config(serde_json::json!({
         "transport": "smoke-signals", "block_size": 1, "streams": 1, "reps": 1, "warmup": 0,
         "verify": false, "seed": 0, "hugepages": false,
-        "cases": [{"size_bytes": 1, "tokens": null, "bytes_per_token": null}]}}));
-    let e = s.recv();
+        "cases": [{"size_bytes": 1, "tokens": null, "bytes_per_token": null}]}));
     assert!(e["message"].as_str().unwrap().contains("smoke-signals"), "{e}");
     let mut s = RawSender::hello(&serve.addr);
     let e = s.config(u64::MAX, 1);

@@ -352,8 +352,9 @@ impl Collector {
 
     /// The end of the run at rank 0: the error (if any) kept in the files, the matrix and the rows on the console.
     fn finish(mut self, outcome: Result<()>) -> Result<()> {
-        if let Err(e) = &outcome {
-            self.results.error = Some(format!("{e:#}"));
+        match &outcome {
+            Err(e) => self.results.error = Some(format!("{e:#}")),
+            Ok(()) => self.results.complete = true,
         }
         self.exports.write(std::slice::from_ref(&self.results))?;
         let cl = self.results.cluster.clone().expect("a cluster run's results");

@@ -110,7 +110,7 @@ pub fn run_step(group: &mut Group, step: &Step, job: &FlowJob) -> Result<Vec<Flo
     let mut job = job.clone();
     job.cfg.cases = step.cases.iter().map(|i| job.cfg.cases[*i]).collect();
     job.timeouts.connect = job.timeouts.connect.min(FLOW_CONNECT_TIMEOUT);
-    let reps = (job.cfg.knobs.warmup + job.cfg.knobs.reps) as usize * job.cfg.cases.len();
+    let reps = (u64::from(job.cfg.knobs.warmup) + u64::from(job.cfg.knobs.reps)) as usize * job.cfg.cases.len();
     let passes = 1 + if job.sync_reps { reps } else { 0 };
     let job = Arc::new(job);
     let gate = Arc::new(Gate::new(mine.len()));

@@ -89,6 +89,7 @@ pub fn configure(sizes: &SizeArgs, run: &RunArgs, ends: &[MemKind]) -> Result<Co
     let (cases, geometry) = resolve_cases(sizes)?;
     let mut cfg = run_config(run, cases, ends)?;
     cfg.paged = paged_config(&run.paged, run.block_size.is_some(), run.seed, geometry.as_ref(), &cfg.cases)?;
+    cfg.check_plan_limits()?;
     check_memory(&cfg, ends)?;
     Ok(Configured { cfg, model: geometry.map(|g| g.name), timeouts: timeouts(run) })
 }

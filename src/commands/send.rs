@@ -2,7 +2,7 @@
 
 use super::common::{self, configure, Configured};
 use crate::cli::{OutputArgs, SendArgs};
-use crate::control::peer::client_hello;
+use crate::control::peer::{client_hello, PeerReported};
 use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results};
@@ -48,8 +48,44 @@ pub fn run(a: SendArgs) -> Result<()> {
 }
 
 /// Connect to a receiver, handshake and establish a session: buffers allocated, transport connected. Returns the
-/// session and the receiver's host name.
+/// session and the receiver's host name. A receiver busy with another sender's run is tried again until
+/// `--connect-timeout` has passed, saying so once: scripted sends back to back must not race the previous run's end.
 pub fn connect(
+    peer: &str,
+    token: &str,
+    timeouts: Timeouts,
+    device: &DeviceChoice,
+    cfg: &RunConfig,
+    src: MemKind,
+    shares_process: bool,
+) -> Result<(SenderSession, String)> {
+    let deadline = std::time::Instant::now() + timeouts.connect;
+    let mut pause = std::time::Duration::from_millis(20);
+    let mut said = false;
+    loop {
+        match connect_once(peer, token, timeouts, device, cfg, src, shares_process) {
+            Err(e) if busy(&e) && std::time::Instant::now() + pause < deadline => {
+                if !said {
+                    crate::errln!(
+                        "{e:#}; waiting up to {} (--connect-timeout)",
+                        humantime::format_duration(timeouts.connect)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Whether the receiver refused because another sender's run is in progress.
+fn busy(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<PeerReported>().is_some_and(|p| p.message.starts_with("busy:")))
+}
+
+fn connect_once(
     peer: &str,
     token: &str,
     timeouts: Timeouts,

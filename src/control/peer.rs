@@ -28,7 +28,7 @@ pub struct ControlChannel {
 
 /// The peer reported an error in an `Error` message: its text is shown as is.
 #[derive(Debug, thiserror::Error)]
-#[error("{role} reported: {message}")]
+#[error("{role} reported: {}", crate::console::printable(message))]
 pub struct PeerReported {
     pub role: &'static str,
     pub message: String,
@@ -169,7 +169,7 @@ impl ControlChannel {
             let reported = PeerReported { role: self.peer_role, message: message.clone() };
             // A peer refusing our input (bad size, wrong token) is the user's to fix: keep exit code 2.
             if message.starts_with("usage: ") {
-                let text = message.trim_start_matches("usage: ").to_string();
+                let text = crate::console::printable(message.trim_start_matches("usage: "));
                 return Err(crate::error::usage(format!("{} refused: {text}", self.peer_role)));
             }
             return Err(reported.into());
@@ -258,11 +258,14 @@ pub fn server_hello(ch: &mut ControlChannel, expected_token: &str, deadline: Ins
         );
     };
     if magic != MAGIC {
-        return Err(anyhow!("the sender is not kvxfer (magic {magic:?})").context(Stranger));
+        return Err(
+            anyhow!("the sender is not kvxfer (magic {:?})", crate::console::printable(&magic)).context(Stranger)
+        );
     }
     if protocol != PROTOCOL {
         let text = format!(
-            "protocol version mismatch: sender kvxfer {version} speaks protocol {protocol}, receiver kvxfer {} speaks {PROTOCOL}; run the same kvxfer version on both ends",
+            "protocol version mismatch: sender kvxfer {} speaks protocol {protocol}, receiver kvxfer {} speaks {PROTOCOL}; run the same kvxfer version on both ends",
+            crate::console::printable(&version),
             env!("CARGO_PKG_VERSION")
         );
         let _ = ch.send(&Msg::Error { message: text.clone() });

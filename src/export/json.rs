@@ -80,6 +80,10 @@ pub struct Results {
     /// Set when the run stopped early; the cases above are complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// False while the run goes on (the file is rewritten as cases complete) and when it stopped early (`error`
+    /// says why, unless the process was killed); files written before this key read as complete.
+    #[serde(default = "complete")]
+    pub complete: bool,
     /// A run of a sweep file (`kvxfer sweep FILE.toml`): its cases, sessions and the order reps actually ran in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<SweepJson>,
@@ -137,6 +141,10 @@ pub struct SessionJson {
     pub transport_detail: serde_json::Value,
 }
 
+fn complete() -> bool {
+    true
+}
+
 impl Results {
     pub fn new(label: String, env: &Env, config: ConfigJson) -> Results {
         Results {
@@ -149,6 +157,7 @@ impl Results {
             cases: Vec::new(),
             ceiling_gbps: None,
             error: None,
+            complete: false,
             sweep: None,
             cluster: None,
         }

@@ -37,7 +37,7 @@ impl Recorder {
     pub fn new(results: Results, cfg: &RunConfig, out: &OutputArgs) -> Result<Recorder> {
         Recorder::with_total(
             results,
-            cfg.cases.len() as u64 * (cfg.knobs.reps + cfg.knobs.warmup) as u64,
+            cfg.cases.len() as u64 * (u64::from(cfg.knobs.reps) + u64::from(cfg.knobs.warmup)),
             cfg.knobs.verify,
             out,
         )
@@ -59,8 +59,9 @@ impl Recorder {
     /// Record why the run stopped (kept in the JSON next to the completed cases) and close the bar.
     pub fn finish(&mut self, error: Option<&anyhow::Error>) -> Result<()> {
         self.progress.finish();
-        if let Some(e) = error {
-            self.results.error = Some(format!("{e:#}"));
+        match error {
+            Some(e) => self.results.error = Some(format!("{e:#}")),
+            None => self.results.complete = true,
         }
         self.save()?;
         let series = export::compare::series_of(std::slice::from_ref(&self.results));

@@ -89,6 +89,28 @@ impl RunConfig {
         }
     }
 
+    /// Refuse (usage error) a configuration whose plans would be too large to hold: a contiguous transfer of more
+    /// than [`paged::MAX_PIECES`] writes (`--block-size 1B` on 1 GiB asked for a 24 GiB write list), or a paged
+    /// layout past its limits. Both ends call this before allocating anything.
+    pub fn check_plan_limits(&self) -> anyhow::Result<()> {
+        if let Some(p) = &self.paged {
+            return p.validate(&self.cases);
+        }
+        let block = self.knobs.block_size.max(1);
+        for c in &self.cases {
+            let writes = c.size_bytes.div_ceil(block);
+            if writes > paged::MAX_PIECES {
+                crate::bail_usage!(
+                    "--block-size {} on {} makes {writes} writes, above the limit of {}; raise --block-size",
+                    sizes::format_size(block),
+                    sizes::format_size(c.size_bytes),
+                    paged::MAX_PIECES
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The layout the run moves: paged when it carries a paged configuration.
     pub fn layout(&self) -> Layout {
         if self.paged.is_some() {

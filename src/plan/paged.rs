@@ -159,6 +159,15 @@ impl PagedConfig {
         if pool.is_none_or(|p| p > isize::MAX as u64) || bpt.is_none() {
             bail_usage!("--pool-tokens {}: a pool this large does not fit in memory", self.pool_tokens);
         }
+        // Each end keeps a slot permutation of the whole pool (8 bytes a block): bounded like the pieces.
+        if self.pool_blocks() > MAX_PIECES {
+            bail_usage!(
+                "--pool-tokens {} in blocks of {} tokens is {} blocks, above the limit of {MAX_PIECES}; raise --block-tokens",
+                self.pool_tokens,
+                self.block_tokens,
+                self.pool_blocks()
+            );
+        }
         for c in cases {
             let Some(tokens) = c.tokens else {
                 bail_usage!("--layout paged needs --tokens (it places blocks of tokens), not --sizes");

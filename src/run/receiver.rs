@@ -44,9 +44,7 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
             cfg.knobs.streams, limits.max_streams
         )));
     }
-    if let Some(p) = &cfg.paged {
-        p.validate(&cfg.cases)?;
-    }
+    cfg.check_plan_limits()?;
     // What this receiver allocates: the largest transfer, or the paged layout's pool.
     let size = cfg.buffer_bytes();
     if let Some(max) = limits.max_size {
