@@ -316,3 +316,25 @@ fn auto_transport_picks_cuda_between_gpus_and_a_missing_gpu_is_named() {
     assert!(err.contains(&format!("--src {missing}: no {missing} (this host has {})", have.join(", "))), "{err}");
     assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
 }
+
+/// Issue K: NVML's counters follow every rep on both ends. Over NVLink, the sender GPU's NVLink payload counter
+/// grows by the bytes moved (NVML counts whole KiB, so a rep reads within a few KiB of it), the receiver's by as much
+/// received, and the PCIe link and clocks read as gauges.
+#[test]
+fn nvml_counters_follow_each_rep_and_nvlink_carries_the_bytes_moved() {
+    if !two_gpus() {
+        return;
+    }
+    let r = verified_cuda_sweep("nvml", &["--src", "gpu:0", "--dst", "gpu:1", "--sizes", "1GiB", "--reps", "3"]);
+    let kib = (1u64 << 30) / 1024;
+    for rep in r["cases"][0]["reps"].as_array().unwrap() {
+        let c = &rep["counters"];
+        let tx = c["sender gpu:0"]["nvlink_tx_kib"].as_u64().unwrap_or_else(|| panic!("no NVLink TX: {c}"));
+        let rx = c["receiver gpu:1"]["nvlink_rx_kib"].as_u64().unwrap_or_else(|| panic!("no NVLink RX: {c}"));
+        for (what, v) in [("tx", tx), ("rx", rx)] {
+            assert!(v.abs_diff(kib) <= kib / 100, "NVLink {what} {v} KiB for a {kib} KiB rep: {c}");
+        }
+        assert!(c["sender gpu:0"]["pcie_width_now"].as_u64().is_some_and(|w| w > 0), "{c}");
+        assert!(c["sender gpu:0"]["sm_clock_mhz_now"].as_u64().is_some_and(|m| m > 0), "{c}");
+    }
+}

@@ -1,7 +1,7 @@
 //! Counters read before and after each rep, outside its timed interval, on each end: the RDMA port's
 //! `counters/*` and `hw_counters/*` (every numeric file the driver exposes: mlx5's out_of_sequence, np_cnp_sent...,
 //! rxe's duplicate_request, retry_exceeded_err...), the network interface's `statistics/*`, and this process's CPU
-//! time. A rep keeps the counters that moved, as deltas: `{source: {name: delta}}`; a counter absent from a rep
+//! time, and with GPU memory the GPU's NVML counters (NVLink bytes, PCIe replays, energy, clocks). A rep keeps the counters that moved, as deltas: `{source: {name: delta}}`; a counter absent from a rep
 //! did not move. Sources are found once per session from what the transport uses (the RDMA device and port, the
 //! interface that holds the local address) through [`SysRoot`].
 
@@ -39,6 +39,8 @@ enum Source {
     Netdev { name: String },
     /// CPU time this process used (all its threads), in µs; `both_ends` when the other end runs in it too.
     Process { both_ends: bool },
+    /// The GPU of this end's buffer, through NVML (see `mem::nvml`).
+    Gpu { ordinal: u32, bus_id: String },
 }
 
 impl Source {
@@ -49,6 +51,7 @@ impl Source {
             Source::Netdev { name } => format!("{side} net {name}"),
             Source::Process { both_ends: false } => format!("{side} process"),
             Source::Process { both_ends: true } => "process (both ends)".into(),
+            Source::Gpu { ordinal, .. } => format!("{side} gpu:{ordinal}"),
         }
     }
 
@@ -73,6 +76,7 @@ impl Source {
                     }
                 }
             }
+            Source::Gpu { bus_id, .. } => out = crate::mem::nvml::gpu_counters(bus_id).unwrap_or_default(),
             Source::Process { .. } => {
                 if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID) {
                     let us = t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000;
@@ -104,6 +108,8 @@ pub struct Uses<'a> {
     pub local_ip: Option<IpAddr>,
     /// Both ends run in this process: the sender reads its CPU time for both, the receiver none.
     pub shares_process: bool,
+    /// The GPU this end's buffer is on, if any.
+    pub gpu: Option<u32>,
 }
 
 impl RepCounters {
@@ -127,6 +133,12 @@ impl RepCounters {
                 let s = Source::Netdev { name };
                 if !sources.contains(&s) {
                     sources.push(s);
+                }
+            }
+            if let Some(ordinal) = uses.gpu {
+                let bus = crate::mem::cuda::gpus().ok().and_then(|g| g.into_iter().find(|g| g.ordinal == ordinal));
+                if let Some(g) = bus {
+                    sources.push(Source::Gpu { ordinal, bus_id: g.pci_bus_id });
                 }
             }
             match (side, uses.shares_process) {
@@ -171,7 +183,7 @@ impl RepCounters {
             let moved: BTreeMap<String, u64> = a
                 .into_iter()
                 .filter_map(|(k, v)| {
-                    let d = v.saturating_sub(*b.get(&k)?);
+                    let d = if k.ends_with("_now") { v } else { v.saturating_sub(*b.get(&k)?) };
                     (d > 0).then_some((k, d))
                 })
                 .collect();
@@ -220,7 +232,7 @@ mod tests {
     #[test]
     fn the_process_cpu_clock_moves_and_only_moved_counters_are_kept() {
         let local_ip = Some("127.0.0.1".parse().unwrap());
-        let uses = Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false };
+        let uses = Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false, gpu: None };
         let mut c = RepCounters::discover(Side::Sender, CountersMode::Auto, &uses);
         assert!(c.labels().contains(&"sender process".to_string()), "{:?}", c.labels());
         c.start();

@@ -10,7 +10,7 @@ use crate::transport::Context;
 use serde::{Deserialize, Serialize};
 
 /// The counters one end reads around its reps, for what `cfg`'s transport uses there.
-fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context) -> RepCounters {
+fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context, mem: crate::mem::MemKind) -> RepCounters {
     let rdma = match &cfg.transport {
         TransportConfig::Verbs(_) => true,
         TransportConfig::Mooncake(m) => m.protocol == MooncakeProtocol::Rdma,
@@ -23,6 +23,10 @@ fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context) -> RepCounters {
         rdma_auto: rdma,
         local_ip: Some(ctx.local_ip),
         shares_process: ctx.shares_process,
+        gpu: match mem {
+            crate::mem::MemKind::Gpu(n) => Some(n),
+            _ => None,
+        },
     };
     RepCounters::discover(side, cfg.knobs.counters, &uses)
 }

@@ -139,7 +139,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
         other => bail!("the sender sent {} instead of Connect", other.name()),
     }
     ch.send(&Msg::Connected)?;
-    let mut counters = super::rep_counters(crate::observe::counters::Side::Receiver, cfg, &ctx);
+    let mut counters = super::rep_counters(crate::observe::counters::Side::Receiver, cfg, &ctx, mem);
     let started = Instant::now();
     let ms = |t: Instant| t.saturating_duration_since(started).as_secs_f64() * 1e3;
     // Paged --verify: where the current case's pieces must have landed, rebuilt from the agreed configuration.

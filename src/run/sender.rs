@@ -116,7 +116,7 @@ impl SenderSession {
             return Err(e);
         }
         let transport_detail = source.describe();
-        let counters = super::rep_counters(Side::Sender, &cfg, ctx);
+        let counters = super::rep_counters(Side::Sender, &cfg, ctx, src);
         Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, counters, started: Instant::now() })
     }
 
