@@ -77,13 +77,12 @@ fn serve_with_its_output_closed_keeps_serving() {
     drop(err);
     drop(serve.stdout.take());
     run(&["send", "--peer", &addr, "--sizes", "4MiB", "--reps", "3", "--verify"]).expect_code(0);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = serve.try_wait().unwrap() {
-            break s;
-        }
-        assert!(std::time::Instant::now() < deadline, "serve --once did not exit after its session");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // Wait for serve's exit itself (a thread blocked in wait), with a deadline as the stall detector.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(serve.wait());
+    });
+    let status =
+        rx.recv_timeout(Duration::from_secs(30)).expect("serve --once did not exit after its session").unwrap();
     assert_eq!(status.code(), Some(0), "serve ended its session as usual");
 }

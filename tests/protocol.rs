@@ -197,7 +197,11 @@ struct RawSender {
 }
 
 impl RawSender {
-    fn hello(addr: &str) -> RawSender {
+    /// Connect once `serve` has ended its earlier sessions (it runs one at a time and tells a sender that comes
+    /// while the previous one is still ending that it is busy), and say Hello.
+    fn hello(serve: &Serve) -> RawSender {
+        serve.wait_idle();
+        let addr = serve.addr.as_str();
         let mut ctl = connect(addr);
         let hello = format!(
             r#"{{"type":"hello","magic":"kvxfer","protocol":4,"version":"{}","token":""}}"#,
@@ -224,21 +228,10 @@ impl RawSender {
             "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]}))
     }
 
-    /// Send Config and return the answer. serve runs one session at a time and tells a sender that comes while
-    /// the previous session is still ending that it is busy; like kvxfer's own sender, this one then connects
-    /// again (for up to 10 s).
+    /// Send Config and return the answer.
     fn send_config(&mut self, config: serde_json::Value) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            self.send(serde_json::json!({"type": "config", "config": config.clone()}));
-            let reply = self.recv();
-            let busy = reply["message"].as_str().is_some_and(|m| m.starts_with("busy:"));
-            if !busy || Instant::now() > deadline {
-                return reply;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-            *self = RawSender::hello(&self.addr);
-        }
+        self.send(serde_json::json!({"type": "config", "config": config}));
+        self.recv()
     }
 
     /// Config, Accept, one data connection with the session key, Connect, Connected. Returns the data connection.
@@ -286,7 +279,7 @@ fn raw_frame(data: &mut TcpStream, words: &[u64], payload_len: u64) {
 fn hand_written_sender_completes_a_rep() {
     // The protocol as documented in control/messages.rs, driven by hand: proves the raw client below is faithful.
     let serve = Serve::start(&["--once"]);
-    let mut s = RawSender::hello(&serve.addr);
+    let mut s = RawSender::hello(&serve);
     let mut data = s.establish(8192);
     assert_eq!(s.rep_start(8192)["type"], "rep_ready");
     // One frame of one write, then one frame of two (scattered out of order): acks name (first index, count).
@@ -314,7 +307,7 @@ fn hand_written_sender_completes_a_rep() {
 fn writes_racing_the_receivers_verify_only_skew_its_count() {
     const SIZE: u64 = 16 << 20;
     let serve = Serve::start(&["--once"]);
-    let mut s = RawSender::hello(&serve.addr);
+    let mut s = RawSender::hello(&serve);
     let mut data = s.establish(SIZE);
     assert_eq!(s.rep_start(SIZE)["type"], "rep_ready");
     data_write(&mut data, 0, 0, SIZE, SIZE);
@@ -336,7 +329,7 @@ fn writes_racing_the_receivers_verify_only_skew_its_count() {
 #[test]
 fn rep_larger_than_the_agreed_buffer_is_refused() {
     let mut serve = Serve::start(&[]);
-    let mut s = RawSender::hello(&serve.addr);
+    let mut s = RawSender::hello(&serve);
     let _data = s.establish(4096);
     let e = s.rep_start(1 << 30);
     assert_eq!(e["type"], "error", "{e}");
@@ -350,7 +343,7 @@ fn rep_larger_than_the_agreed_buffer_is_refused() {
 fn data_writes_outside_the_region_are_refused() {
     let mut serve = Serve::start(&[]);
     for (offset, len) in [(4096u64, 4096u64), (1, 4096), (u64::MAX - 1, 2), (0, u64::MAX), (0, 0)] {
-        let mut s = RawSender::hello(&serve.addr);
+        let mut s = RawSender::hello(&serve);
         let mut data = s.establish(4096);
         assert_eq!(s.rep_start(4096)["type"], "rep_ready");
         // Send only the header and a little payload: the receiver must refuse on the header alone.
@@ -375,7 +368,7 @@ fn malformed_scatter_frames_are_refused() {
         ("overlapping the end", vec![0, 2, 4096, 0, 2048, 4000, 2048], "outside"),
         ("two writes onto the same bytes", vec![0, 2, 4096, 1024, 2048, 0, 2048], "overlap"),
     ] {
-        let mut s = RawSender::hello(&serve.addr);
+        let mut s = RawSender::hello(&serve);
         let mut data = s.establish(4096);
         assert_eq!(s.rep_start(4096)["type"], "rep_ready");
         raw_frame(&mut data, &words, 16);
@@ -400,13 +393,13 @@ fn receiver_limits_are_checked_before_allocating() {
     wide.expect_code(2);
     assert!(wide.one_error().contains("at most 2"), "{}", wide.stderr);
     // By hand: an unknown transport and a size beyond any memory.
-    let mut s = RawSender::hello(&serve.addr);
+    let mut s = RawSender::hello(&serve);
     let e = s.send_config(serde_json::json!({
         "transport": "smoke-signals", "block_size": 1, "streams": 1, "reps": 1, "warmup": 0,
         "verify": false, "seed": 0, "hugepages": false,
         "cases": [{"size_bytes": 1, "tokens": null, "bytes_per_token": null}]}));
     assert!(e["message"].as_str().unwrap().contains("smoke-signals"), "{e}");
-    let mut s = RawSender::hello(&serve.addr);
+    let mut s = RawSender::hello(&serve);
     let e = s.config(u64::MAX, 1);
     assert_eq!(e["type"], "error", "{e}");
     wait_sessions(&serve, 4);

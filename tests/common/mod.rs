@@ -468,6 +468,26 @@ pub struct Serve {
 }
 
 impl Serve {
+    /// Wait until every session serve has started has ended: each `sender connected from PEER` line has a later
+    /// `sender PEER: run complete` or `error: sender PEER: …` line. serve clears its one-run slot before it logs
+    /// the end, so a sender that comes after this is not told "busy".
+    pub fn wait_idle(&self) {
+        let idle = self.proc.stderr.wait_until(Duration::from_secs(15), |t| {
+            let mut open: Vec<&str> = Vec::new();
+            for line in t.lines() {
+                if let Some(peer) = line.strip_prefix("sender connected from ") {
+                    open.push(peer.trim());
+                } else if let Some(rest) = line.strip_prefix("error: sender ").or_else(|| line.strip_prefix("sender "))
+                {
+                    let peer = rest.split(": ").next().unwrap_or_default();
+                    open.retain(|p| *p != peer);
+                }
+            }
+            open.is_empty()
+        });
+        assert!(idle, "serve did not end its sessions:\n{}", self.proc.stderr.text());
+    }
+
     /// Start `kvxfer serve --listen 127.0.0.1:<free port> <extra>`, retrying on the rare port race.
     pub fn start(extra: &[&str]) -> Serve {
         let mut last = String::new();
