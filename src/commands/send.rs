@@ -59,11 +59,21 @@ pub fn connect(
     src: MemKind,
     shares_process: bool,
 ) -> Result<(SenderSession, String)> {
+    let attempt = || -> Result<(SenderSession, String)> {
+        let mut ch = ControlChannel::connect(peer, timeouts)?;
+        let receiver_host = client_hello(&mut ch, token)?;
+        let (Some(peer_addr), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
+            anyhow::bail!("the control connection to {peer} closed during the handshake");
+        };
+        let (peer_ip, local_ip, device) = (peer_addr.ip(), local.ip(), device.clone());
+        let ctx = Context { peer_ip, local_ip, timeouts, device, shares_process };
+        Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
+    };
     let deadline = std::time::Instant::now() + timeouts.connect;
     let mut pause = std::time::Duration::from_millis(20);
     let mut said = false;
     loop {
-        match connect_once(peer, token, timeouts, device, cfg, src, shares_process) {
+        match attempt() {
             Err(e) if busy(&e) && std::time::Instant::now() + pause < deadline => {
                 if !said {
                     crate::errln!(
@@ -83,25 +93,6 @@ pub fn connect(
 /// Whether the receiver refused because another sender's run is in progress.
 fn busy(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<PeerReported>().is_some_and(|p| p.message.starts_with("busy:")))
-}
-
-fn connect_once(
-    peer: &str,
-    token: &str,
-    timeouts: Timeouts,
-    device: &DeviceChoice,
-    cfg: &RunConfig,
-    src: MemKind,
-    shares_process: bool,
-) -> Result<(SenderSession, String)> {
-    let mut ch = ControlChannel::connect(peer, timeouts)?;
-    let receiver_host = client_hello(&mut ch, token)?;
-    let (Some(peer_addr), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
-        anyhow::bail!("the control connection to {peer} closed during the handshake");
-    };
-    let ctx =
-        Context { peer_ip: peer_addr.ip(), local_ip: local.ip(), timeouts, device: device.clone(), shares_process };
-    Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
 }
 
 /// Connect, handshake, run every case, and keep the output files current. Returns the results.

@@ -88,11 +88,15 @@ pub fn gpu_counters(bus_id: &str) -> Option<BTreeMap<String, u64>> {
                 out.insert(name.to_string(), u64::from(v));
             }
         };
-        // SAFETY (each): `dev` is valid and the out-pointer points at a live u32.
+        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("pcie_replay_count", &|v| Some(unsafe { (l.nvmlDeviceGetPcieReplayCounter.as_ref().ok()?)(dev, v) }));
+        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("sm_clock_mhz_now", &|v| Some(unsafe { (l.nvmlDeviceGetClockInfo.as_ref().ok()?)(dev, CLOCK_SM, v) }));
+        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("mem_clock_mhz_now", &|v| Some(unsafe { (l.nvmlDeviceGetClockInfo.as_ref().ok()?)(dev, CLOCK_MEM, v) }));
+        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("pcie_gen_now", &|v| Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkGeneration.as_ref().ok()?)(dev, v) }));
+        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("pcie_width_now", &|v| Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkWidth.as_ref().ok()?)(dev, v) }));
         let mut u64_of = |name: &str, f: &dyn Fn(&mut u64) -> Option<u32>| {
             let mut v = 0u64;
@@ -100,9 +104,10 @@ pub fn gpu_counters(bus_id: &str) -> Option<BTreeMap<String, u64>> {
                 out.insert(name.to_string(), v);
             }
         };
-        // SAFETY (both): `dev` is valid and the out-pointer points at a live u64.
+        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u64.
         u64_of("energy_mj", &|v| Some(unsafe { (l.nvmlDeviceGetTotalEnergyConsumption.as_ref().ok()?)(dev, v) }));
         u64_of("throttle_reasons_now", &|v| {
+            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u64.
             Some(unsafe { (l.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref().ok()?)(dev, v) })
         });
     }
