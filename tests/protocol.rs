@@ -123,13 +123,21 @@ fn wrong_magic_and_wrong_first_message_are_refused() {
         &br#"{"type":"hello","magic":"http","protocol":1,"version":"x","token":""}"#[..],
         &br#"{"type":"finish"}"#[..],
         &br#"{"type":"rep_start","case":0,"rep":0,"warmup":false,"size_bytes":18446744073709551615}"#[..],
+        // A message type that carries a forged log line: serde quotes the unknown variant back.
+        &br#"{"type":"x\nerror: forged line"}"#[..],
     ] {
         let mut s = connect(&serve.addr);
         s.write_all(&frame(payload)).unwrap();
         let _ = read_reply(&mut s); // an Error frame or a plain close; either way no crash
     }
-    wait_sessions(&serve, 3);
+    wait_sessions(&serve, 4);
     assert!(serve.stderr().contains("magic"), "{}", serve.stderr());
+    assert!(
+        !serve.stderr().lines().any(|l| l.starts_with("error: forged")),
+        "a peer forged a log line:\n{}",
+        serve.stderr()
+    );
+    assert!(serve.stderr().contains("\\u{a}error: forged line"), "{}", serve.stderr());
     assert!(serve.proc.is_running());
     assert_serves(&serve, None);
 }

@@ -163,8 +163,11 @@ impl ControlChannel {
     }
 
     fn decode(&mut self, bytes: Vec<u8>) -> Result<Msg> {
-        let msg: Msg = serde_json::from_slice(&bytes)
-            .map_err(|e| anyhow!("{} sent a malformed control message ({e}); is it a kvxfer peer?", self.peer_role))?;
+        let msg: Msg = serde_json::from_slice(&bytes).map_err(|e| {
+            // serde quotes what it could not read (an unknown variant, a string): peer text, escaped.
+            let why = crate::console::printable(&e.to_string());
+            anyhow!("{} sent a malformed control message ({why}); is it a kvxfer peer?", self.peer_role)
+        })?;
         if let Msg::Error { message } = msg {
             let reported = PeerReported { role: self.peer_role, message: message.clone() };
             // A peer refusing our input (bad size, wrong token) is the user's to fix: keep exit code 2.
