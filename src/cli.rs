@@ -248,8 +248,10 @@ pub struct RunArgs {
     /// is the SM copy kernel with --copy sm, else the copy engine)
     #[arg(long, default_value = "none")]
     pub staging: Staging,
-    /// mooncake transport: Mooncake Transfer Engine's tcp or rdma transport (rdma uses the devices of -d, and is
-    /// refused when the engine would find no RDMA device rather than falling back to TCP)
+    /// mooncake transport: Mooncake Transfer Engine's tcp, rdma or nvlink-intra transport (rdma uses the devices of
+    /// -d, and is refused when the engine would find no RDMA device rather than falling back to TCP; nvlink-intra
+    /// needs the CUDA wheel and GPU memory on both ends). Each is forced through the engine's environment and
+    /// checked in its log, since the engine otherwise picks RDMA whenever it sees an HCA
     #[arg(long, default_value = "tcp")]
     pub mooncake_protocol: MooncakeProtocol,
     /// mooncake transport: grouped (writes adjacent on both ends share one batch entry, as vLLM's connector

@@ -154,6 +154,17 @@ fn mooncake_rdma_without_an_rdma_device_is_refused_not_silently_tcp() {
     out.expect_code(2);
 }
 
+#[test]
+fn mooncake_nvlink_intra_with_host_memory_is_refused_in_one_line() {
+    let Some(py) = engines_python() else { return };
+    let t = TempDir::new("mooncake-nvlink-host");
+    let args = ["sweep", "--transport", "mooncake", "--mooncake-protocol", "nvlink-intra", "--sizes", "1MiB"];
+    let out = with_python(&py, &[&args[..], &["--out-dir", &t.arg("")]].concat());
+    out.expect_code(2).no_panic();
+    let line = out.one_error();
+    assert!(line.contains("nvlink-intra moves GPU memory only") && line.contains("--mem gpu:N"), "{line}");
+}
+
 /// The engine venv's python when it has the NIXL wheel, or None (after saying why, or failing under
 /// `KVXFER_REQUIRE_ENGINES`).
 fn nixl_python() -> Option<String> {

@@ -338,3 +338,36 @@ fn nvml_counters_follow_each_rep_and_nvlink_carries_the_bytes_moved() {
         assert!(c["sender gpu:0"]["sm_clock_mhz_now"].as_u64().is_some_and(|m| m > 0), "{c}");
     }
 }
+
+/// Mooncake with GPU memory (the CUDA wheel, in the Python `KVXFER_ENGINES_PYTHON` names): its intra-node NVLink
+/// transport and its TCP transport, gpu:0 → gpu:1, verified. Each end's buffer is allocated by its engine's worker
+/// (the NVLink transport exports what it registers) and filled / checked by kvxfer through the IPC handle.
+#[test]
+fn mooncake_gpu_to_gpu_over_nvlink_intra_and_tcp_verified() {
+    if !two_gpus() {
+        return;
+    }
+    let Ok(python) = std::env::var("KVXFER_ENGINES_PYTHON") else {
+        let why = "KVXFER_ENGINES_PYTHON is not set (a Python with mooncake-transfer-engine-cuda13)";
+        missing_hardware("KVXFER_REQUIRE_ENGINES", 0, why);
+        return;
+    };
+    for (protocol, min_gbps) in [("nvlink-intra", 50.0), ("tcp", 0.2)] {
+        let d = tmp(&format!("mooncake-{protocol}"));
+        let json = d.join("r.json");
+        let args = ["sweep", "--transport", "mooncake", "--mooncake-protocol", protocol, "--src", "gpu:0"];
+        let more = ["--dst", "gpu:1", "--sizes", "96MiB,1GiB", "--reps", "3", "--verify"];
+        let out = command()
+            .env("KVXFER_PYTHON", &python)
+            .args(args)
+            .args(more)
+            .args(["--json", json.to_str().unwrap(), "--out-dir", d.path().to_str().unwrap()])
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mooncake {protocol} gpu:0 -> gpu:1 failed");
+        let r = results(&json);
+        assert_verified(&r, &[96 << 20, 1 << 30], 3, min_gbps);
+        assert_eq!(r["config"]["transport_detail"]["sender"]["protocol"], protocol);
+    }
+}

@@ -105,12 +105,24 @@ pub fn memory_info(ordinal: u32) -> Result<(u64, u64)> {
     Ok((free as u64, total as u64))
 }
 
-/// Device memory from cuMemAlloc: IPC-exportable and dma-buf-exportable. Freed on drop.
+/// Device memory: from cuMemAlloc here (IPC-exportable and dma-buf-exportable, freed on drop), or another
+/// process's allocation opened through its IPC handle (closed on drop).
 pub struct DeviceBuffer {
     pub ptr: CUdeviceptr,
     pub len: usize,
     pub ordinal: u32,
     pub ctx: Arc<CudaContext>,
+    origin: Origin,
+}
+
+/// Whose allocation a [`DeviceBuffer`] is.
+enum Origin {
+    Allocated,
+    /// Opened from another process's IPC handle. `keeper` is what keeps that process (and so the memory) alive; it
+    /// is dropped after the mapping is closed.
+    Imported {
+        keeper: Box<dyn std::any::Any + Send + Sync>,
+    },
 }
 
 impl DeviceBuffer {
@@ -126,9 +138,31 @@ impl DeviceBuffer {
         }
         // SAFETY: the context is current; the returned pointer is owned by this value and freed once in Drop.
         let ptr = unsafe { result::malloc_sync(len) }.or_cuda(&format!("gpu:{ordinal}: cuMemAlloc({len})"))?;
-        let buf = DeviceBuffer { ptr, len, ordinal, ctx };
+        let buf = DeviceBuffer { ptr, len, ordinal, ctx, origin: Origin::Allocated };
         buf.set_sync_memops()?;
         Ok(buf)
+    }
+
+    /// `len` bytes of another process's GPU memory on gpu:`ordinal`, opened through its IPC `handle`; `keeper`
+    /// keeps the owning process alive for as long as this buffer (an engine worker that must own the memory it
+    /// registers, say).
+    pub fn import(
+        ordinal: u32,
+        handle: &[u8; 64],
+        len: usize,
+        keeper: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<DeviceBuffer> {
+        let ctx = context(ordinal)?;
+        let ptr = open_ipc(&ctx, handle, "cuIpcOpenMemHandle (a GPU buffer another process allocated)")?;
+        Ok(DeviceBuffer { ptr, len, ordinal, ctx, origin: Origin::Imported { keeper } })
+    }
+
+    /// What keeps an imported buffer's owner alive; None for memory allocated here.
+    pub fn keeper(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        match &self.origin {
+            Origin::Allocated => None,
+            Origin::Imported { keeper } => Some(keeper.as_ref()),
+        }
     }
 
     /// CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: synchronous CUDA copies on this buffer complete before returning, which
@@ -148,6 +182,9 @@ impl DeviceBuffer {
 
     /// The 64-byte CUDA IPC handle another process on this host opens with [`IpcMapping::open`].
     pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        if matches!(self.origin, Origin::Imported { .. }) {
+            bail!("gpu:{}: a buffer opened from another process's IPC handle cannot be exported again", self.ordinal);
+        }
         self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
         // SAFETY: CUipcMemHandle is a plain byte array; zeroed is a valid value and the call fills it.
         let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
@@ -185,8 +222,12 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
-        // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once.
-        let _ = unsafe { result::free_sync(self.ptr) };
+        match self.origin {
+            // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once.
+            Origin::Allocated => drop(unsafe { result::free_sync(self.ptr) }),
+            // SAFETY: `ptr` came from cuIpcOpenMemHandle and is closed exactly once (the keeper drops after).
+            Origin::Imported { .. } => drop(unsafe { sys::cuIpcCloseMemHandle(self.ptr) }),
+        }
     }
 }
 
@@ -244,18 +285,24 @@ pub struct IpcMapping {
 
 impl IpcMapping {
     pub fn open(ctx: &Arc<CudaContext>, handle: &[u8; 64]) -> Result<IpcMapping> {
-        ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
-        // SAFETY: CUipcMemHandle is a plain byte array; zeroed then overwritten with the peer's bytes.
-        let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
-        h.reserved = handle.map(|b| b as std::ffi::c_char);
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: `ptr` is a valid out-pointer; the driver validates the handle.
-        let r = unsafe {
-            sys::cuIpcOpenMemHandle_v2(&mut ptr, h, sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32)
-        };
-        check(r, "cuIpcOpenMemHandle (the receiver's GPU buffer)")?;
+        let ptr = open_ipc(ctx, handle, "cuIpcOpenMemHandle (the receiver's GPU buffer)")?;
         Ok(IpcMapping { ptr, ctx: ctx.clone() })
     }
+}
+
+/// Open another process's IPC `handle` in `ctx`; the caller closes the pointer (cuIpcCloseMemHandle) exactly once.
+fn open_ipc(ctx: &Arc<CudaContext>, handle: &[u8; 64], what: &str) -> Result<CUdeviceptr> {
+    ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
+    // SAFETY: CUipcMemHandle is a plain byte array; zeroed then overwritten with the peer's bytes.
+    let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+    h.reserved = handle.map(|b| b as std::ffi::c_char);
+    let mut ptr: CUdeviceptr = 0;
+    // SAFETY: `ptr` is a valid out-pointer; the driver validates the handle.
+    let r = unsafe {
+        sys::cuIpcOpenMemHandle_v2(&mut ptr, h, sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32)
+    };
+    check(r, what)?;
+    Ok(ptr)
 }
 
 impl Drop for IpcMapping {

@@ -82,6 +82,10 @@ pub enum MooncakeProtocol {
     Tcp,
     // Its RDMA transport (over the devices of -d).
     Rdma,
+    // Its intra-node NVLink transport (CUDA builds; GPU memory on both ends, copied by cudaMemcpy over CUDA IPC).
+    #[value(name = "nvlink-intra")]
+    #[serde(rename = "nvlink-intra")]
+    NvlinkIntra,
 }
 
 /// mooncake `--mooncake-entries`: how a transfer's writes become the entries of the engine's batch.

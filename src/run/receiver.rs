@@ -130,8 +130,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
 }
 
 fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
-    let shared = transport::shares_host_memory(cfg.transport.kind());
-    let buf = Arc::new(Buffer::alloc_for(mem, cfg.buffer_bytes(), cfg.knobs.hugepages, shared)?);
+    let buf = Arc::new(transport::alloc_buffer(cfg, mem, "receiver", &ctx)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
     ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string() })?;
     match ch.recv("Connect")? {

@@ -91,8 +91,7 @@ impl SenderSession {
             Msg::Accept { offer, mem } => (offer, mem),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
-        let shared = transport::shares_host_memory(cfg.transport.kind());
-        let buf = match Buffer::alloc_for(src, cfg.buffer_bytes(), cfg.knobs.hugepages, shared) {
+        let buf = match transport::alloc_buffer(&cfg, src, "sender", ctx) {
             Ok(b) => b,
             Err(e) => {
                 ch.send_error(&e);

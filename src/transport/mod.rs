@@ -13,7 +13,7 @@ pub mod nixl;
 pub mod tcp;
 pub mod verbs;
 
-use crate::mem::Buffer;
+use crate::mem::{Buffer, MemKind};
 use crate::plan::transport::value_name;
 use crate::plan::{RunConfig, Write};
 pub use crate::plan::{TransportConfig, TransportKind};
@@ -36,6 +36,20 @@ pub fn default_block_size(transport: TransportKind) -> u64 {
         TransportKind::Tcp => tcp::DEFAULT_BLOCK_SIZE,
         TransportKind::Mooncake => mooncake::DEFAULT_BLOCK_SIZE,
         TransportKind::Nixl => nixl::DEFAULT_BLOCK_SIZE,
+    }
+}
+
+/// The buffer one end of a run moves (`role`: sender or receiver): allocated here, except GPU memory for Mooncake,
+/// which the engine's worker process allocates and registers (see [`mooncake::engine_gpu_buffer`]).
+pub fn alloc_buffer(cfg: &RunConfig, kind: MemKind, role: &str, ctx: &Context) -> Result<Buffer> {
+    match (&cfg.transport, kind) {
+        (TransportConfig::Mooncake(m), MemKind::Gpu(n)) => {
+            mooncake::engine_gpu_buffer(role, m, n, usize::try_from(cfg.buffer_bytes())?, ctx)
+        }
+        _ => {
+            let shared = shares_host_memory(cfg.transport.kind());
+            Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, shared)
+        }
     }
 }
 

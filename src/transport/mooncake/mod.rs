@@ -3,8 +3,9 @@
 //! the whole buffer once (outside every timed interval), and the sender moves a transfer with one
 //! `batch_transfer_sync_write(session, srcs, dsts, lens)` holding one entry per run of writes that are adjacent on
 //! both ends (the connector's `group_concurrent_contiguous`; a paged transfer: one per piece unless neighbours
-//! line up). The engine lives in a Python worker per end (see `worker`), because the wheel has no C API; the buffers
-//! are memory files both processes map, so kvxfer fills and verifies the very pages the engine moves. The engine's
+//! line up). The engine lives in a Python worker per end (see `worker`), because the wheel has no C API; host
+//! buffers are memory files both processes map, GPU buffers are opened in the worker through a CUDA IPC handle, so
+//! kvxfer fills and verifies the very bytes the engine moves. The engine's
 //! own call is what is timed (inside the worker), so the harness is not what is measured. The target cannot see
 //! the bytes arrive: the sender announces each rep (`Landing::Announced`).
 
@@ -16,7 +17,7 @@ use crate::plan::{MooncakeConfig, MooncakeEntries, MooncakeProtocol, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker::Worker;
 
@@ -63,15 +64,23 @@ struct Offer {
     version: String,
 }
 
-/// Start an engine in a new worker: initialized on `ctx.local_ip` with the protocol and devices asked for, the
-/// buffer mapped and registered. Returns the worker, its `init` reply and the buffer's address in the worker.
-fn start_engine(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -> Result<(Worker, Value, u64)> {
-    let Some(path) = buf.share_path() else {
-        return Err(crate::error::usage(format!(
-            "--transport mooncake moves host memory here ({} given); use --mem host (GPU memory needs the CUDA wheel and is not wired up yet)",
-            buf.kind()
-        )));
-    };
+/// One end's engine: its worker, the worker's `init` reply and the buffer's address as the engine registered it.
+/// Shared, because for GPU memory the buffer (which the engine's process allocated) keeps it alive too.
+struct Engine {
+    worker: Worker,
+    init: Value,
+    addr: u64,
+}
+
+type SharedEngine = Arc<Mutex<Engine>>;
+
+fn lock(engine: &SharedEngine) -> std::sync::MutexGuard<'_, Engine> {
+    // A panic elsewhere cannot leave the worker half-updated: every call is one request and its reply.
+    engine.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A new worker with its engine initialized on `ctx.local_ip` with the protocol and devices asked for.
+fn spawn_engine(role: &str, cfg: &MooncakeConfig, ctx: &Context) -> Result<(Worker, Value)> {
     // The engine reads its RDMA port and GID index from the environment: kvxfer's --ib-port and --gid-index.
     let mut env = vec![("MC_IB_PORT", ctx.device.ib_port.to_string())];
     if let Some(g) = ctx.device.gid_index {
@@ -81,9 +90,54 @@ fn start_engine(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -
     let device = ctx.device.names.join(",");
     let init =
         w.call(json!({"op": "init", "host": ctx.local_ip.to_string(), "protocol": cfg.protocol, "device": device}))?;
-    let mapped = w.call(json!({"op": "map", "path": path, "len": buf.len()}))?;
-    let addr = mapped["addr"].as_u64().ok_or_else(|| anyhow!("the mooncake worker's map reply has no addr"))?;
-    Ok((w, init, addr))
+    Ok((w, init))
+}
+
+fn registered_addr(reply: &Value) -> Result<u64> {
+    reply["addr"].as_u64().ok_or_else(|| anyhow!("the mooncake worker's reply has no addr"))
+}
+
+/// GPU memory for a mooncake run, allocated by the engine's own worker (cudaMalloc, as a serving engine's KV
+/// cache is) and registered there; kvxfer opens it through its IPC handle to fill and verify. Mooncake's NVLink
+/// transport exports what it registers with cudaIpcGetMemHandle, which memory opened from another process's handle
+/// refuses, so the engine's process has to own it.
+pub fn engine_gpu_buffer(role: &str, cfg: &MooncakeConfig, ordinal: u32, len: usize, ctx: &Context) -> Result<Buffer> {
+    crate::mem::cuda::check_ordinal(ordinal)?;
+    let (mut worker, init) = spawn_engine(role, cfg, ctx)?;
+    let reply = worker.call(json!({"op": "alloc", "gpu": ordinal, "len": len}))?;
+    let addr = registered_addr(&reply)?;
+    let handle: [u8; 64] = reply["ipc"]
+        .as_str()
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| anyhow!("the mooncake worker's alloc reply has no 64-byte IPC handle"))?;
+    let engine: SharedEngine = Arc::new(Mutex::new(Engine { worker, init, addr }));
+    let dev = crate::mem::cuda::DeviceBuffer::import(ordinal, &handle, len, Box::new(engine))?;
+    Ok(Buffer::Gpu(dev))
+}
+
+/// This end's engine: the one whose worker allocated a GPU buffer, or a new one that maps the host buffer's pages.
+fn engine_for(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -> Result<SharedEngine> {
+    if let Buffer::Gpu(g) = buf {
+        return g.keeper().and_then(|k| k.downcast_ref::<SharedEngine>()).cloned().ok_or_else(|| {
+            anyhow!("a mooncake GPU buffer must come from its engine's worker (transport::alloc_buffer)")
+        });
+    }
+    if cfg.protocol == MooncakeProtocol::NvlinkIntra {
+        return Err(crate::error::usage(format!(
+            "--mooncake-protocol nvlink-intra moves GPU memory only ({} given); use --mem gpu:N (or --src/--dst gpu:N)",
+            buf.kind()
+        )));
+    }
+    let Some(path) = buf.share_path() else {
+        return Err(crate::error::usage(format!(
+            "--transport mooncake moves host or GPU memory ({} given); use --mem host or gpu:N",
+            buf.kind()
+        )));
+    };
+    let (mut worker, init) = spawn_engine(role, cfg, ctx)?;
+    let addr = registered_addr(&worker.call(json!({"op": "map", "path": path, "len": buf.len()}))?)?;
+    Ok(Arc::new(Mutex::new(Engine { worker, init, addr })))
 }
 
 type Value = serde_json::Value;
@@ -113,22 +167,25 @@ fn batch_entries(writes: &[Write]) -> Vec<Write> {
 // ------------------------------------------------------------------------------------------------ receiver
 
 pub struct MooncakeTarget {
-    // Drop order: the worker (which has the buffer registered and mapped) before the buffer.
-    _worker: Worker,
+    // Drop order: the engine (which has host buffers registered and mapped) before the buffer.
+    _engine: SharedEngine,
     offer: Offer,
     _buf: Arc<Buffer>,
 }
 
 impl MooncakeTarget {
     pub fn open(cfg: &MooncakeConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<MooncakeTarget> {
-        let (worker, init, addr) = start_engine("receiver", cfg, &buf, ctx)?;
-        let offer = Offer {
-            session: text(&init, "session"),
-            addr,
-            region_len: buf.len() as u64,
-            version: text(&init, "version"),
+        let engine = engine_for("receiver", cfg, &buf, ctx)?;
+        let offer = {
+            let e = lock(&engine);
+            Offer {
+                session: text(&e.init, "session"),
+                addr: e.addr,
+                region_len: buf.len() as u64,
+                version: text(&e.init, "version"),
+            }
         };
-        Ok(MooncakeTarget { _worker: worker, offer, _buf: buf })
+        Ok(MooncakeTarget { _engine: engine, offer, _buf: buf })
     }
 }
 
@@ -141,7 +198,7 @@ impl Target for MooncakeTarget {
 // ------------------------------------------------------------------------------------------------ sender
 
 pub struct MooncakeSource {
-    worker: Worker,
+    engine: SharedEngine,
     remote: Offer,
     detail: MooncakeDetail,
     /// The writes of the plan the worker holds (sent again only when a transfer's writes differ).
@@ -156,20 +213,24 @@ pub struct MooncakeSource {
 impl MooncakeSource {
     pub fn connect(cfg: &MooncakeConfig, buf: &Buffer, offer: Value, ctx: &Context) -> Result<MooncakeSource> {
         let remote: Offer = serde_json::from_value(offer).context("the receiver's mooncake offer is malformed")?;
-        let (worker, init, _addr) = start_engine("sender", cfg, buf, ctx)?;
+        let engine = engine_for("sender", cfg, buf, ctx)?;
+        let (version, python) = {
+            let e = lock(&engine);
+            (text(&e.init, "version"), e.worker.python.clone())
+        };
         let detail = MooncakeDetail {
             sender: MooncakeSenderDetail {
                 engine: "mooncake",
-                version: text(&init, "version"),
+                version,
                 protocol: cfg.protocol,
                 entries: cfg.entries,
                 devices: ctx.device.label(),
-                python: worker.python.clone(),
+                python,
             },
             receiver: MooncakeReceiverDetail { version: remote.version.clone(), session: remote.session.clone() },
         };
         Ok(MooncakeSource {
-            worker,
+            engine,
             remote,
             detail,
             planned: Vec::new(),
@@ -196,7 +257,9 @@ impl MooncakeSource {
         let src: Vec<u64> = entries.iter().map(|w| w.local_offset).collect();
         let dst: Vec<u64> = entries.iter().map(|w| self.remote.addr + w.remote_offset).collect();
         let len: Vec<u64> = entries.iter().map(|w| w.len).collect();
-        self.worker.call(json!({"op": "plan", "id": self.plan_id, "src": src, "dst": dst, "len": len}))?;
+        lock(&self.engine)
+            .worker
+            .call(json!({"op": "plan", "id": self.plan_id, "src": src, "dst": dst, "len": len}))?;
         self.planned = writes.to_vec();
         self.entries = entries.len() as u64;
         Ok(())
@@ -204,7 +267,7 @@ impl MooncakeSource {
 
     /// The error for a batch the engine refused, with what its log says about why when it is a known limit.
     fn refused(&self, e: anyhow::Error) -> anyhow::Error {
-        let log = std::fs::read_to_string(&self.worker.log).unwrap_or_default();
+        let log = std::fs::read_to_string(&lock(&self.engine).worker.log).unwrap_or_default();
         if log.contains("queue-full") {
             return e.context(format!(
                 "Mooncake's {} transport queues fewer entries than this batch of {} (its log: \"TCP lane queue-full\"); use fewer, larger pieces (--block-tokens) or --mooncake-protocol rdma",
@@ -228,8 +291,8 @@ impl Source for MooncakeSource {
         self.plan(writes)?;
         let started = Instant::now();
         let request = json!({"op": "write", "session": self.remote.session, "plan": self.plan_id});
-        let reply =
-            self.worker.call_within(request, self.io_timeout, hooks.peer_failed).map_err(|e| self.refused(e))?;
+        let reply = lock(&self.engine).worker.call_within(request, self.io_timeout, hooks.peer_failed);
+        let reply = reply.map_err(|e| self.refused(e))?;
         let ns = reply["ns"].as_u64().ok_or_else(|| anyhow!("the mooncake worker's write reply has no ns"))?;
         // The engine's own call, as the worker timed it: the request's trip through the pipe is not the engine's.
         let done = started + Duration::from_nanos(ns);
