@@ -5,7 +5,8 @@ pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::{parse_size, SizeList, TokenList};
 use crate::plan::text;
 use crate::plan::{
-    CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, Staging, TransportKind,
+    CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, NumaMode, Staging,
+    TransportKind,
 };
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
@@ -278,9 +279,15 @@ pub struct RunArgs {
     pub hugepages: bool,
     /// Read counters around every rep on both ends, outside the timed interval, and keep what moved
     /// (reps[].counters): the RDMA port's counters and hw_counters, the network interface's statistics, the
-    /// process's CPU time; off: none
+    /// process's CPU time, the GPU's clocks and throttle reasons; full: also the GPU's NVLink bytes per link,
+    /// energy, PCIe replays and link state (slow to read, and they delay the next GPU copy by tens of µs); off: none
     #[arg(long, default_value = "auto")]
     pub counters: CountersMode,
+    /// Bind each end's thread, and the host buffers it first touches, to one NUMA node's CPUs: auto = the node
+    /// of the RDMA NIC (verbs, mooncake rdma) or of the GPU in use (GPU memory, or pinned memory copied to a GPU),
+    /// nothing on a one-node host; N = node N; off = no binding. Recorded per end (config.numa)
+    #[arg(long, default_value = "auto", value_name = "auto|off|N")]
+    pub numa: NumaMode,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
     #[serde(skip)]

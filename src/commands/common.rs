@@ -150,6 +150,7 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
             seed: r.seed,
             hugepages: r.hugepages,
             counters: r.counters,
+            numa: r.numa,
         },
         block_size_default: r.block_size.is_none(),
         src_mem: src.to_string(),

@@ -104,7 +104,8 @@ pub fn drive(job: SendJob) -> Result<Results> {
         connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process)?;
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
     let detail = session.transport_detail.to_json();
-    let config = ConfigJson::from_run(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
+    let mut config = ConfigJson::from_run(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
+    config.numa = Some(session.numa.clone());
     let results = Results::new(label, &Env::capture(), config);
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
     let outcome = session.run(&mut rec);
@@ -129,6 +130,7 @@ mod tests {
                 seed: 9,
                 hugepages: false,
                 counters: Default::default(),
+                numa: Default::default(),
             },
             block_size_default: false,
             src_mem: "gpu:0".into(),

@@ -77,9 +77,10 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     let s = rec.results.sweep.as_mut().expect("set above");
     s.session_opens += pool.opens;
     for (sj, d) in s.sessions.iter_mut().zip(&pool.details) {
-        if let Some((dst_mem, detail)) = d {
-            sj.dst_mem = dst_mem.clone();
-            sj.transport_detail = detail.clone();
+        if let Some(d) = d {
+            sj.dst_mem = d.dst_mem.clone();
+            sj.transport_detail = d.transport_detail.clone();
+            sj.numa = Some(d.numa.clone());
         }
     }
     let outcome = outcome.and(closed);
@@ -154,6 +155,7 @@ fn sweep_results(
             src_mem: p.src.to_string(),
             dst_mem: p.dst.to_string(),
             transport_detail: serde_json::Value::Null,
+            numa: None,
         })
         .collect();
     Ok(results)

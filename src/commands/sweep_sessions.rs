@@ -14,6 +14,14 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 
+/// What a session's first connection reported, for the results' `sweep.sessions`.
+#[derive(Clone)]
+pub struct SessionDetail {
+    pub dst_mem: String,
+    pub transport_detail: serde_json::Value,
+    pub numa: crate::observe::numa::NumaSides,
+}
+
 /// Everything needed to open one session of a sweep.
 pub struct SessionPlan {
     /// The sweep's case ids, in the order of `cfg.cases`.
@@ -56,8 +64,8 @@ pub struct Pool<'a> {
     gpu_budget: BTreeMap<u32, u64>,
     /// Sessions opened so far, reopenings included.
     pub opens: usize,
-    /// What each session's receiver and transport reported when it first opened: (dst_mem, transport_detail).
-    pub details: Vec<Option<(String, serde_json::Value)>>,
+    /// What each session's receiver and transport reported when it first opened.
+    pub details: Vec<Option<SessionDetail>>,
 }
 
 impl<'a> Pool<'a> {
@@ -130,7 +138,11 @@ impl<'a> Pool<'a> {
                     return Err(e);
                 }
             };
-            self.details[g].get_or_insert_with(|| (session.dst_mem.clone(), session.transport_detail.to_json()));
+            self.details[g].get_or_insert_with(|| SessionDetail {
+                dst_mem: session.dst_mem.clone(),
+                transport_detail: session.transport_detail.to_json(),
+                numa: session.numa.clone(),
+            });
             self.opens += 1;
             self.open[g] = Some(Open { session, receiver });
         }

@@ -47,6 +47,9 @@ pub enum Msg {
         /// The receiver's memory kind (`host`, `pinned`, `gpu:N`).
         #[serde(default)]
         mem: String,
+        /// Where the receiver bound its thread and buffers (`--numa`); absent from older receivers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        numa: Option<crate::observe::numa::NumaPlacement>,
     },
     /// The sender's transport-specific answer (e.g. its queue pair numbers).
     Connect {

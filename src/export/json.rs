@@ -34,6 +34,9 @@ pub struct ConfigJson {
     /// What each end's transport chose and measured while connecting (device, GID, MTU, registration...).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub transport_detail: serde_json::Value,
+    /// Where each end bound its thread and buffers (`--numa`): node, CPUs, why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<crate::observe::numa::NumaSides>,
 }
 
 impl ConfigJson {
@@ -61,6 +64,7 @@ impl ConfigJson {
             dst_mem,
             verbs: cfg.transport.verbs().cloned(),
             transport_detail,
+            numa: None,
         }
     }
 }
@@ -139,6 +143,8 @@ pub struct SessionJson {
     pub dst_mem: String,
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub transport_detail: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<crate::observe::numa::NumaSides>,
 }
 
 fn complete() -> bool {

@@ -43,8 +43,13 @@ fn nvml() -> Option<&'static Nvml> {
     .as_ref()
 }
 
-/// The counters of the GPU at PCI `bus_id` (`0000:17:00.0`), or None without NVML or that GPU.
-pub fn gpu_counters(bus_id: &str) -> Option<BTreeMap<String, u64>> {
+/// The counters of the GPU at PCI `bus_id` (`0000:17:00.0`), or None without NVML or that GPU: clocks and throttle
+/// reasons; `full`: also NVLink bytes per link, energy, PCIe replays and link state. Those are slow (36 field reads
+/// of one value each: about 33 ms per GPU pair; energy about 5 ms; replays 0.4 ms) and the NVLink reads delay the
+/// next GPU copy: on the 2xH200 a 1 MiB gpu:0 -> gpu:1 copy took 130 us right after them against 29 us after none
+/// (96 MiB: 340 against 279); with replays and link state read too, a 1 MiB rep still took 17-22 us against 13 us
+/// without counters. Counters read before a rep must not move the rep's own time, so these wait for `full`.
+pub fn gpu_counters(bus_id: &str, full: bool) -> Option<BTreeMap<String, u64>> {
     let n = nvml()?;
     let l = &n.lib;
     let id = CString::new(bus_id).ok()?;
@@ -55,7 +60,7 @@ pub fn gpu_counters(bus_id: &str) -> Option<BTreeMap<String, u64>> {
         return None;
     }
     let mut out = BTreeMap::new();
-    if let Ok(get) = l.nvmlDeviceGetFieldValues.as_ref() {
+    if let (true, Ok(get)) = (full, l.nvmlDeviceGetFieldValues.as_ref()) {
         // One call per link and counter. Both counters in one call with the all-links scope (UINT_MAX) corrupted
         // the heap on the 2xH200 (driver 580): in two runs of the GPU tests, 6 kvxfer processes died at exit with
         // "corrupted size vs. prev_size"; one value per call: none in three runs.
@@ -89,23 +94,31 @@ pub fn gpu_counters(bus_id: &str) -> Option<BTreeMap<String, u64>> {
             }
         };
         // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
-        u32_of("pcie_replay_count", &|v| Some(unsafe { (l.nvmlDeviceGetPcieReplayCounter.as_ref().ok()?)(dev, v) }));
-        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("sm_clock_mhz_now", &|v| Some(unsafe { (l.nvmlDeviceGetClockInfo.as_ref().ok()?)(dev, CLOCK_SM, v) }));
         // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("mem_clock_mhz_now", &|v| Some(unsafe { (l.nvmlDeviceGetClockInfo.as_ref().ok()?)(dev, CLOCK_MEM, v) }));
-        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
-        u32_of("pcie_gen_now", &|v| Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkGeneration.as_ref().ok()?)(dev, v) }));
-        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
-        u32_of("pcie_width_now", &|v| Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkWidth.as_ref().ok()?)(dev, v) }));
+        if full {
+            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
+            u32_of("pcie_replay_count", &|v| {
+                Some(unsafe { (l.nvmlDeviceGetPcieReplayCounter.as_ref().ok()?)(dev, v) })
+            });
+            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
+            u32_of("pcie_gen_now", &|v| {
+                Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkGeneration.as_ref().ok()?)(dev, v) })
+            });
+            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
+            u32_of("pcie_width_now", &|v| Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkWidth.as_ref().ok()?)(dev, v) }));
+        }
         let mut u64_of = |name: &str, f: &dyn Fn(&mut u64) -> Option<u32>| {
             let mut v = 0u64;
             if f(&mut v) == Some(SUCCESS) {
                 out.insert(name.to_string(), v);
             }
         };
-        // SAFETY: `dev` is a valid handle and the out-pointer points at a live u64.
-        u64_of("energy_mj", &|v| Some(unsafe { (l.nvmlDeviceGetTotalEnergyConsumption.as_ref().ok()?)(dev, v) }));
+        if full {
+            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u64.
+            u64_of("energy_mj", &|v| Some(unsafe { (l.nvmlDeviceGetTotalEnergyConsumption.as_ref().ok()?)(dev, v) }));
+        }
         u64_of("throttle_reasons_now", &|v| {
             // SAFETY: `dev` is a valid handle and the out-pointer points at a live u64.
             Some(unsafe { (l.nvmlDeviceGetCurrentClocksThrottleReasons.as_ref().ok()?)(dev, v) })

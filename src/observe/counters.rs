@@ -40,7 +40,8 @@ enum Source {
     /// CPU time this process used (all its threads), in µs; `both_ends` when the other end runs in it too.
     Process { both_ends: bool },
     /// The GPU of this end's buffer, through NVML (see `mem::nvml`).
-    Gpu { ordinal: u32, bus_id: String },
+    /// `full`: also the NVLink byte counters and energy, whose reads disturb the next transfer (`--counters full`).
+    Gpu { ordinal: u32, bus_id: String, full: bool },
 }
 
 impl Source {
@@ -76,7 +77,7 @@ impl Source {
                     }
                 }
             }
-            Source::Gpu { bus_id, .. } => out = crate::mem::nvml::gpu_counters(bus_id).unwrap_or_default(),
+            Source::Gpu { bus_id, full, .. } => out = crate::mem::nvml::gpu_counters(bus_id, *full).unwrap_or_default(),
             Source::Process { .. } => {
                 if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID) {
                     let us = t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000;
@@ -117,7 +118,7 @@ impl RepCounters {
     pub fn discover(side: Side, mode: CountersMode, uses: &Uses) -> RepCounters {
         let root = SysRoot::get();
         let mut sources = Vec::new();
-        if mode == CountersMode::Auto {
+        if mode != CountersMode::Off {
             let mut devices: Vec<String> = uses.rdma.to_vec();
             if devices.is_empty() && uses.rdma_auto {
                 devices.extend(first_active_device(root, uses.ib_port));
@@ -138,7 +139,7 @@ impl RepCounters {
             if let Some(ordinal) = uses.gpu {
                 let bus = crate::mem::cuda::gpus().ok().and_then(|g| g.into_iter().find(|g| g.ordinal == ordinal));
                 if let Some(g) = bus {
-                    sources.push(Source::Gpu { ordinal, bus_id: g.pci_bus_id });
+                    sources.push(Source::Gpu { ordinal, bus_id: g.pci_bus_id, full: mode == CountersMode::Full });
                 }
             }
             match (side, uses.shares_process) {

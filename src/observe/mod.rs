@@ -4,4 +4,5 @@
 
 pub mod counters;
 pub mod doctor;
+pub mod numa;
 pub mod topology;

@@ -59,19 +59,78 @@ pub struct RunKnobs {
     /// Read counters around every rep on both ends (left out of the wire config at its default).
     #[serde(default, skip_serializing_if = "is_default_counters")]
     pub counters: CountersMode,
+    /// Where each end binds its thread and buffers (left out of the wire config at its default).
+    #[serde(default, skip_serializing_if = "is_default_numa")]
+    pub numa: NumaMode,
+}
+
+fn is_default_numa(n: &NumaMode) -> bool {
+    *n == NumaMode::default()
+}
+
+/// `--numa auto|off|N`: bind each end's thread (and so its buffers, first touched there) to the CPUs of the NUMA
+/// node of the device it moves bytes through (auto), to node N, or not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum NumaMode {
+    #[default]
+    Auto,
+    Off,
+    Node(u32),
+}
+
+impl std::fmt::Display for NumaMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NumaMode::Auto => f.write_str("auto"),
+            NumaMode::Off => f.write_str("off"),
+            NumaMode::Node(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for NumaMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<NumaMode, String> {
+        match text.trim() {
+            "auto" => Ok(NumaMode::Auto),
+            "off" => Ok(NumaMode::Off),
+            t => t.parse().map(NumaMode::Node).map_err(|_| "expected auto, off or a NUMA node number".into()),
+        }
+    }
+}
+
+impl From<NumaMode> for String {
+    fn from(n: NumaMode) -> String {
+        n.to_string()
+    }
+}
+
+impl TryFrom<String> for NumaMode {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<NumaMode, String> {
+        s.parse()
+    }
 }
 
 fn is_default_counters(c: &CountersMode) -> bool {
     *c == CountersMode::default()
 }
 
-/// `--counters`: read counters around every rep (auto) or not at all.
+/// `--counters`: read counters around every rep (auto, full) or not at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CountersMode {
-    // Every source this host has for what the run uses: RDMA port, network interface, process CPU time.
+    // Every source this host has for what the run uses that reading does not disturb: RDMA port, network
+    // interface, process CPU time, the GPU's clocks and throttle reasons.
     #[default]
     Auto,
+    // Also the GPU's NVLink byte counters per link, energy, PCIe replays and link state: reading NVLink's 36
+    // per-link counters takes about 33 ms and delays the copy that follows by 60-100 us (measured on the 2xH200),
+    // so only on request.
+    Full,
     // None: no reads between reps.
     Off,
 }
@@ -217,6 +276,7 @@ mod tests {
                 seed: 7,
                 hugepages: true,
                 counters: Default::default(),
+                numa: Default::default(),
             },
             block_size_default: false,
             src_mem: "gpu:1".into(),
@@ -324,6 +384,7 @@ mod tests {
                 seed: 3,
                 hugepages: false,
                 counters: Default::default(),
+                numa: Default::default(),
             },
             block_size_default: false,
             src_mem: "host".into(),

@@ -11,11 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// The counters one end reads around its reps, for what `cfg`'s transport uses there.
 fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context, mem: crate::mem::MemKind) -> RepCounters {
-    let rdma = match &cfg.transport {
-        TransportConfig::Verbs(_) => true,
-        TransportConfig::Mooncake(m) => m.protocol == MooncakeProtocol::Rdma,
-        _ => false,
-    };
+    let rdma = drives_rdma(cfg);
     let names: &[String] = if rdma { &ctx.device.names } else { &[] };
     let uses = Uses {
         rdma: names,
@@ -29,6 +25,26 @@ fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context, mem: crate::mem::Mem
         },
     };
     RepCounters::discover(side, cfg.knobs.counters, &uses)
+}
+
+/// Whether `cfg`'s transport drives an RDMA NIC from this end.
+fn drives_rdma(cfg: &RunConfig) -> bool {
+    match &cfg.transport {
+        TransportConfig::Verbs(_) => true,
+        TransportConfig::Mooncake(m) => m.protocol == MooncakeProtocol::Rdma,
+        _ => false,
+    }
+}
+
+/// Bind this end's thread as `--numa` says (before it allocates anything), following its NIC or GPU.
+fn place_numa(
+    cfg: &RunConfig,
+    ctx: &Context,
+    mem: crate::mem::MemKind,
+    peer_mem: &str,
+) -> anyhow::Result<crate::observe::numa::NumaPlacement> {
+    let follow = crate::observe::numa::Follow::pick(drives_rdma(cfg), &ctx.device.names, mem, peer_mem.parse().ok());
+    crate::observe::numa::place(cfg.knobs.numa, follow)
 }
 
 /// Sender-clock stage timestamps of one rep, in ms since the sender's run start.

@@ -130,9 +130,10 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
 }
 
 fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
+    let numa = super::place_numa(cfg, &ctx, mem, &cfg.src_mem)?;
     let buf = Arc::new(transport::alloc_buffer(cfg, mem, "receiver", &ctx)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
-    ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string() })?;
+    ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string(), numa: Some(numa) })?;
     match ch.recv("Connect")? {
         Msg::Connect { answer } => target.accept(answer)?,
         other => bail!("the sender sent {} instead of Connect", other.name()),

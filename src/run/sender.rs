@@ -5,6 +5,7 @@ use super::{CaseRecord, RepRecord, RunSink, StageTimes};
 use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
 use crate::observe::counters::{RepCounters, Side};
+use crate::observe::numa::NumaSides;
 use crate::pattern::Span;
 use crate::plan::{RunConfig, TransferPlan};
 use crate::transport::{self, Context, Landing, Source, TransferHooks, TransportDetail};
@@ -70,6 +71,8 @@ pub struct SenderSession {
     pub dst_mem: String,
     /// What the transport chose and measured while connecting (for the results file).
     pub transport_detail: TransportDetail,
+    /// Where each end bound its thread and buffers.
+    pub numa: NumaSides,
     counters: RepCounters,
     started: Instant,
 }
@@ -87,10 +90,18 @@ impl SenderSession {
     /// Send the configuration, allocate the source buffer and connect the transport.
     pub fn establish(mut ch: ControlChannel, cfg: RunConfig, src: MemKind, ctx: &Context) -> Result<SenderSession> {
         ch.send(&Msg::Config { config: Box::new(cfg.clone()) })?;
-        let (offer, dst_mem) = match ch.recv("Accept")? {
-            Msg::Accept { offer, mem } => (offer, mem),
+        let (offer, dst_mem, receiver_numa) = match ch.recv("Accept")? {
+            Msg::Accept { offer, mem, numa } => (offer, mem, numa),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
+        let sender_numa = match super::place_numa(&cfg, ctx, src, &dst_mem) {
+            Ok(n) => n,
+            Err(e) => {
+                ch.send_error(&e);
+                return Err(e);
+            }
+        };
+        let numa = NumaSides { sender: sender_numa, receiver: receiver_numa };
         let buf = match transport::alloc_buffer(&cfg, src, "sender", ctx) {
             Ok(b) => b,
             Err(e) => {
@@ -116,7 +127,7 @@ impl SenderSession {
         }
         let transport_detail = source.describe();
         let counters = super::rep_counters(Side::Sender, &cfg, ctx, src);
-        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, source, counters, started: Instant::now() })
+        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, numa, source, counters, started: Instant::now() })
     }
 
     /// Run every case in order; stop at the first failure (after handing completed cases to the sink).
