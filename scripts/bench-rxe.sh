@@ -14,7 +14,7 @@ cat > "$inner" <<'INNER'
 set -u
 K=target/release/kvxfer
 out=target/bench-rxe
-export KVXFER_TOKEN=bench
+export KVXFER_TOKEN=bench-rxe-token-0123456789
 : > $out/rows.tsv
 for mib in ${SIZES_MIB:-4 16 64}; do
   bytes=$((mib << 20)); iters=$(( 320 / mib )); [ $iters -lt 5 ] && iters=5

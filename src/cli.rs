@@ -88,6 +88,10 @@ pub enum Command {
         after_help = "Example:\n  kvxfer doctor -d mlx5_0 --gpu 0\n  KVXFER_SYSFS_ROOT=/path/to/capture kvxfer doctor --json"
     )]
     Doctor(DoctorArgs),
+    /// Print a new random token (128 bits, hex) for serve and send: serve on a non-loopback address needs one of at
+    /// least 16 characters
+    #[command(after_help = "Example:\n  export KVXFER_TOKEN=$(kvxfer token)\n  kvxfer serve --listen 0.0.0.0:18515")]
+    Token,
 }
 
 /// `--transport`: a transport by name, or `auto` (chosen from the memory kinds of the ends; command line only, a

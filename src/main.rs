@@ -21,6 +21,7 @@ fn main() {
         Command::Cluster(a) => commands::cluster::run(a),
         Command::Devices(a) => commands::devices::run(a),
         Command::Doctor(a) => commands::doctor::run(a),
+        Command::Token => kvxfer::control::auth::new_token().map(|t| kvxfer::outln!("{t}")),
     };
     if let Err(e) = outcome {
         if !e.is::<kvxfer::error::Found>() {

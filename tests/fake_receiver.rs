@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use kvxfer::control::auth;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread::JoinHandle;
@@ -29,24 +30,32 @@ fn lying_receiver(bad: u64) -> (String, JoinHandle<()>) {
     let addr = l.local_addr().unwrap().to_string();
     let h = std::thread::spawn(move || {
         let (mut ctl, _) = l.accept().unwrap();
+        // The challenge-response of control/auth.rs, with the empty token `send` uses by default.
         let hello = read_msg(&mut ctl);
         assert_eq!(hello["type"], "hello");
+        let sender = auth::parse_nonce(hello["nonce"].as_str().unwrap()).unwrap();
+        let nonces = auth::Nonces { sender, receiver: [5u8; auth::NONCE_LEN] };
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let proof = hex(&auth::receiver_proof("", &nonces));
+        write_msg(&mut ctl, serde_json::json!({"type": "challenge", "nonce": hex(&nonces.receiver), "proof": proof}));
+        let p = read_msg(&mut ctl);
+        assert!(auth::proof_matches(&auth::sender_proof("", &nonces), p["proof"].as_str().unwrap()), "{p}");
         write_msg(&mut ctl, serde_json::json!({"type": "welcome", "version": "fake", "hostname": "liar"}));
+        let key = auth::session_key("", &nonces);
         let cfg = read_msg(&mut ctl);
         assert_eq!(cfg["type"], "config", "{cfg}");
         let region =
             cfg["config"]["cases"].as_array().unwrap().iter().map(|c| c["size_bytes"].as_u64().unwrap()).max().unwrap();
         let data_l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let key = "00112233445566778899aabbccddeeff";
         write_msg(
             &mut ctl,
             serde_json::json!({"type": "accept", "offer": {
-                "data_port": data_l.local_addr().unwrap().port(), "session_key": key, "region_len": region}}),
+                "data_port": data_l.local_addr().unwrap().port(), "region_len": region}}),
         );
         let (mut data, _) = data_l.accept().unwrap();
-        let mut k = [0u8; 16];
+        let mut k = [0u8; 36];
         data.read_exact(&mut k).unwrap();
-        assert_eq!(k[1], 0x11);
+        assert!(auth::data_proof_matches(&key, 0, &k[4..]), "stream 0 proves the derived session key");
         // Like a real receiver: read and ack every frame from the start (the sender's calibration of its send path
         // comes before Connect), and report each frame's payload bytes before acking it, so that the bytes of every
         // acked frame are already counted when the sender sends its next message.

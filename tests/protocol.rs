@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use kvxfer::control::auth;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
@@ -152,7 +153,7 @@ fn garbage_huge_and_truncated_frames_do_not_crash_serve() {
         ("huge length prefix", vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
         ("length just above the limit", ((1u32 << 20) + 1).to_be_bytes().to_vec()),
         ("truncated frame", {
-            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":4,"version":"x","token":""}"#);
+            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":5,"version":"x","nonce":""}"#);
             f.truncate(20);
             f
         }),
@@ -202,6 +203,12 @@ fn a_silent_client_times_out_and_serve_moves_on() {
 struct RawSender {
     ctl: TcpStream,
     addr: String,
+    /// The session key both ends derived in the handshake.
+    key: auth::SessionKey,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 impl RawSender {
@@ -211,14 +218,25 @@ impl RawSender {
         serve.wait_idle();
         let addr = serve.addr.as_str();
         let mut ctl = connect(addr);
+        // The challenge-response of control/auth.rs, with serve's empty token.
+        let sender = [9u8; auth::NONCE_LEN];
         let hello = format!(
-            r#"{{"type":"hello","magic":"kvxfer","protocol":4,"version":"{}","token":""}}"#,
-            env!("CARGO_PKG_VERSION")
+            r#"{{"type":"hello","magic":"kvxfer","protocol":5,"version":"{}","nonce":"{}"}}"#,
+            env!("CARGO_PKG_VERSION"),
+            hex(&sender)
         );
         ctl.write_all(&frame(hello.as_bytes())).unwrap();
+        let c = read_reply(&mut ctl).expect("Challenge");
+        assert_eq!(c["type"], "challenge", "{c}");
+        let receiver = auth::parse_nonce(c["nonce"].as_str().unwrap()).unwrap();
+        let nonces = auth::Nonces { sender, receiver };
+        assert!(auth::proof_matches(&auth::receiver_proof("", &nonces), c["proof"].as_str().unwrap()));
+        let proof = serde_json::json!({"type": "proof", "proof": hex(&auth::sender_proof("", &nonces))});
+        ctl.write_all(&frame(proof.to_string().as_bytes())).unwrap();
         let w = read_reply(&mut ctl).expect("Welcome");
         assert_eq!(w["type"], "welcome", "{w}");
-        RawSender { ctl, addr: addr.to_string() }
+        let key = auth::session_key("", &nonces);
+        RawSender { ctl, addr: addr.to_string(), key }
     }
 
     fn send(&mut self, msg: serde_json::Value) {
@@ -242,23 +260,23 @@ impl RawSender {
         self.recv()
     }
 
-    /// Config, Accept, one data connection with the session key, Connect, Connected. Returns the data connection.
+    /// Config, Accept, one data connection proving the session key, Connect, Connected. Returns the data connection.
     fn establish(&mut self, size: u64) -> TcpStream {
         let accept = self.config(size, 1);
         assert_eq!(accept["type"], "accept", "{accept}");
         let offer = &accept["offer"];
         assert_eq!(offer["region_len"].as_u64(), Some(size), "{offer}");
         let port = offer["data_port"].as_u64().unwrap();
-        let key_hex = offer["session_key"].as_str().unwrap();
-        let key: Vec<u8> =
-            (0..key_hex.len() / 2).map(|i| u8::from_str_radix(&key_hex[2 * i..2 * i + 2], 16).unwrap()).collect();
         let host = self.addr.rsplit_once(':').unwrap().0;
-        // A stranger with the wrong key first: it must be ignored, not counted as our stream.
+        // Strangers first: one with a wrong proof, one silent (held open): both must be ignored, not counted as our
+        // stream, and the silent one must not hold the real stream up.
         let mut stranger = TcpStream::connect(format!("{host}:{port}")).unwrap();
-        let _ = stranger.write_all(&[0u8; 16]);
+        let _ = stranger.write_all(&[0u8; 36]);
+        let _silent = TcpStream::connect(format!("{host}:{port}")).unwrap();
         let mut data = TcpStream::connect(format!("{host}:{port}")).unwrap();
         data.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        data.write_all(&key).unwrap();
+        data.write_all(&0u32.to_le_bytes()).unwrap();
+        data.write_all(&auth::data_proof(&self.key, 0)).unwrap();
         self.send(serde_json::json!({"type": "connect", "answer": {"streams": 1}}));
         let c = self.recv();
         assert_eq!(c["type"], "connected", "{c}");
@@ -413,4 +431,55 @@ fn receiver_limits_are_checked_before_allocating() {
     wait_sessions(&serve, 4);
     assert!(serve.proc.is_running());
     assert_serves(&serve, None);
+}
+
+/// The token never crosses the network and a captured handshake proves nothing later: each connection's proof is
+/// bound to both ends' fresh nonces, so a Proof replayed on a new connection is refused as a wrong token.
+#[test]
+fn a_replayed_proof_is_refused_and_the_token_is_never_sent() {
+    let token = "right-token-16chars";
+    let mut serve = Serve::start(&["--token", token]);
+    let sender = [7u8; auth::NONCE_LEN];
+    let hello = format!(
+        r#"{{"type":"hello","magic":"kvxfer","protocol":5,"version":"{}","nonce":"{}"}}"#,
+        env!("CARGO_PKG_VERSION"),
+        hex(&sender)
+    );
+    let challenge = |ctl: &mut TcpStream| {
+        ctl.write_all(&frame(hello.as_bytes())).unwrap();
+        let c = read_reply(ctl).expect("Challenge");
+        assert_eq!(c["type"], "challenge", "{c}");
+        auth::parse_nonce(c["nonce"].as_str().unwrap()).unwrap()
+    };
+    // A good handshake, as a sender that knows the token makes it.
+    let mut first = connect(&serve.addr);
+    let nonces = auth::Nonces { sender, receiver: challenge(&mut first) };
+    let proof = serde_json::json!({"type": "proof", "proof": hex(&auth::sender_proof(token, &nonces))}).to_string();
+    assert!(!proof.contains(token) && !hello.contains(token));
+    first.write_all(&frame(proof.as_bytes())).unwrap();
+    assert_eq!(read_reply(&mut first).expect("Welcome")["type"], "welcome");
+    drop(first);
+    // The same Hello and the captured Proof on a new connection: the receiver's nonce is new, the proof is stale.
+    serve.wait_idle();
+    let mut second = connect(&serve.addr);
+    let receiver = challenge(&mut second);
+    assert_ne!(receiver, nonces.receiver, "every connection gets a fresh nonce");
+    second.write_all(&frame(proof.as_bytes())).unwrap();
+    let e = read_reply(&mut second).expect("an Error frame");
+    assert_eq!(e["type"], "error", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("wrong token"), "{e}");
+    assert!(serve.proc.is_running());
+}
+
+#[test]
+fn serve_on_a_network_address_needs_a_long_token_and_kvxfer_token_makes_one() {
+    let short = run(&["serve", "--listen", "0.0.0.0:0", "--token", "fifteen-chars-x"]);
+    short.expect_code(2);
+    let line = short.one_error();
+    assert!(line.contains("at least 16") && line.contains("kvxfer token"), "{line}");
+    let t = run(&["token"]);
+    t.expect_code(0);
+    let made = t.stdout.trim();
+    assert!(made.len() == 32 && made.chars().all(|c| c.is_ascii_hexdigit()), "{made:?}");
+    assert_ne!(run(&["token"]).stdout.trim(), made, "a fresh token each time");
 }

@@ -8,7 +8,7 @@ use common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "rxe-test-token";
+const TOKEN: &str = "rxe-test-token-16chars";
 /// Set by scripts/test-rxe: the rxe devices must be there; a test that finds none fails instead of skipping.
 const REQUIRE: &str = "KVXFER_REQUIRE_RXE";
 

@@ -66,7 +66,8 @@ pub fn connect(
             anyhow::bail!("the control connection to {peer} closed during the handshake");
         };
         let (peer_ip, local_ip, device) = (peer_addr.ip(), local.ip(), device.clone());
-        let ctx = Context { peer_ip, local_ip, timeouts, device, shares_process };
+        let session_key = ch.session_key();
+        let ctx = Context { peer_ip, local_ip, timeouts, device, shares_process, session_key };
         Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
     };
     let deadline = std::time::Instant::now() + timeouts.connect;

@@ -23,7 +23,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let token = a.token.clone().unwrap_or_default();
     if !addr.ip().is_loopback() && token.is_empty() {
         bail_usage!(
-            "--listen {addr}: a non-loopback address needs a token (--token T or KVXFER_TOKEN), so that only your sender can write into this host's memory"
+            "--listen {addr}: a non-loopback address needs a token (--token T or KVXFER_TOKEN; `kvxfer token` makes one), so that only your sender can write into this host's memory"
+        );
+    }
+    let min = crate::control::auth::MIN_TOKEN_LEN;
+    if !addr.ip().is_loopback() && token.chars().count() < min {
+        bail_usage!(
+            "--listen {addr}: the token has {} characters; a non-loopback address needs at least {min} (`kvxfer token` makes one)",
+            token.chars().count()
         );
     }
     let limits = ReceiverLimits {

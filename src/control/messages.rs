@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! sender                              receiver
-//! Hello{magic,protocol,version,token} ──▶  checks magic, protocol, token
+//! Hello{magic,protocol,version,nonce} ──▶  checks magic, protocol
+//!                                     ◀──  Challenge{nonce,proof}     | Error   (see `auth`: the token itself
+//! Proof{proof}                        ──▶  checks the proof               never crosses the network)
 //!                                     ◀──  Welcome{version,hostname}  | Error
 //! Config{RunConfig}                   ──▶  validates, allocates, opens the transport's target
 //!                                     ◀──  Accept{offer}              | Error
@@ -23,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &str = "kvxfer";
 /// Bumped on any incompatible change of these messages or of a transport's wire format.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -32,7 +34,18 @@ pub enum Msg {
         magic: String,
         protocol: u32,
         version: String,
-        token: String,
+        /// The sender's nonce, hex (absent from senders of protocol 4 and older, which sent their token instead).
+        #[serde(default)]
+        nonce: String,
+    },
+    /// The receiver's nonce and its proof that it holds the token.
+    Challenge {
+        nonce: String,
+        proof: String,
+    },
+    /// The sender's proof that it holds the token.
+    Proof {
+        proof: String,
     },
     Welcome {
         version: String,
@@ -95,6 +108,8 @@ impl Msg {
     pub fn name(&self) -> &'static str {
         match self {
             Msg::Hello { .. } => "Hello",
+            Msg::Challenge { .. } => "Challenge",
+            Msg::Proof { .. } => "Proof",
             Msg::Welcome { .. } => "Welcome",
             Msg::Config { .. } => "Config",
             Msg::Accept { .. } => "Accept",

@@ -1,12 +1,12 @@
 //! One end of the control connection: typed messages over frames, with timeouts, and the handshake of each role.
 
+use super::auth::{self, Nonces, SessionKey};
 use super::frame::{read_frame, read_frame_limited, write_frame, FrameError, MAX_HELLO_FRAME};
 use super::messages::{Msg, MAGIC, PROTOCOL};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
-use subtle::ConstantTimeEq;
 
 /// Timeouts that keep either side from hanging on a silent peer.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +24,8 @@ pub struct ControlChannel {
     /// What the other end is, for error messages ("the receiver", "the sender").
     peer_role: &'static str,
     io_timeout: Duration,
+    /// The session key the handshake derived (see `auth`); None before it.
+    session_key: Option<SessionKey>,
 }
 
 /// The peer reported an error in an `Error` message: its text is shown as is.
@@ -35,11 +37,16 @@ pub struct PeerReported {
 }
 
 impl ControlChannel {
+    /// The session key the handshake derived; None before a successful handshake.
+    pub fn session_key(&self) -> Option<SessionKey> {
+        self.session_key
+    }
+
     pub fn new(stream: TcpStream, peer_role: &'static str, io_timeout: Duration) -> Result<Self> {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(io_timeout))?;
         stream.set_write_timeout(Some(io_timeout))?;
-        Ok(ControlChannel { stream, peer_role, io_timeout })
+        Ok(ControlChannel { stream, peer_role, io_timeout, session_key: None })
     }
 
     /// Connect to `peer` (HOST:PORT), trying each resolved address, and again while nothing listens there yet
@@ -201,17 +208,39 @@ impl ControlChannel {
     }
 }
 
-/// Sender side of the handshake. Returns the receiver's hostname.
+/// Sender side of the handshake (see `auth`): Hello with a fresh nonce, check the receiver's proof, send ours.
+/// Returns the receiver's hostname; the channel then holds the session key.
 pub fn client_hello(ch: &mut ControlChannel, token: &str) -> Result<String> {
+    let sender = auth::nonce()?;
     ch.send(&Msg::Hello {
         magic: MAGIC.into(),
         protocol: PROTOCOL,
         version: env!("CARGO_PKG_VERSION").into(),
-        token: token.into(),
+        nonce: hex::encode(sender),
     })?;
-    match ch.recv("Welcome")? {
-        Msg::Welcome { hostname, .. } => Ok(hostname),
+    let (nonce, proof) = match ch.recv("Challenge")? {
+        Msg::Challenge { nonce, proof } => (nonce, proof),
         other => bail!("the receiver answered {} to Hello; is it a kvxfer peer?", other.name()),
+    };
+    let receiver = auth::parse_nonce(&nonce).ok_or_else(|| anyhow!("the receiver's challenge nonce is malformed"))?;
+    let nonces = Nonces { sender, receiver };
+    if !auth::proof_matches(&auth::receiver_proof(token, &nonces), &proof) {
+        let _ = ch.send(&Msg::Error {
+            message:
+                "usage: wrong token: the sender's token is not this receiver's (its challenge proof does not match)"
+                    .into(),
+        });
+        return Err(crate::error::usage(
+            "wrong token: the receiver's proof of its token does not match this one; pass the receiver's token with --token or KVXFER_TOKEN",
+        ));
+    }
+    ch.send(&Msg::Proof { proof: hex::encode(auth::sender_proof(token, &nonces)) })?;
+    match ch.recv("Welcome")? {
+        Msg::Welcome { hostname, .. } => {
+            ch.session_key = Some(auth::session_key(token, &nonces));
+            Ok(hostname)
+        }
+        other => bail!("the receiver answered {} to Proof; is it a kvxfer peer?", other.name()),
     }
 }
 
@@ -251,11 +280,12 @@ impl std::io::Read for DeadlineReader<'_> {
     }
 }
 
-/// Receiver side of the handshake: check magic, protocol and token; answer Welcome or Error. The Hello must be
-/// complete by `deadline` and small (see [`ControlChannel::recv_before`]).
+/// Receiver side of the handshake: check magic and protocol, challenge the sender to prove it holds the token
+/// (see `auth`), answer Welcome or Error. Hello and Proof must both be complete by `deadline` and small (see
+/// [`ControlChannel::recv_before`]); the channel then holds the session key.
 pub fn server_hello(ch: &mut ControlChannel, expected_token: &str, deadline: Instant) -> Result<()> {
     let msg = ch.recv_before(deadline, "Hello").context("handshake").map_err(|e| e.context(Stranger))?;
-    let Msg::Hello { magic, protocol, version, token } = msg else {
+    let Msg::Hello { magic, protocol, version, nonce } = msg else {
         return Err(
             anyhow!("the sender opened with {} instead of Hello; is it a kvxfer peer?", msg.name()).context(Stranger)
         );
@@ -274,17 +304,31 @@ pub fn server_hello(ch: &mut ControlChannel, expected_token: &str, deadline: Ins
         let _ = ch.send(&Msg::Error { message: text.clone() });
         bail!(text);
     }
-    if !tokens_match(&token, expected_token) {
+    let Some(sender) = auth::parse_nonce(&nonce) else {
+        return Err(anyhow!("the sender's Hello has no valid nonce").context(Stranger));
+    };
+    let nonces = Nonces { sender, receiver: auth::nonce()? };
+    let proof = hex::encode(auth::receiver_proof(expected_token, &nonces));
+    ch.send(&Msg::Challenge { nonce: hex::encode(nonces.receiver), proof })?;
+    let given = match ch.recv_before(deadline, "Proof").context("handshake")? {
+        Msg::Proof { proof } => proof,
+        // A sender that found our proof wrong says so; its text is the story.
+        Msg::Error { message } => bail!(PeerReported { role: "the sender", message }),
+        other => bail!("the sender answered {} to Challenge", other.name()),
+    };
+    if !auth::proof_matches(&auth::sender_proof(expected_token, &nonces), &given) {
         let _ = ch.send(&Msg::Error {
             message: "usage: wrong token; pass the receiver's token with --token or KVXFER_TOKEN".into(),
         });
         return Err(crate::error::usage("the sender presented a wrong token; connection refused"));
     }
+    ch.session_key = Some(auth::session_key(expected_token, &nonces));
     ch.send(&Msg::Welcome { version: env!("CARGO_PKG_VERSION").into(), hostname: crate::env::hostname() })
 }
 
 /// Compare tokens in constant time (for equal lengths) so the comparison leaks nothing about the expected token.
 pub fn tokens_match(given: &str, expected: &str) -> bool {
+    use subtle::ConstantTimeEq;
     given.as_bytes().ct_eq(expected.as_bytes()).into()
 }
 

@@ -71,7 +71,7 @@ fn is_default_numa(n: &NumaMode) -> bool {
 /// `--numa auto|off|N`: bind each end's thread (and so its buffers, first touched there) to the CPUs of the NUMA
 /// node of the device it moves bytes through (auto), to node N, or not at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
+#[serde(into = "String", try_from = "NumaText")]
 pub enum NumaMode {
     #[default]
     Auto,
@@ -107,11 +107,22 @@ impl From<NumaMode> for String {
     }
 }
 
-impl TryFrom<String> for NumaMode {
+/// `--numa` as a file may write it: `"auto"`, `"off"`, `"1"` or `1`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum NumaText {
+    Node(u32),
+    Text(String),
+}
+
+impl TryFrom<NumaText> for NumaMode {
     type Error = String;
 
-    fn try_from(s: String) -> Result<NumaMode, String> {
-        s.parse()
+    fn try_from(t: NumaText) -> Result<NumaMode, String> {
+        match t {
+            NumaText::Node(n) => Ok(NumaMode::Node(n)),
+            NumaText::Text(s) => s.parse(),
+        }
     }
 }
 

@@ -109,6 +109,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
         ch.send_error(&e);
         return Err(e);
     }
+    let session_key = ch.session_key();
     match session(
         &mut ch,
         &cfg,
@@ -119,6 +120,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
             timeouts: limits.timeouts,
             device: limits.device.clone(),
             shares_process: limits.shares_process,
+            session_key,
         },
     ) {
         Ok(()) => Ok(()),

@@ -240,6 +240,8 @@ pub struct Context {
     /// Both ends of the session run in this process (a sweep's receiver thread, a cluster rank): its CPU time is
     /// both ends'.
     pub shares_process: bool,
+    /// The key the control handshake derived (`control::auth`); data connections prove themselves with it.
+    pub session_key: Option<crate::control::auth::SessionKey>,
 }
 
 /// `-d/--device`, `--ib-port`, `--gid-index` of one end.

@@ -6,8 +6,9 @@
 //! frames round-robin over N connections. The count word's top bit, [`FRAME_BOUNCE`], asks the receiver to take the
 //! frame's payloads through its bounce buffer (see `bounce`) rather than straight into the region.
 //!
-//! Data connections are separate from the control connection, authenticated by a random session key that the
-//! receiver hands out in its offer, so a stranger cannot inject bytes into the region.
+//! Data connections are separate from the control connection. Each proves it belongs to the session with the key
+//! both ends derived in the control handshake (`control::auth`; the key itself is never sent), so a stranger
+//! cannot inject bytes into the region.
 
 mod bounce;
 mod frame;
@@ -32,7 +33,9 @@ const ACK_LEN: usize = 16;
 pub const FRAME_PIECES: usize = 512;
 /// Small writes are gathered into one frame until it holds this many payload bytes.
 const FRAME_BYTES: u64 = 1 << 20;
-const KEY_LEN: usize = 16;
+/// What a data connection sends first: its stream index (u32, little-endian) and that stream's proof of the
+/// session (`auth::data_proof`).
+const HELLO_LEN: usize = 4 + crate::control::auth::PROOF_LEN;
 /// Set in a frame header's count word: receive this frame through the bounce buffer.
 const FRAME_BOUNCE: u64 = 1 << 63;
 
@@ -49,7 +52,6 @@ pub enum RecvPath {
 #[derive(Serialize, Deserialize)]
 struct Offer {
     data_port: u16,
-    session_key: String,
     region_len: u64,
 }
 
@@ -62,12 +64,6 @@ fn need_host_memory(buf: &Buffer, side: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn random_key() -> Result<[u8; KEY_LEN]> {
-    let mut key = [0u8; KEY_LEN];
-    getrandom::fill(&mut key).map_err(|e| anyhow!("no randomness for the session key: {e}"))?;
-    Ok(key)
 }
 
 fn data_error(role: &str, e: std::io::Error) -> anyhow::Error {

@@ -4,9 +4,9 @@
 use super::bounce::Bounce;
 use super::frame::recv_scatter;
 use super::{
-    data_error, need_host_memory, random_key, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_BOUNCE, FRAME_PIECES, HEADER_LEN,
-    KEY_LEN,
+    data_error, need_host_memory, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_BOUNCE, FRAME_PIECES, HEADER_LEN, HELLO_LEN,
 };
+use crate::control::auth::SessionKey;
 use crate::mem::Buffer;
 use crate::plan::RunConfig;
 use crate::transport::{Context, Target};
@@ -40,7 +40,7 @@ impl Shared {
 
 pub struct TcpTarget {
     listener: TcpListener,
-    key: [u8; KEY_LEN],
+    session: SessionKey,
     buf: Arc<Buffer>,
     streams: u32,
     io_timeout: Duration,
@@ -49,13 +49,28 @@ pub struct TcpTarget {
 }
 
 impl TcpTarget {
+    /// Take an authenticated data connection into service: a thread reads its frames into the region.
+    fn start_stream(&mut self, s: TcpStream) -> Result<()> {
+        s.set_nonblocking(false)?;
+        s.set_nodelay(true)?;
+        // Between reps a data connection is legitimately idle for a long time.
+        s.set_read_timeout(None)?;
+        s.set_write_timeout(Some(self.io_timeout))?;
+        self.conns.push(s.try_clone()?);
+        let (buf, shared) = (self.buf.clone(), self.shared.clone());
+        std::thread::Builder::new().name("kvxfer-tcp-rx".into()).spawn(move || receive_loop(s, &buf, &shared))?;
+        Ok(())
+    }
+
     pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<TcpTarget> {
         need_host_memory(&buf, "the receiver")?;
         let listener = TcpListener::bind(SocketAddr::new(ctx.local_ip, 0))
             .with_context(|| format!("cannot open a TCP data port on {}", ctx.local_ip))?;
         Ok(TcpTarget {
             listener,
-            key: random_key()?,
+            session: ctx
+                .session_key
+                .ok_or_else(|| anyhow::anyhow!("no session key: the control handshake did not run"))?,
             buf,
             streams: cfg.knobs.streams,
             io_timeout: ctx.timeouts.io,
@@ -68,50 +83,65 @@ impl TcpTarget {
 impl Target for TcpTarget {
     fn offer(&self) -> serde_json::Value {
         let port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        serde_json::to_value(Offer {
-            data_port: port,
-            session_key: hex::encode(self.key),
-            region_len: self.buf.len() as u64,
-        })
-        .expect("offer serializes")
+        serde_json::to_value(Offer { data_port: port, region_len: self.buf.len() as u64 }).expect("offer serializes")
     }
 
     fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
-        // The sender connected its streams before answering; they wait in the backlog.
+        // The sender connected its streams before answering; they wait in the backlog, maybe behind strangers. Each
+        // connection is read without blocking until it has shown its stream index and that stream's proof (see
+        // `auth::data_proof`), so a silent or slow stranger costs the real streams nothing; strangers are dropped
+        // and the port keeps waiting.
         let deadline = Instant::now() + self.io_timeout;
         self.listener.set_nonblocking(true)?;
+        let mut pending: Vec<(TcpStream, Vec<u8>, Instant)> = Vec::new();
+        let mut taken = vec![false; self.streams as usize];
         while self.conns.len() < self.streams as usize {
+            let mut progressed = false;
             match self.listener.accept() {
-                Ok((mut s, _)) => {
-                    s.set_nonblocking(false)?;
-                    s.set_read_timeout(Some(self.io_timeout))?;
-                    let mut key = [0u8; KEY_LEN];
-                    if s.read_exact(&mut key).is_err()
-                        || !crate::control::peer::tokens_match(&hex::encode(key), &hex::encode(self.key))
-                    {
-                        continue; // not our sender: drop it and keep waiting
-                    }
-                    s.set_nodelay(true)?;
-                    // Between reps a data connection is legitimately idle for a long time.
-                    s.set_read_timeout(None)?;
-                    s.set_write_timeout(Some(self.io_timeout))?;
-                    self.conns.push(s.try_clone()?);
-                    let (buf, shared) = (self.buf.clone(), self.shared.clone());
-                    std::thread::Builder::new()
-                        .name("kvxfer-tcp-rx".into())
-                        .spawn(move || receive_loop(s, &buf, &shared))?;
+                Ok((s, _)) => {
+                    s.set_nonblocking(true)?;
+                    pending.push((s, Vec::with_capacity(HELLO_LEN), Instant::now()));
+                    progressed = true;
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        bail!(
-                            "the sender opened {} of {} TCP data connections in time",
-                            self.conns.len(),
-                            self.streams
-                        );
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e).context("accepting a TCP data connection"),
+            }
+            let mut i = 0;
+            while i < pending.len() {
+                let (s, got, since) = &mut pending[i];
+                let mut chunk = [0u8; HELLO_LEN];
+                let want = HELLO_LEN - got.len();
+                let verdict = match s.read(&mut chunk[..want]) {
+                    Ok(0) => Some(None), // closed before proving anything
+                    Ok(n) => {
+                        progressed = true;
+                        got.extend_from_slice(&chunk[..n]);
+                        (got.len() == HELLO_LEN)
+                            .then(|| Some(u32::from_le_bytes(got[..4].try_into().expect("4 bytes"))))
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        (since.elapsed() > crate::control::peer::HANDSHAKE_DEADLINE).then_some(None)
+                    }
+                    Err(_) => Some(None),
+                };
+                let Some(verdict) = verdict else {
+                    i += 1;
+                    continue;
+                };
+                let (s, got, _) = pending.swap_remove(i);
+                let Some(index) = verdict else { continue };
+                let fresh = taken.get(index as usize) == Some(&false);
+                if fresh && crate::control::auth::data_proof_matches(&self.session, index, &got[4..]) {
+                    taken[index as usize] = true;
+                    self.start_stream(s)?;
+                }
+                // Anything else is not our sender's: dropped, and the port keeps waiting.
+            }
+            if self.conns.len() < self.streams as usize && !progressed {
+                if Instant::now() > deadline {
+                    bail!("the sender opened {} of {} TCP data connections in time", self.conns.len(), self.streams);
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
         }
         Ok(())

@@ -167,17 +167,18 @@ impl TcpSource {
     pub fn connect(cfg: &RunConfig, buf: &Buffer, offer: serde_json::Value, ctx: &Context) -> Result<TcpSource> {
         need_host_memory(buf, "the sender")?;
         let offer: Offer = serde_json::from_value(offer).context("the receiver's TCP offer is malformed")?;
-        let key = hex::decode(&offer.session_key).context("the receiver's session key is malformed")?;
+        let key = ctx.session_key.ok_or_else(|| anyhow!("no session key: the control handshake did not run"))?;
         let addr = SocketAddr::new(ctx.peer_ip, offer.data_port);
         let (forced_send, forced_recv) = forced_paths()?;
         let mut conns = Vec::new();
-        for _ in 0..cfg.knobs.streams {
+        for stream in 0..cfg.knobs.streams {
             let mut s = TcpStream::connect_timeout(&addr, ctx.timeouts.connect)
                 .with_context(|| format!("cannot open a TCP data connection to {addr}; is that port reachable?"))?;
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(ctx.timeouts.io))?;
             s.set_write_timeout(Some(ctx.timeouts.io))?;
-            s.write_all(&key)?;
+            s.write_all(&stream.to_le_bytes())?;
+            s.write_all(&crate::control::auth::data_proof(&key, stream))?;
             conns.push(s);
         }
         let pipes: Vec<Option<SplicePipe>> =
