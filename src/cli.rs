@@ -475,6 +475,10 @@ pub struct SweepArgs {
     #[arg(long, value_name = "FILE.json", requires = "file")]
     #[serde(skip)]
     pub resume: Option<PathBuf>,
+    /// Check the sweep file and print its plan (cases, sessions, reps, order), then exit without measuring
+    #[arg(long, requires = "file")]
+    #[serde(skip)]
+    pub plan: bool,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
     #[serde(deserialize_with = "text::from_str")]

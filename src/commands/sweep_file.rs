@@ -23,6 +23,22 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     reject_parameter_flags(&a)?;
     let sweep = SweepFile::load(file, &a.sets, &param_keys())?;
     let plans = plan_sessions(&sweep)?;
+    if a.plan {
+        let need = vec![sweep.reps; sweep.cases.len()];
+        let rounds = schedule(sweep.order, &need, sweep.seed);
+        crate::outln!(
+            "sweep {}: {} cases in {} session(s), {} reps + {} warm-up each, {} rounds, order {} (seed {})",
+            sweep.name,
+            sweep.cases.len(),
+            plans.len(),
+            sweep.reps,
+            sweep.warmup,
+            rounds.len(),
+            sweep.order.name(),
+            sweep.seed
+        );
+        return Ok(());
+    }
     let previous = a.resume.as_deref().map(|p| resumable(p, &sweep)).transpose()?;
 
     let mut out = a.out.clone();
@@ -221,7 +237,7 @@ fn run_rounds(
 
 /// Flags that still apply with a sweep file: where results go and what the run is called.
 const FILE_FLAGS: &[&str] =
-    &["file", "sets", "resume", "json", "csv", "md", "events", "fig", "lines", "out_dir", "label"];
+    &["file", "sets", "resume", "plan", "json", "csv", "md", "events", "fig", "lines", "out_dir", "label"];
 
 /// With a sweep file the file says what to measure: a parameter flag given on the command line is refused, not
 /// ignored, whatever its value (even the default's: `--reps 5`).

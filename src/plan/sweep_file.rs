@@ -46,6 +46,10 @@ pub const SIZE_KEYS: &[&str] = &["sizes", "tokens"];
 
 pub type Params = BTreeMap<String, String>;
 
+/// The most cases one sweep file may hold: at a few seconds each, already days of measuring; more is a typo in a
+/// list, refused before the cases are built.
+pub const MAX_CASES: usize = 100_000;
+
 /// One case of a sweep: its index in the case list, its parameters, and a short name of what sets it apart.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepCase {
@@ -224,12 +228,18 @@ impl SweepFile {
                     bail_usage!("{where_}: {s:?} for a switch ({}): use true or false", keys.switches.join(", "));
                 }
             }
+            let count = merged.values().try_fold(1usize, |n, v| n.checked_mul(v.len().max(1)));
+            match count.and_then(|n| n.checked_add(cases.len())) {
+                Some(total) if total <= MAX_CASES => {}
+                _ => bail_usage!(
+                    "{where_}: more than {MAX_CASES} cases (the product of every list's length); split the sweep into several files"
+                ),
+            }
             cases.extend(cross(&merged));
         }
-        for (i, c) in cases.iter().enumerate() {
-            if cases[..i].contains(c) {
-                bail_usage!("{file}: the case {} appears twice; remove the duplicate", describe(c));
-            }
+        let mut seen = std::collections::HashSet::with_capacity(cases.len());
+        if let Some(c) = cases.iter().find(|c| !seen.insert(*c)) {
+            bail_usage!("{file}: the case {} appears twice; remove the duplicate", describe(c));
         }
         let labels = labels(&cases);
         let cases = cases
@@ -279,14 +289,10 @@ pub fn describe(p: &Params) -> String {
 
 /// Each case's non-size parameters whose values differ somewhere in the sweep.
 fn labels(cases: &[Params]) -> Vec<String> {
-    let varying: Vec<&String> = cases
-        .iter()
-        .flat_map(|c| c.keys())
-        .filter(|k| !SIZE_KEYS.contains(&k.as_str()))
-        .filter(|k| cases.iter().any(|c| c.get(*k) != cases[0].get(*k)))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let keys: std::collections::BTreeSet<&String> =
+        cases.iter().flat_map(|c| c.keys()).filter(|k| !SIZE_KEYS.contains(&k.as_str())).collect();
+    let varying: Vec<&String> =
+        keys.into_iter().filter(|k| cases.iter().any(|c| c.get(*k) != cases[0].get(*k))).collect();
     cases
         .iter()
         .map(|c| varying.iter().filter_map(|k| c.get(*k).map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(" "))
