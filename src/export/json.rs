@@ -180,7 +180,12 @@ impl Results {
     pub fn read(path: &Path) -> Result<Results> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| crate::error::usage(format!("{}: cannot read: {e}", path.display())))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
+        Results::parse(path, &text)
+    }
+
+    /// A results file's text, as [`Results::read`] reads it (`path` names it in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Results> {
+        let v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| crate::error::usage(format!("{}: not valid JSON: {e}", path.display())))?;
         match v.get("schema").and_then(|s| s.as_str()) {
             Some(SCHEMA) => {}

@@ -17,7 +17,7 @@ mod receiver;
 mod sender;
 mod splice;
 
-pub use receiver::TcpTarget;
+pub use receiver::{frame_entries, frame_header, FrameHeader, TcpTarget};
 pub use sender::{ChosenBy, RecvRates, SendPath, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
 
 use crate::mem::Buffer;
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::io::ErrorKind;
 
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
-const HEADER_LEN: usize = 24;
+pub const HEADER_LEN: usize = 24;
 const ENTRY_LEN: usize = 16;
 const ACK_LEN: usize = 16;
 /// Most writes in one frame (bounded by the iovec limit of one writev, 1024, with room for the header).

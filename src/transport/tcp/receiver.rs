@@ -213,45 +213,26 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
                 return;
             }
         }
-        let (first, count_word, total) = (word(&hdr, 0), word(&hdr, 1), word(&hdr, 2));
-        let (count, through_bounce) = (count_word & !FRAME_BOUNCE, count_word & FRAME_BOUNCE != 0);
-        if count == 0 || count > FRAME_PIECES as u64 {
-            shared.fail(format!("the sender announced a frame of {count} writes (1..={FRAME_PIECES}); refused"));
-            return;
-        }
-        table.resize(count as usize * ENTRY_LEN, 0);
+        let head = match frame_header(&hdr) {
+            Ok(h) => h,
+            Err(why) => {
+                shared.fail(why);
+                return;
+            }
+        };
+        table.resize(head.count as usize * ENTRY_LEN, 0);
         if let Err(e) = s.read_exact(&mut table) {
             shared.fail(data_error("the sender", e).to_string());
             return;
         }
-        let entries: Vec<(u64, u64)> =
-            (0..count as usize).map(|k| (word(&table, 2 * k), word(&table, 2 * k + 1))).collect();
-        // Check the whole frame before touching the region.
-        let mut sum = 0u64;
-        for &(offset, len) in &entries {
-            if len == 0 || offset.checked_add(len).is_none_or(|end| end > region_len) {
-                shared.fail(format!(
-                    "the sender tried to write {len} bytes at offset {offset}, outside the {region_len}-byte region; refused"
-                ));
+        let entries = match frame_entries(&head, &table, region_len) {
+            Ok(e) => e,
+            Err(why) => {
+                shared.fail(why);
                 return;
             }
-            sum = sum.saturating_add(len);
-        }
-        if sum != total {
-            shared.fail(format!(
-                "the sender's frame claims {total} payload bytes but its writes add up to {sum}; refused"
-            ));
-            return;
-        }
-        // Two entries of one frame writing the same bytes: never from a kvxfer sender (its writes are disjoint);
-        // refused so the readv below never has two kernel writes racing into one place.
-        if let Some((a, b)) = first_overlap(&entries) {
-            shared.fail(format!(
-                "the sender's frame writes {} bytes at offset {} and {} bytes at offset {}, which overlap; refused",
-                a.1, a.0, b.1, b.0
-            ));
-            return;
-        }
+        };
+        let (first, count, total, through_bounce) = (head.first, head.count, head.total, head.through_bounce);
         let landed = if through_bounce {
             let region = buf.host_region().expect("checked when the target opened");
             bounce.get_or_insert_with(Bounce::new).recv(&mut s, region, &entries)
@@ -280,6 +261,58 @@ fn receive_loop(mut s: TcpStream, buf: &Buffer, shared: &Shared) {
             return;
         }
     }
+}
+
+/// A scatter frame's header, read and checked: the writes it announces, and how its payloads are to be received.
+pub struct FrameHeader {
+    pub first: u64,
+    pub count: u64,
+    pub total: u64,
+    pub through_bounce: bool,
+}
+
+/// Read a frame header; a frame of no writes or of more than [`FRAME_PIECES`] is refused (the error names why).
+pub fn frame_header(hdr: &[u8; HEADER_LEN]) -> Result<FrameHeader, String> {
+    let (first, count_word, total) = (word(hdr, 0), word(hdr, 1), word(hdr, 2));
+    let (count, through_bounce) = (count_word & !FRAME_BOUNCE, count_word & FRAME_BOUNCE != 0);
+    if count == 0 || count > FRAME_PIECES as u64 {
+        return Err(format!("the sender announced a frame of {count} writes (1..={FRAME_PIECES}); refused"));
+    }
+    Ok(FrameHeader { first, count, total, through_bounce })
+}
+
+/// The `(offset, len)` writes of a frame's entry table, checked before the region is touched: each inside
+/// `region_len` and not empty, adding up to the header's payload bytes, none overlapping another.
+pub fn frame_entries(head: &FrameHeader, table: &[u8], region_len: u64) -> Result<Vec<(u64, u64)>, String> {
+    if table.len() as u64 != head.count * ENTRY_LEN as u64 {
+        return Err(format!("a frame of {} writes needs {} table bytes, not {}", head.count, head.count * ENTRY_LEN as u64, table.len()));
+    }
+    let entries: Vec<(u64, u64)> =
+        (0..head.count as usize).map(|k| (word(table, 2 * k), word(table, 2 * k + 1))).collect();
+    let mut sum = 0u64;
+    for &(offset, len) in &entries {
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > region_len) {
+            return Err(format!(
+                "the sender tried to write {len} bytes at offset {offset}, outside the {region_len}-byte region; refused"
+            ));
+        }
+        sum = sum.saturating_add(len);
+    }
+    if sum != head.total {
+        return Err(format!(
+            "the sender's frame claims {} payload bytes but its writes add up to {sum}; refused",
+            head.total
+        ));
+    }
+    // Two entries of one frame writing the same bytes: never from a kvxfer sender (its writes are disjoint);
+    // refused so the readv never has two kernel writes racing into one place.
+    if let Some((a, b)) = first_overlap(&entries) {
+        return Err(format!(
+            "the sender's frame writes {} bytes at offset {} and {} bytes at offset {}, which overlap; refused",
+            a.1, a.0, b.1, b.0
+        ));
+    }
+    Ok(entries)
 }
 
 /// Two `(offset, len)` entries that share a byte, if any (entries already checked to lie inside the region).
