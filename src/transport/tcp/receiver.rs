@@ -285,7 +285,12 @@ pub fn frame_header(hdr: &[u8; HEADER_LEN]) -> Result<FrameHeader, String> {
 /// `region_len` and not empty, adding up to the header's payload bytes, none overlapping another.
 pub fn frame_entries(head: &FrameHeader, table: &[u8], region_len: u64) -> Result<Vec<(u64, u64)>, String> {
     if table.len() as u64 != head.count * ENTRY_LEN as u64 {
-        return Err(format!("a frame of {} writes needs {} table bytes, not {}", head.count, head.count * ENTRY_LEN as u64, table.len()));
+        return Err(format!(
+            "a frame of {} writes needs {} table bytes, not {}",
+            head.count,
+            head.count * ENTRY_LEN as u64,
+            table.len()
+        ));
     }
     let entries: Vec<(u64, u64)> =
         (0..head.count as usize).map(|k| (word(table, 2 * k), word(table, 2 * k + 1))).collect();
