@@ -395,6 +395,10 @@ pub struct ServeArgs {
     /// Most data connections a sender may open
     #[arg(long, default_value_t = 64)]
     pub max_streams: u32,
+    /// Runs served at once (each with its own buffer, so up to N x --max-size of memory); further senders are told
+    /// that serve is busy. Concurrent runs share the NIC and memory bandwidth: their reps are marked
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub max_sessions: u32,
     /// Accepted for symmetry with send (the receiver dials nothing, so it has no effect here)
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub connect_timeout: Duration,

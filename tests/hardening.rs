@@ -1,5 +1,6 @@
 //! `kvxfer serve` on a shared network (issue L): strangers that connect and stay silent, or trickle a huge length
-//! prefix a byte at a time, cannot keep a real sender out, and a second sender is told at once that serve is busy.
+//! prefix a byte at a time, cannot keep a real sender out, and a second sender is told at once that serve is busy
+//! (or, with `--max-sessions`, runs beside the first, its reps marked as sharing the receiver).
 
 mod common;
 use common::*;
@@ -60,5 +61,47 @@ fn a_second_sender_is_told_at_once_that_serve_is_busy() {
     assert!(second.stderr.contains("waiting up to 5s"), "{}", second.stderr);
     assert!(started.elapsed() < Duration::from_secs(15), "gave up at its connect timeout: {:?}", started.elapsed());
     let _ = first.child.kill();
+    assert!(serve.is_running());
+}
+
+#[test]
+fn max_sessions_runs_senders_side_by_side_and_marks_the_reps_they_shared() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve = Proc::start(kvxfer().args(["serve", "--listen", &addr, "--max-sessions", "2"]), "serve".into());
+    assert!(serve.stderr.wait_for("up to 2 runs at once", Duration::from_secs(30)), "{}", serve.stderr.text());
+    // A run that lasts until it is killed.
+    let mut first = Proc::start(
+        kvxfer().args(["send", "--peer", &addr, "--sizes", "1MiB", "--reps", "1000000", "--counters", "off"]),
+        "first".into(),
+    );
+    assert!(serve.stderr.wait_for("sender connected", Duration::from_secs(30)), "{}", serve.stderr.text());
+    // The second runs while the first does: every rep of it shared the receiver, and its results say so.
+    let t = TempDir::new("sessions");
+    let json = t.arg("second.json");
+    run(&["send", "--peer", &addr, "--sizes", "4MiB", "--reps", "5", "--verify", "--json", &json]).expect_code(0);
+    let case = &read_json(std::path::Path::new(&json))["cases"][0];
+    check_case(case, 4 << 20, 5, true);
+    for rep in case["reps"].as_array().unwrap() {
+        assert!(rep["shared_runs"].as_u64().is_some_and(|n| n >= 1), "{rep}");
+    }
+    let kinds: Vec<&str> = case["warnings"].as_array().unwrap().iter().filter_map(|w| w["kind"].as_str()).collect();
+    assert!(kinds.contains(&"shared_receiver"), "{kinds:?}");
+    // The second's slot came back: a third sender gets it while the first still runs, and a fourth beside those two
+    // is told that serve is busy.
+    let mut third = Proc::start(
+        kvxfer().args(["send", "--peer", &addr, "--sizes", "1MiB", "--reps", "1000000", "--counters", "off"]),
+        "third".into(),
+    );
+    assert!(
+        serve.stderr.wait_until(Duration::from_secs(30), |t| t.matches("sender connected").count() >= 3),
+        "{}",
+        serve.stderr.text()
+    );
+    let fourth = run(&["send", "--peer", &addr, "--sizes", "1MiB", "--connect-timeout", "2s"]);
+    fourth.expect_code(1);
+    let line = fourth.one_error();
+    assert!(line.contains("busy: 2 runs in progress"), "{line}");
+    let _ = first.child.kill();
+    let _ = third.child.kill();
     assert!(serve.is_running());
 }

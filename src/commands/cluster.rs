@@ -69,8 +69,15 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     }
     let listener = bind(SocketAddr::new(if loopback { Ipv4Addr::LOCALHOST } else { Ipv4Addr::UNSPECIFIED }.into(), 0))?;
     let listen_port = listener.local_addr()?.port();
-    let limits =
-        ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem, device: device.clone(), shares_process: true };
+    let limits = ReceiverLimits {
+        max_size: None,
+        max_streams: 64,
+        timeouts,
+        mem,
+        device: device.clone(),
+        shares_process: true,
+        gauge: None,
+    };
     receive_in_background(listener, info.rank, token.clone(), limits)?;
     let rv = RendezvousConfig {
         info: info.clone(),

@@ -1,14 +1,15 @@
 //! `kvxfer serve`: the receiver's accept loop. Each connection gets its own thread for the handshake (a complete,
 //! small Hello within five seconds; at most 64 handshakes at once, the oldest cut first), so strangers that connect
-//! and stay silent, or trickle bytes, cannot hold a real sender out. One run at a time: a second authenticated
-//! sender is told at once that serve is busy and with whom. A failed session is reported and serving goes on; with
+//! and stay silent, or trickle bytes, cannot hold a real sender out. `--max-sessions` runs at a time (one by
+//! default): a further authenticated sender is told at once that serve is busy and with whom, and reps that
+//! overlapped another run are marked in the results. A failed session is reported and serving goes on; with
 //! `--once`, the first kvxfer sender's session (or failed handshake) ends serve with its exit code.
 
 use super::common::{bind, device_choice};
 use crate::cli::ServeArgs;
 use crate::control::peer::is_stranger;
 use crate::control::Msg;
-use crate::run::receiver::{authenticate, run_session, ReceiverLimits};
+use crate::run::receiver::{authenticate, run_session, ReceiverLimits, RunGauge};
 use crate::{bail_usage, transport};
 use anyhow::{anyhow, Context, Result};
 use std::collections::VecDeque;
@@ -33,6 +34,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             token.chars().count()
         );
     }
+    let gauge = Arc::new(RunGauge::default());
     let limits = ReceiverLimits {
         max_size: a.max_size,
         max_streams: a.max_streams.max(1),
@@ -40,6 +42,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         mem: a.mem,
         device: device_choice(&a.device)?,
         shares_process: false,
+        gauge: Some(gauge.clone()),
     };
     if limits.mem != crate::mem::MemKind::Host {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;
@@ -50,8 +53,19 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let listener = bind(addr)?;
     // The port bound, when --listen asked for any (:0).
     let addr = listener.local_addr().unwrap_or(addr);
-    crate::errln!("kvxfer serve: listening on {addr} (transports: {})", transport::TRANSPORTS.join(", "));
-    let shared = Arc::new(Shared { token, limits, pending: Mutex::new(VecDeque::new()), busy: Mutex::new(None) });
+    crate::errln!(
+        "kvxfer serve: listening on {addr} (transports: {}{})",
+        transport::TRANSPORTS.join(", "),
+        if a.max_sessions > 1 { format!("; up to {} runs at once", a.max_sessions) } else { String::new() }
+    );
+    let shared = Arc::new(Shared {
+        token,
+        limits,
+        pending: Mutex::new(VecDeque::new()),
+        running: Mutex::new(Vec::new()),
+        gauge,
+        max_sessions: a.max_sessions,
+    });
     let (done_tx, done_rx) = mpsc::channel::<Result<()>>();
     let once = a.once;
     let accepting = std::thread::Builder::new().name("kvxfer-accept".into()).spawn(move || -> Result<()> {
@@ -86,8 +100,11 @@ struct Shared {
     limits: ReceiverLimits,
     /// Connections in their handshake, oldest first (a clone of each socket, to cut it).
     pending: Mutex<VecDeque<(u64, TcpStream)>>,
-    /// The sender whose run is in progress: one at a time.
-    busy: Mutex<Option<SocketAddr>>,
+    /// The senders whose runs are in progress, at most `max_sessions`.
+    running: Mutex<Vec<(u64, SocketAddr)>>,
+    /// The same runs, counted for the reps' `shared_runs` (also in `limits`).
+    gauge: Arc<RunGauge>,
+    max_sessions: u32,
 }
 
 impl Shared {
@@ -128,20 +145,24 @@ impl Shared {
                 return;
             }
         };
-        {
-            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(running) = *busy {
-                let _ = ch.send(&Msg::Error {
-                    message: format!("busy: one run in progress from {}; try again when it ends", running.ip()),
-                });
-                crate::errln!("error: sender {peer}: refused, busy with {running}");
-                return;
+        let entry = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            match self.gauge.enter(self.max_sessions) {
+                Some(entry) => {
+                    running.push((id, peer));
+                    entry
+                }
+                None => {
+                    let _ = ch.send(&Msg::Error { message: busy_message(&running) });
+                    crate::errln!("error: sender {peer}: refused, busy with {}", addresses(&running));
+                    return;
+                }
             }
-            *busy = Some(peer);
-        }
+        };
         crate::errln!("sender connected from {peer}");
         let outcome = run_session(ch, &self.limits);
-        *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        drop(entry);
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
         match &outcome {
             Ok(()) => crate::errln!("sender {peer}: run complete"),
             // With --once, main reports the error (once) as this process's own.
@@ -152,4 +173,17 @@ impl Shared {
             let _ = done.send(outcome.with_context(|| format!("sender {peer}")));
         }
     }
+}
+
+/// What a sender refused for want of a free run slot is told: "busy:" first (senders retry on it), and whose runs.
+fn busy_message(running: &[(u64, SocketAddr)]) -> String {
+    let hosts: Vec<String> = running.iter().map(|(_, a)| a.ip().to_string()).collect();
+    match hosts.as_slice() {
+        [one] => format!("busy: one run in progress from {one}; try again when it ends"),
+        _ => format!("busy: {} runs in progress (from {}); try again when one ends", hosts.len(), hosts.join(", ")),
+    }
+}
+
+fn addresses(running: &[(u64, SocketAddr)]) -> String {
+    running.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>().join(", ")
 }

@@ -23,8 +23,15 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
     check_host_support(&cfg, &[("--src", src), ("--dst", dst)], &[&device, &peer_device])?;
     let shares_process = !crate::transport::receiver_in_own_process(cfg.transport.kind());
-    let limits =
-        ReceiverLimits { max_size: None, max_streams: 64, timeouts, mem: dst, device: peer_device, shares_process };
+    let limits = ReceiverLimits {
+        max_size: None,
+        max_streams: 64,
+        timeouts,
+        mem: dst,
+        device: peer_device,
+        shares_process,
+        gauge: None,
+    };
     let (addr, token, receiver) = loopback_receiver(limits, cfg.transport.kind())?;
 
     let label = a

@@ -125,6 +125,7 @@ impl<'a> Pool<'a> {
                 mem: p.dst,
                 device: p.peer_device.clone(),
                 shares_process: !crate::transport::receiver_in_own_process(p.cfg.transport.kind()),
+                gauge: None,
             };
             let (addr, token, receiver) = loopback_receiver(limits, p.cfg.transport.kind())?;
             let shares_process = !crate::transport::receiver_in_own_process(p.cfg.transport.kind());

@@ -102,6 +102,9 @@ pub struct RepReport {
     /// The receiver's counters that moved during the rep (see `observe::counters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<crate::observe::counters::Deltas>,
+    /// Other senders' runs the receiver served while this rep moved (`serve --max-sessions`); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_runs: Option<u32>,
 }
 
 impl Msg {

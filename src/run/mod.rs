@@ -76,6 +76,10 @@ pub struct RepRecord {
     /// then name; absent with `--counters off` or from older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<Deltas>,
+    /// Other senders' runs the receiver served while this rep moved (`serve --max-sessions`): the rep shared the
+    /// receiver's NIC and memory, and its counters. Absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_runs: Option<u32>,
     /// What the transport measured besides the times (`reg_ms`, `work_requests`, `staged`: keys of the rep).
     #[serde(flatten)]
     pub extras: crate::transport::TransferExtras,

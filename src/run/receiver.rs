@@ -10,6 +10,7 @@ use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
 use crate::transport::{self, Context, Landing};
 use anyhow::{bail, Result};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,6 +27,46 @@ pub struct ReceiverLimits {
     pub device: crate::transport::DeviceChoice,
     /// The sender runs in this process too (a sweep's receiver thread, a cluster rank).
     pub shares_process: bool,
+    /// The runs in progress on this receiver (`serve --max-sessions`), so each rep can say whether others overlapped
+    /// it; None where one run is all there is.
+    pub gauge: Option<Arc<RunGauge>>,
+}
+
+/// The runs in progress on one receiver. A rep that overlapped another run is marked (`shared_runs`): the runs
+/// shared the NIC, the memory bandwidth and the counters, so its numbers are not the link's alone.
+#[derive(Debug, Default)]
+pub struct RunGauge {
+    active: AtomicU32,
+    /// Runs ever started: one that starts and ends within a rep still moved.
+    started: AtomicU64,
+}
+
+/// A run's place in the gauge, given back when the run ends (also on error).
+pub struct RunEntry<'a>(&'a RunGauge);
+
+impl Drop for RunEntry<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl RunGauge {
+    /// Count a run in, unless `max` are in progress already: then None.
+    pub fn enter(&self, max: u32) -> Option<RunEntry<'_>> {
+        self.active.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).ok()?;
+        self.started.fetch_add(1, Ordering::SeqCst);
+        Some(RunEntry(self))
+    }
+
+    fn snapshot(&self) -> (u32, u64) {
+        (self.active.load(Ordering::SeqCst), self.started.load(Ordering::SeqCst))
+    }
+
+    /// Other runs in progress at some time between two snapshots of one run's rep (at least this many).
+    fn others_between(before: (u32, u64), after: (u32, u64)) -> u32 {
+        let newcomers = u32::try_from(after.1.saturating_sub(before.1)).unwrap_or(u32::MAX);
+        before.0.max(after.0).saturating_sub(1).max(newcomers)
+    }
 }
 
 /// Check a sender's configuration against this receiver's limits. Errors are usage errors: the sender asked for
@@ -113,7 +154,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
     match session(
         &mut ch,
         &cfg,
-        limits.mem,
+        limits,
         Context {
             peer_ip,
             local_ip,
@@ -131,7 +172,9 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
     }
 }
 
-fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context) -> Result<()> {
+fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ctx: Context) -> Result<()> {
+    let mem = limits.mem;
+    let gauge = limits.gauge.as_deref();
     let numa = super::place_numa(cfg, &ctx, mem, &cfg.src_mem)?;
     let buf = Arc::new(transport::alloc_buffer(cfg, mem, "receiver", &ctx)?);
     let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
@@ -155,6 +198,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                 }
                 target.arm(case, size_bytes)?;
                 counters.start();
+                let before = gauge.map(RunGauge::snapshot);
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
                 let landed = if transport::landing(&cfg.transport) == Landing::Announced {
@@ -174,8 +218,13 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: Context)
                     }
                 };
                 let moved = counters.finish();
+                let shared_runs = before
+                    .zip(gauge.map(RunGauge::snapshot))
+                    .map(|(b, a)| RunGauge::others_between(b, a))
+                    .filter(|n| *n > 0);
                 let mut report = RepReport {
                     counters: moved,
+                    shared_runs,
                     notify_ms: landed.saturating_duration_since(t_start).as_secs_f64() * 1e3,
                     t_rep_start_ms: ms(t_start),
                     t_landed_ms: ms(landed),
@@ -246,4 +295,28 @@ fn count_watching_the_sender(buf: &Buffer, ch: &mut ControlChannel, size: u64, s
         }
     }
     Ok(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunGauge;
+
+    #[test]
+    fn the_gauge_caps_runs_and_counts_the_ones_a_rep_overlapped() {
+        let g = RunGauge::default();
+        let a = g.enter(2).expect("first run");
+        let alone = g.snapshot();
+        assert_eq!(RunGauge::others_between(alone, g.snapshot()), 0, "one run alone");
+        let b = g.enter(2).expect("second run");
+        assert!(g.enter(2).is_none(), "a third is refused at --max-sessions 2");
+        assert_eq!(RunGauge::others_between(alone, g.snapshot()), 1, "b started during a's rep");
+        drop(b);
+        // b started and ended within the rep: it still shared it.
+        assert_eq!(RunGauge::others_between(alone, g.snapshot()), 1);
+        let now = g.snapshot();
+        assert_eq!(RunGauge::others_between(now, g.snapshot()), 0, "after b ended, a is alone again");
+        drop(a);
+        assert_eq!(g.snapshot().0, 0);
+        assert!(g.enter(1).is_some(), "slots come back when runs end");
+    }
 }

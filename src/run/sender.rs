@@ -303,6 +303,7 @@ impl SenderSession {
             total_ms: ms_since(t0, t_done),
             mismatched_bytes: report.mismatched_bytes,
             counters,
+            shared_runs: report.shared_runs,
             extras: times.extras,
             sender: StageTimes {
                 t_setup_start_ms: ms_since(s0, t0),

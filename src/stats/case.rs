@@ -190,6 +190,8 @@ impl CaseResult {
             if let Some(rails) = &self.rails {
                 self.warnings.extend(super::rails::warnings(rails));
             }
+            let shared: Vec<Option<u32>> = self.reps.iter().map(|r| r.shared_runs).collect();
+            self.warnings.extend(warnings::shared_receiver(&shared));
         }
         self
     }

@@ -20,7 +20,8 @@ pub struct Warning {
     pub message: String,
 }
 
-/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep`, `bimodal` or `lagging_rail`.
+/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep`, `bimodal`, `lagging_rail` or
+/// `shared_receiver`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WarningKind {
@@ -34,6 +35,9 @@ pub enum WarningKind {
     Bimodal,
     /// One rail of a striped verbs transfer carried its share far slower than the others (see `stats::rails`).
     LaggingRail,
+    /// The receiver served other senders' runs during some reps (`serve --max-sessions`): those reps shared its NIC,
+    /// memory bandwidth and counters.
+    SharedReceiver,
     /// A kind this version does not know (a newer kvxfer wrote the file), kept as written.
     #[serde(untagged)]
     Other(String),
@@ -48,6 +52,7 @@ impl WarningKind {
             WarningKind::ColdFirstRep => "cold first rep".into(),
             WarningKind::Bimodal => "bimodal".into(),
             WarningKind::LaggingRail => "lagging rail".into(),
+            WarningKind::SharedReceiver => "shared receiver".into(),
             WarningKind::Other(kind) => kind.replace('_', " "),
         }
     }
@@ -80,6 +85,18 @@ pub fn of(transfer_ms: &[f64], bimodal: &Bimodality) -> Vec<Warning> {
         out.push(warn(WarningKind::Bimodal, format!("bimodal {modes}")));
     }
     out
+}
+
+/// The reps that overlapped other senders' runs on the receiver, if any: "receiver shared with other runs in 7 of 20
+/// reps".
+pub fn shared_receiver(shared_runs: &[Option<u32>]) -> Option<Warning> {
+    let shared = shared_runs.iter().filter(|n| n.is_some_and(|n| n > 0)).count();
+    (shared > 0).then(|| {
+        warn(
+            WarningKind::SharedReceiver,
+            format!("receiver shared with other runs in {shared} of {} reps", shared_runs.len()),
+        )
+    })
 }
 
 /// "⚠ CV 14% > 10%, first rep 1.6× the others' median" (empty when there is nothing to say).
@@ -118,16 +135,23 @@ mod tests {
         assert!(two.contains(&WarningKind::Bimodal) && two.contains(&WarningKind::HighCv), "{two:?}");
         let w = of(&[16.0, 10.2, 9.9, 10.1, 10.0], &Bimodality::default());
         assert!(describe(&w).starts_with("⚠ CV"), "{}", describe(&w));
+        assert_eq!(shared_receiver(&[None, Some(0), None]), None);
+        let w = shared_receiver(&[None, Some(2), Some(1), None]).unwrap();
+        assert_eq!(
+            (w.kind, w.message.as_str()),
+            (WarningKind::SharedReceiver, "receiver shared with other runs in 2 of 4 reps")
+        );
     }
 
     #[test]
     fn kinds_are_stored_as_the_strings_of_earlier_files() {
-        let stored = ["high_cv", "few_reps", "cold_first_rep", "bimodal", "from_a_newer_kvxfer"];
+        let stored = ["high_cv", "few_reps", "cold_first_rep", "bimodal", "shared_receiver", "from_a_newer_kvxfer"];
         let kinds = [
             WarningKind::HighCv,
             WarningKind::FewReps,
             WarningKind::ColdFirstRep,
             WarningKind::Bimodal,
+            WarningKind::SharedReceiver,
             WarningKind::Other("from_a_newer_kvxfer".into()),
         ];
         for (text, kind) in stored.iter().zip(&kinds) {
