@@ -240,3 +240,57 @@ fn inconsistent_environments_are_usage_errors() {
         assert!(line.contains(needle), "{vars:?}: {line}");
     }
 }
+
+/// One rendezvous frame: a 4-byte big-endian length, then JSON.
+fn frame_of(msg: &Value) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).unwrap();
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend(body);
+    out
+}
+
+fn read_frame(s: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    body
+}
+
+/// A rank meets a rank 0 played by this test: the token never crosses the network (the rank answers the challenge
+/// with a proof bound to this connection's nonces), and a rank 0 that cannot prove it holds the token is refused.
+#[test]
+fn the_token_never_crosses_the_network_and_rank_0_must_prove_it_holds_it() {
+    use std::io::Write;
+    const TOKEN: &str = "rendezvous-secret-1234";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut joins = Vec::new();
+    for attempt in 0..2 {
+        let mut cmd = clean(Command::new(example()));
+        cmd.env("KVXFER_RANK", "1").env("KVXFER_WORLD_SIZE", "2").env("KVXFER_TOKEN", TOKEN);
+        cmd.args(["--coordinator", &format!("127.0.0.1:{port}"), "--timeout", "20"]);
+        let member = Proc::start(&mut cmd, format!("rank 1, attempt {attempt}"));
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // The same challenge both times: the rank's own nonce still makes each Join's proof new.
+        s.write_all(&frame_of(&serde_json::json!({"type": "Challenge", "nonce": "00112233445566778899aabbccddeeff"})))
+            .unwrap();
+        let raw = read_frame(&mut s);
+        let text = String::from_utf8_lossy(&raw).to_string();
+        assert!(!text.contains(TOKEN) && !text.contains(&TOKEN[..12]), "the token crossed the network: {text}");
+        let join: Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(join["type"], "Join", "{join}");
+        assert_eq!(join["proof"].as_str().map(str::len), Some(64), "{join}");
+        assert_eq!(join["nonce"].as_str().map(str::len), Some(32), "{join}");
+        joins.push(join);
+        // A table with a proof made without the token: the rank refuses it.
+        let table = serde_json::json!({"type": "Table", "proof": "00".repeat(32), "members": [
+            {"rank": 0, "local_rank": 0, "host": "impostor", "addr": "127.0.0.1:1"},
+            {"rank": 1, "local_rank": 0, "host": "me", "addr": "127.0.0.1:2"}]});
+        s.write_all(&frame_of(&table)).unwrap();
+        all_fail_naming(vec![member], Duration::from_secs(20), "does not hold this rank's KVXFER_TOKEN");
+    }
+    assert_ne!(joins[0]["proof"], joins[1]["proof"], "a captured Join cannot be replayed");
+}

@@ -4,6 +4,7 @@
 
 use super::group::{Group, Link, Links, Member, RendezvousConfig};
 use super::wire::{self, Wire};
+use crate::control::auth::{self, Nonces, NONCE_LEN};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::io::ErrorKind;
@@ -21,7 +22,12 @@ const POLL_SLICE_MS: u16 = 1000;
 /// connected is told the reason before this returns it.
 pub(super) fn gather(cfg: &RendezvousConfig) -> Result<Group> {
     let listener = listen(cfg)?;
-    let mut state = Gathering { cfg, joined: (0..cfg.info.world_size).map(|_| None).collect(), refused: Vec::new() };
+    let mut state = Gathering {
+        cfg,
+        joined: (0..cfg.info.world_size).map(|_| None).collect(),
+        proofs: vec![String::new(); cfg.info.world_size],
+        refused: Vec::new(),
+    };
     let outcome = state.run(&listener).and_then(|()| state.send_table());
     let links: Vec<Link> = state.joined.into_iter().flatten().map(|(link, _)| link).collect();
     match outcome {
@@ -51,6 +57,8 @@ struct Gathering<'a> {
     cfg: &'a RendezvousConfig,
     /// By rank; rank 0 (this one) stays None.
     joined: Vec<Option<(Link, Member)>>,
+    /// By rank: rank 0's proof for that rank's nonces, sent with the table.
+    proofs: Vec<String>,
     /// Connections turned away (wrong token, not kvxfer), for the timeout's message.
     refused: Vec<String>,
 }
@@ -58,7 +66,8 @@ struct Gathering<'a> {
 impl Gathering<'_> {
     fn run(&mut self, listener: &TcpListener) -> Result<()> {
         let deadline = Instant::now() + self.cfg.timeout;
-        let mut pending: Vec<TcpStream> = Vec::new();
+        // Accepted connections, each with the nonce it was challenged with, until their Join arrives.
+        let mut pending: Vec<(TcpStream, [u8; NONCE_LEN])> = Vec::new();
         loop {
             let missing: Vec<usize> = (1..self.joined.len()).filter(|r| self.joined[*r].is_none()).collect();
             if missing.is_empty() {
@@ -70,7 +79,7 @@ impl Gathering<'_> {
             let joined_ranks: Vec<usize> = (1..self.joined.len()).filter(|r| self.joined[*r].is_some()).collect();
             let ready = {
                 let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-                fds.extend(pending.iter().map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)));
+                fds.extend(pending.iter().map(|(s, _)| PollFd::new(s.as_fd(), PollFlags::POLLIN)));
                 fds.extend(self.joined.iter().flatten().map(|(l, _)| PollFd::new(l.stream.as_fd(), PollFlags::POLLIN)));
                 wait_ready(&mut fds, deadline)?
             };
@@ -82,7 +91,8 @@ impl Gathering<'_> {
                 bail!("{}", early_message(&mut link.stream, rank, &link.host));
             }
             for i in (0..pending.len()).rev().filter(|i| pending_ready[*i]) {
-                self.admit(pending.swap_remove(i))?;
+                let (stream, challenge) = pending.swap_remove(i);
+                self.admit(stream, challenge)?;
             }
             if *listener_ready {
                 accept_all(listener, &mut pending)?;
@@ -96,13 +106,13 @@ impl Gathering<'_> {
 
     /// Read a new connection's `Join` and check it. A stranger (closed, not kvxfer, wrong token) is turned away
     /// and noted; an inconsistent rank (wrong world size, duplicate rank) fails the rendezvous.
-    fn admit(&mut self, mut stream: TcpStream) -> Result<()> {
+    fn admit(&mut self, mut stream: TcpStream, challenge: [u8; NONCE_LEN]) -> Result<()> {
         let from = stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|_| "?".into());
         let Ok(Wire::Join(join)) = wire::recv(&mut stream) else {
             self.refused.push(format!("a connection from {from} that did not join"));
             return Ok(());
         };
-        let wire::Join { magic, protocol, token, rank, world_size, local_rank, host, addr, numa } = join;
+        let wire::Join { magic, protocol, nonce, proof, rank, world_size, local_rank, host, addr, numa } = join;
         let refuse = |stream: &mut TcpStream, message: String| {
             let _ = wire::send(stream, &Wire::Error { message: message.clone() });
             message
@@ -111,11 +121,14 @@ impl Gathering<'_> {
             let why = format!("rank {rank} on {host} speaks rendezvous protocol {protocol}, rank 0 speaks {}; run the same kvxfer on every rank", wire::PROTOCOL);
             bail!(refuse(&mut stream, why));
         }
-        if !crate::control::peer::tokens_match(&token, &self.cfg.token) {
+        let nonces = auth::parse_nonce(&nonce).map(|sender| Nonces { sender, receiver: challenge });
+        let proven =
+            nonces.as_ref().is_some_and(|n| auth::proof_matches(&auth::sender_proof(&self.cfg.token, n), &proof));
+        let (true, Some(nonces)) = (proven, nonces) else {
             let why = "wrong token; every rank needs rank 0's KVXFER_TOKEN".to_string();
             self.refused.push(format!("rank {rank} on {host}: {}", refuse(&mut stream, why)));
             return Ok(());
-        }
+        };
         let size = self.joined.len();
         if world_size != size {
             bail!(refuse(
@@ -142,6 +155,7 @@ impl Gathering<'_> {
         // A progress line per rank: a launch that hangs here shows who is missing (and tests wait on it).
         crate::errln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
         self.joined[rank] = Some((Link { rank, host, stream }, member));
+        self.proofs[rank] = hex::encode(auth::receiver_proof(&self.cfg.token, &nonces));
         Ok(())
     }
 
@@ -180,7 +194,8 @@ impl Gathering<'_> {
         let members: Vec<Member> =
             std::iter::once(me).chain(self.joined.iter().flatten().map(|(_, m)| m.clone())).collect();
         for (link, _) in self.joined.iter_mut().flatten() {
-            wire::send(&mut link.stream, &Wire::Table { members: members.clone() })
+            let proof = self.proofs[link.rank].clone();
+            wire::send(&mut link.stream, &Wire::Table { members: members.clone(), proof })
                 .map_err(|e| anyhow!("rank {} on {} left before it got the table ({e})", link.rank, link.host))?;
         }
         Ok(members)
@@ -195,15 +210,20 @@ fn unmap(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn accept_all(listener: &TcpListener, pending: &mut Vec<TcpStream>) -> Result<()> {
+/// Accept every waiting connection and challenge it with a fresh nonce (a connection that cannot take the few
+/// bytes is dropped: it is not a rank waiting to join).
+fn accept_all(listener: &TcpListener, pending: &mut Vec<(TcpStream, [u8; NONCE_LEN])>) -> Result<()> {
     loop {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((mut stream, _)) => {
                 stream.set_nonblocking(false)?;
                 stream.set_nodelay(true)?;
                 stream.set_read_timeout(Some(MESSAGE_TIMEOUT))?;
                 stream.set_write_timeout(Some(MESSAGE_TIMEOUT))?;
-                pending.push(stream);
+                let challenge = auth::nonce()?;
+                if wire::send(&mut stream, &Wire::Challenge { nonce: hex::encode(challenge) }).is_ok() {
+                    pending.push((stream, challenge));
+                }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::ConnectionAborted => {}
@@ -229,7 +249,7 @@ fn early_message(stream: &mut TcpStream, rank: usize, host: &str) -> String {
             format!("rank {rank} on {host} left before the rendezvous completed: its connection closed (the process died or gave up)")
         }
         Err(e) => format!("rank {rank} on {host}: {e}"),
-        Ok(msg) => format!("rank {rank} on {host} sent {msg:?} before the rank table"),
+        Ok(msg) => format!("rank {rank} on {host} sent {} before the rank table", msg.name()),
     }
 }
 
@@ -317,7 +337,7 @@ fn arrive_all(links: &mut [Link], seq: u64, timeout: Duration, kind: Collective)
                     link.host
                 ),
                 Err(e) => bail!("rank {} on {}: {e} (in {what})", link.rank, link.host),
-                Ok(msg) => bail!("rank {} on {} sent {msg:?} in {what}", link.rank, link.host),
+                Ok(msg) => bail!("rank {} on {} sent {} in {what}", link.rank, link.host, msg.name()),
             }
         }
     }

@@ -6,12 +6,15 @@
 use super::coordinator;
 use super::group::{Group, Links, Member, RendezvousConfig};
 use super::wire::{self, RecvError, Wire};
+use crate::control::auth::{self, Nonces};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// Longest single connection attempt; attempts repeat until the rendezvous timeout.
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
+/// How long rank 0 may take to send its challenge once it accepted: it polls its listener every second.
+const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Meet the other ranks. Rank 0 listens on the coordinator's port; every other rank connects to it. Returns when
 /// every rank has the full table.
@@ -23,10 +26,32 @@ pub fn rendezvous(cfg: &RendezvousConfig) -> Result<Group> {
     let at = cfg.coordinator.address();
     let mut stream = connect_with_retry(&at, deadline)?;
     let addr = SocketAddr::new(stream.local_addr()?.ip(), cfg.listen_port).to_string();
+    // Rank 0 challenges every connection at once; a rank 0 that does not is not this kvxfer's.
+    stream.set_read_timeout(Some(
+        CHALLENGE_TIMEOUT.min(deadline.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)),
+    ))?;
+    let challenge = match wire::recv(&mut stream) {
+        Ok(Wire::Challenge { nonce }) => auth::parse_nonce(&nonce)
+            .ok_or_else(|| anyhow!("rank 0 at {at} sent a malformed challenge; run the same kvxfer on every rank"))?,
+        Ok(Wire::Error { message }) => bail!("rank 0 at {at}: {}", crate::console::printable(&message)),
+        Ok(other) => {
+            bail!("rank 0 at {at} sent {} instead of its challenge; run the same kvxfer on every rank", other.name())
+        }
+        Err(e) => {
+            return Err(member_recv_error(
+                e,
+                &at,
+                CHALLENGE_TIMEOUT,
+                "its challenge (an older kvxfer as rank 0 sends none)",
+            ))
+        }
+    };
+    let nonces = Nonces { sender: auth::nonce()?, receiver: challenge };
     let join = Wire::Join(wire::Join {
         magic: wire::MAGIC.into(),
         protocol: wire::PROTOCOL,
-        token: cfg.token.clone(),
+        nonce: hex::encode(nonces.sender),
+        proof: hex::encode(auth::sender_proof(&cfg.token, &nonces)),
         rank: cfg.info.rank,
         world_size: cfg.info.world_size,
         local_rank: cfg.info.local_rank,
@@ -37,9 +62,14 @@ pub fn rendezvous(cfg: &RendezvousConfig) -> Result<Group> {
     wire::send(&mut stream, &join).with_context(|| format!("sending this rank's details to rank 0 at {at}"))?;
     stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
     let members = match wire::recv(&mut stream) {
-        Ok(Wire::Table { members }) => members,
-        Ok(Wire::Error { message }) => bail!("rank 0 at {at}: {message}"),
-        Ok(other) => bail!("rank 0 at {at} answered {other:?} instead of the rank table"),
+        Ok(Wire::Table { members, proof }) => {
+            if !auth::proof_matches(&auth::receiver_proof(&cfg.token, &nonces), &proof) {
+                bail!("rank 0 at {at} does not hold this rank's KVXFER_TOKEN (it could not prove it); is --coordinator the right host?");
+            }
+            members
+        }
+        Ok(Wire::Error { message }) => bail!("rank 0 at {at}: {}", crate::console::printable(&message)),
+        Ok(other) => bail!("rank 0 at {at} answered {} instead of the rank table", other.name()),
         Err(e) => return Err(member_recv_error(e, &at, cfg.timeout, "the rank table")),
     };
     check_table(&members, cfg.info.world_size, &at)?;
@@ -162,8 +192,10 @@ impl Group {
                 let what = format!("barrier {seq}");
                 match wire::recv(stream) {
                     Ok(Wire::Barrier { seq: got }) if got == seq => Ok(()),
-                    Ok(Wire::Error { message }) => bail!("rank 0 at {coordinator}: {message}"),
-                    Ok(other) => bail!("rank 0 at {coordinator} answered {other:?} in {what}"),
+                    Ok(Wire::Error { message }) => {
+                        bail!("rank 0 at {coordinator}: {}", crate::console::printable(&message))
+                    }
+                    Ok(other) => bail!("rank 0 at {coordinator} answered {} in {what}", other.name()),
                     Err(e) => Err(member_recv_error(e, coordinator, timeout, &what)),
                 }
             }

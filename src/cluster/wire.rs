@@ -3,14 +3,17 @@
 //!
 //! ```text
 //! rank r (r > 0)                                   rank 0
-//! Join{magic,protocol,token,rank,size,host,addr} ──▶  checks; waits until all N joined
-//!                                               ◀──  Table{members}            | Error
+//!                                               ◀──  Challenge{nonce S}        on accept
+//! Join{magic,protocol,nonce C,proof,rank,size,   ──▶  checks the proof (HMAC of both nonces with the token,
+//!      host,addr}                                     see `control::auth`); waits until all N joined
+//!                                               ◀──  Table{members,proof}      | Error  (rank 0's own proof)
 //! per barrier: Barrier{seq}                      ──▶  waits until all N arrived
 //!                                               ◀──  Barrier{seq}             | Error
 //! per gathering: Gather{seq,payload}             ──▶  waits until all N sent (no answer)
 //! ```
 //! Rank 0 sends `Error{message}` to every rank still connected when anything fails, so each rank fails at once
-//! with the same reason (which rank left, which ranks never came).
+//! with the same reason (which rank left, which ranks never came). The token never crosses the network, and a
+//! captured Join proves nothing on the next connection (a fresh nonce S each time).
 
 use super::group::Member;
 use crate::control::frame::{read_frame, write_frame, FrameError};
@@ -18,14 +21,22 @@ use serde::{Deserialize, Serialize};
 use std::net::TcpStream;
 
 pub(super) const MAGIC: &str = "kvxfer-cluster";
-pub(super) const PROTOCOL: u32 = 1;
+/// 2: challenge–response instead of the token in Join.
+pub(super) const PROTOCOL: u32 = 2;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub(super) enum Wire {
+    /// Rank 0's nonce, sent as soon as it accepts a connection.
+    Challenge {
+        nonce: String,
+    },
     Join(Join),
     Table {
         members: Vec<Member>,
+        /// Rank 0's proof that it holds the token (for this rank's nonces).
+        #[serde(default)]
+        proof: String,
     },
     Barrier {
         seq: u64,
@@ -40,12 +51,31 @@ pub(super) enum Wire {
     },
 }
 
+impl Wire {
+    /// The message's kind, for errors (never its content: a peer's text is not echoed).
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Wire::Challenge { .. } => "Challenge",
+            Wire::Join(_) => "Join",
+            Wire::Table { .. } => "Table",
+            Wire::Barrier { .. } => "Barrier",
+            Wire::Gather { .. } => "Gather",
+            Wire::Error { .. } => "Error",
+        }
+    }
+}
+
 /// A rank's introduction to rank 0.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Join {
     pub magic: String,
     pub protocol: u32,
-    pub token: String,
+    /// This rank's nonce, hex (absent from protocol 1, which sent the token instead: refused by its protocol).
+    #[serde(default)]
+    pub nonce: String,
+    /// This rank's proof that it holds the token, for both nonces.
+    #[serde(default)]
+    pub proof: String,
     pub rank: usize,
     pub world_size: usize,
     pub local_rank: usize,
