@@ -292,6 +292,13 @@ pub struct RunArgs {
     /// nothing on a one-node host; N = node N; off = no binding. Recorded per end (config.numa)
     #[arg(long, default_value = "auto", value_name = "auto|off|N")]
     pub numa: NumaMode,
+    /// Run this shell command (sh -c) before every rep, warm-ups included, outside the timed interval, as
+    /// hyperfine's --prepare does: drop caches, reset a switch counter, change the fabric for some reps. It sees
+    /// KVXFER_CASE, KVXFER_REP (counting warm-ups and measured reps separately), KVXFER_WARMUP (0|1) and
+    /// KVXFER_SIZE_BYTES; its output goes to stderr; a failure, or a run past --io-timeout, stops the run
+    #[arg(long, value_name = "CMD")]
+    #[serde(deserialize_with = "text::some_text")]
+    pub prepare: Option<String>,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
     #[serde(skip)]

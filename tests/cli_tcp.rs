@@ -491,3 +491,38 @@ fn sweep_picks_the_transport_from_its_ends() {
     out.expect_code(0);
     assert!(!out.stderr.contains("transport: "), "{}", out.stderr);
 }
+
+/// `--prepare CMD` runs before every rep (warm-ups too) with the rep in its environment, outside the timed
+/// interval; it is recorded in the results; a failing command stops the run naming the rep, and one that hangs is
+/// killed at --io-timeout.
+#[test]
+fn prepare_runs_before_every_rep_outside_the_timed_interval() {
+    let t = TempDir::new("prepare");
+    let (log, json, dir) = (t.join("prepare.log"), t.arg("p.json"), t.arg(""));
+    let cmd = format!(
+        "echo \"$KVXFER_CASE $KVXFER_REP $KVXFER_WARMUP $KVXFER_SIZE_BYTES\" >> '{}'; sleep 0.5",
+        log.display()
+    );
+    let args = ["sweep", "--sizes", "1MiB,2MiB", "--reps", "2", "--warmup", "1", "--counters", "off"];
+    let out = run(&[&args[..], &["--prepare", &cmd, "--json", &json, "--out-dir", &dir]].concat());
+    out.expect_code(0);
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let expected = "0 0 1 1048576\n0 0 0 1048576\n0 1 0 1048576\n1 0 1 2097152\n1 0 0 2097152\n1 1 0 2097152\n";
+    assert_eq!(lines, expected, "once before each rep, warm-ups first");
+    let v = read_json(std::path::Path::new(&json));
+    assert_eq!(v["config"]["prepare"], cmd.as_str());
+    for c in v["cases"].as_array().unwrap() {
+        for r in c["reps"].as_array().unwrap() {
+            // The command sleeps 500 ms; a 1-2 MiB loopback rep takes a few ms, so a rep that took the sleep in
+            // would be 100x longer.
+            assert!(r["total_ms"].as_f64().unwrap() < 400.0, "the command was timed: {r}");
+        }
+    }
+    let failing = run(&[&args[..], &["--prepare", "test $KVXFER_REP != 1 || exit 3", "--out-dir", &dir]].concat());
+    failing.expect_code(1);
+    let line = failing.one_error();
+    assert!(line.contains("before measured rep 1 of case 0") && line.contains("status 3"), "{line}");
+    let hung = run(&[&args[..], &["--prepare", "sleep 60", "--io-timeout", "1s", "--out-dir", &dir]].concat());
+    hung.expect_code(1);
+    assert!(hung.one_error().contains("still running after 1s"), "{}", hung.stderr);
+}

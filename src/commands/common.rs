@@ -151,6 +151,7 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
             hugepages: r.hugepages,
             counters: r.counters,
             numa: r.numa,
+            prepare: r.prepare.clone(),
         },
         block_size_default: r.block_size.is_none(),
         src_mem: src.to_string(),

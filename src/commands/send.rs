@@ -132,6 +132,7 @@ mod tests {
                 hugepages: false,
                 counters: Default::default(),
                 numa: Default::default(),
+                prepare: None,
             },
             block_size_default: false,
             src_mem: "gpu:0".into(),

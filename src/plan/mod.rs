@@ -62,6 +62,10 @@ pub struct RunKnobs {
     /// Where each end binds its thread and buffers (left out of the wire config at its default).
     #[serde(default, skip_serializing_if = "is_default_numa")]
     pub numa: NumaMode,
+    /// `--prepare`: a shell command the sender runs before every rep, outside the timed interval (the receiver
+    /// never runs it; it travels in the config only to be recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<String>,
 }
 
 fn is_default_numa(n: &NumaMode) -> bool {
@@ -288,6 +292,7 @@ mod tests {
                 hugepages: true,
                 counters: Default::default(),
                 numa: Default::default(),
+                prepare: None,
             },
             block_size_default: false,
             src_mem: "gpu:1".into(),
@@ -396,6 +401,7 @@ mod tests {
                 hugepages: false,
                 counters: Default::default(),
                 numa: Default::default(),
+                prepare: None,
             },
             block_size_default: false,
             src_mem: "host".into(),

@@ -194,6 +194,11 @@ impl SenderSession {
     pub fn next_rep(&mut self, run: &mut CaseRun, sink: &mut dyn RunSink) -> Result<()> {
         let (seq, warmup) = (run.seq, run.in_warmup());
         let (index, plan, spans) = (run.rec.index, &run.plan, run.spans.as_deref());
+        if let Some(cmd) = &self.cfg.knobs.prepare {
+            let rep = if warmup { run.rec.warmups.len() } else { run.rec.reps.len() };
+            let at = super::prepare::RepAt { case: index, rep, warmup, size_bytes: plan.size_bytes };
+            super::prepare::run(cmd, at, self.ch.io_timeout())?;
+        }
         let mut r = self.run_rep(index, seq, warmup, plan, spans, &mut run.rec)?;
         run.seq += 1;
         // Rep numbers count on from what the case already holds (a resumed case keeps its earlier reps).
