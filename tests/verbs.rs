@@ -692,3 +692,82 @@ fn mooncake_over_rdma_between_two_rxe_devices_verifies() {
     let d = &v["config"]["transport_detail"]["sender"];
     assert_eq!((d["protocol"].as_str(), d["devices"].as_str()), (Some("rdma"), Some(r.b_dev.as_str())), "{d}");
 }
+
+/// `tc` in the guest, failing the test when it fails.
+fn tc(args: &[&str]) {
+    let st = std::process::Command::new("tc").args(args).status().expect("tc runs");
+    assert!(st.success(), "tc {args:?} failed");
+}
+
+/// Issue K: the last packet of every odd measured rep is lost on its way into the receiver, and the case's
+/// attribution names soft-RoCE's retransmission counters as what sets those reps apart. A tc filter on rxeA's
+/// netdev drops the rep's final packet (RDMA WRITE last/only with immediate, BTH opcode 0x09/0x0b) once and lets
+/// its retransmission through; `--prepare` installs it before the odd reps and removes it before the others, so
+/// loss and reps line up exactly. Nothing follows that packet, so the sender waits out one ACK timeout and
+/// retransmits: one slow mode, one fast. Needs a one-CPU guest (scripts/test-rxe runs it so): with two, the guest
+/// reorders packets and rxe retransmits in every rep on its own.
+#[test]
+fn attribution_names_the_retransmissions_of_the_reps_that_lost_a_packet() {
+    if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) > 1 {
+        eprintln!("skipped: needs a one-CPU guest (RXE_VM_CPUS=1); scripts/test-rxe runs it so");
+        return;
+    }
+    let Some(r) = rxe() else { return };
+    let netdev = std::env::var("RXE_A_NETDEV").expect("scripts/rxe-vm names rxeA's netdev");
+    struct Unfilter(String);
+    impl Drop for Unfilter {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("tc").args(["qdisc", "del", "dev", &self.0, "clsact"]).status();
+        }
+    }
+    let _unfilter = Unfilter(netdev.clone());
+    // Checked once here, so a guest without the tc modules fails naming them rather than mid-run.
+    tc(&["qdisc", "add", "dev", &netdev, "clsact"]);
+    tc(&["qdisc", "del", "dev", &netdev, "clsact"]);
+    let prepare = format!(
+        "tc qdisc del dev {netdev} clsact 2>/dev/null; \
+         if [ \"$KVXFER_WARMUP\" = 0 ] && [ $((KVXFER_REP % 2)) = 1 ]; then \
+           tc qdisc add dev {netdev} clsact && \
+           tc filter add dev {netdev} ingress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+             match u8 0x09 0xfd at 28 action gact drop random determ ok 2; \
+         fi"
+    );
+    let t = TempDir::new("verbs-attribution");
+    let (json, dir) = (t.arg("a.json"), t.arg(""));
+    let dev = ["-d", &r.b_dev, "--peer-device", &r.a_dev];
+    let knobs = ["--qps", "1", "--ack-timeout", "18", "--sizes", "8MiB", "--reps", "8", "--warmup", "1", "--verify"];
+    let mut args = vec!["sweep", "--transport", "verbs"];
+    args.extend(dev);
+    args.extend(knobs);
+    args.extend(["--prepare", &prepare, "--json", &json, "--out-dir", &dir]);
+    let out = run(&args);
+    out.expect_code(0);
+    let c = &read_json(Path::new(&json))["cases"][0];
+    check_case(c, 8 << 20, 8, true);
+    let retries =
+        |rep: &serde_json::Value| rep["counters"][format!("sender rdma {}:1", r.b_dev)]["completer_retry_err"].as_u64();
+    for rep in c["reps"].as_array().unwrap() {
+        let lossy = rep["i"].as_u64().unwrap() % 2 == 1;
+        assert_eq!(retries(rep).is_some(), lossy, "a retransmission in exactly the lossy reps: {rep}");
+    }
+    let a = &c["attribution"];
+    let slow: Vec<u64> = a["slow_reps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("attributed: {c}"))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(slow, [1, 3, 5, 7], "the slow reps are the lossy ones: {a}");
+    let named: Vec<(&str, &str)> = a["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["source"].as_str().unwrap(), x["name"].as_str().unwrap()))
+        .collect();
+    let retransmission = ["completer_retry_err", "duplicate_request", "rcvd_seq_err", "out_of_seq_request"];
+    assert!(
+        named.iter().any(|(s, n)| s.contains(" rdma rxe") && retransmission.contains(n)),
+        "attribution names no retransmission counter: {a}"
+    );
+    assert!(out.stdout.contains("why at 8 MiB") && out.stdout.contains("completer_retry_err"), "{}", out.stdout);
+}
