@@ -153,16 +153,36 @@ fn a_clean_host_has_nothing_to_report_and_devices_topo_names_the_switch() {
 
 #[test]
 fn each_problem_written_into_a_tree_is_found_and_only_it() {
-    let cases: [(&str, Tree, &[&str]); 4] = [
+    let cases: [(&str, Tree, &[&str]); 5] = [
         ("acs", one_switch("doctor-acs", Some(0b1100), RO_ON, (16, 16), 9000), &["acs_redirect"]),
         ("relaxed ordering", one_switch("doctor-ro", None, 1 << 5, (16, 16), 9000), &["relaxed_ordering_off"]),
         ("degraded", one_switch("doctor-x8", None, RO_ON, (8, 16), 9000), &["degraded_link"]),
         ("mtu", one_switch("doctor-mtu", None, RO_ON, (16, 16), 1500), &["roce_mtu_below_4096"]),
+        ("no congestion signals", congestion("doctor-ecn-none", 0), &["no_congestion_signals"]),
     ];
     for (what, tree, expect) in cases {
         let (code, kinds) = doctor(tree.0.path(), &[]);
         assert_eq!((code, kinds), (Some(1), expect.iter().map(|k| k.to_string()).collect::<Vec<_>>()), "{what}");
     }
+}
+
+/// The clean host, whose NIC moved 8 GiB (in 4-byte words, as port counters count) with `cnps` CNPs sent and
+/// no ECN marks or CNPs handled.
+fn congestion(name: &str, cnps: u64) -> Tree {
+    let t = one_switch(name, None, RO_ON, (16, 16), 9000);
+    let port = "/sys/class/infiniband/mlx5_0/ports/1";
+    t.file(&format!("{port}/counters/port_xmit_data"), format!("{}\n", 1u64 << 30).as_bytes());
+    t.file(&format!("{port}/counters/port_rcv_data"), format!("{}\n", 1u64 << 30).as_bytes());
+    t.file(&format!("{port}/hw_counters/np_cnp_sent"), format!("{cnps}\n").as_bytes());
+    t.file(&format!("{port}/hw_counters/rp_cnp_handled"), b"0\n");
+    t.file(&format!("{port}/hw_counters/np_ecn_marked_roce_packets"), b"0\n");
+    t
+}
+
+#[test]
+fn a_fabric_that_signalled_congestion_is_not_reported() {
+    let (code, kinds) = doctor(congestion("doctor-ecn-some", 12).0.path(), &[]);
+    assert_eq!((code, kinds), (Some(0), Vec::<String>::new()));
 }
 
 #[test]

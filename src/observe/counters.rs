@@ -1,6 +1,7 @@
 //! Counters read before and after each rep, outside its timed interval, on each end: the RDMA port's
 //! `counters/*` and `hw_counters/*` (every numeric file the driver exposes: mlx5's out_of_sequence, np_cnp_sent...,
-//! rxe's duplicate_request, retry_exceeded_err...), the network interface's `statistics/*`, and this process's CPU
+//! rxe's duplicate_request, retry_exceeded_err...), the network interface's `statistics/*` and its driver's
+//! statistics (`ethtool -S`: PFC pause frames, discards), and this process's CPU
 //! time, and with GPU memory the GPU's NVML counters (NVLink bytes, PCIe replays, energy, clocks). A rep keeps the counters that moved, as deltas: `{source: {name: delta}}`; a counter absent from a rep
 //! did not move. Sources are found once per session from what the transport uses (the RDMA device and port, the
 //! interface that holds the local address) through [`SysRoot`].
@@ -37,6 +38,9 @@ enum Source {
     RdmaPort { device: String, port: u8 },
     /// `/sys/class/net/NAME/statistics/*`.
     Netdev { name: String },
+    /// The same interface's driver statistics, as `ethtool -S` lists them (PFC pause frames, discards, per-queue
+    /// counts; see `observe::ethtool`). Live hosts only: a captured tree has no driver to ask.
+    Ethtool { name: String },
     /// CPU time this process used (all its threads), in µs; `both_ends` when the other end runs in it too.
     Process { both_ends: bool },
     /// The GPU of this end's buffer, through NVML (see `mem::nvml`).
@@ -50,6 +54,7 @@ impl Source {
         match self {
             Source::RdmaPort { device, port } => format!("{side} rdma {device}:{port}"),
             Source::Netdev { name } => format!("{side} net {name}"),
+            Source::Ethtool { name } => format!("{side} ethtool {name}"),
             Source::Process { both_ends: false } => format!("{side} process"),
             Source::Process { both_ends: true } => "process (both ends)".into(),
             Source::Gpu { ordinal, .. } => format!("{side} gpu:{ordinal}"),
@@ -77,6 +82,7 @@ impl Source {
                     }
                 }
             }
+            Source::Ethtool { name } => out = super::ethtool::stats(name).unwrap_or_default(),
             Source::Gpu { bus_id, full, .. } => out = crate::mem::nvml::gpu_counters(bus_id, *full).unwrap_or_default(),
             Source::Process { .. } => {
                 if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID) {
@@ -136,6 +142,17 @@ impl RepCounters {
                     sources.push(s);
                 }
             }
+            // Each interface's driver statistics too, where the driver has some (not lo, not a captured tree).
+            let drivers: Vec<Source> = sources
+                .iter()
+                .filter_map(|s| match s {
+                    Source::Netdev { name } if root.is_live() && super::ethtool::stats(name).is_some() => {
+                        Some(Source::Ethtool { name: name.clone() })
+                    }
+                    _ => None,
+                })
+                .collect();
+            sources.extend(drivers);
             if let Some(ordinal) = uses.gpu {
                 let bus = crate::mem::cuda::gpus().ok().and_then(|g| g.into_iter().find(|g| g.ordinal == ordinal));
                 if let Some(g) = bus {

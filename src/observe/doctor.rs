@@ -27,6 +27,7 @@ pub enum FindingKind {
     #[serde(rename = "roce_mtu_below_4096")]
     RoceMtuBelow4096,
     RoceV1Only,
+    NoCongestionSignals,
     IommuTranslated,
     CpuGovernor,
     NoHugePages,
@@ -180,6 +181,9 @@ fn roce_findings(root: &SysRoot, dev: &str, out: &mut Vec<Finding>) {
                 });
             }
         }
+        if let Some(f) = congestion_finding(root, dev, &port) {
+            out.push(f);
+        }
         let types: Vec<String> = (0..16).filter_map(|i| root.read(format!("{p}/gid_attrs/types/{i}"))).collect();
         if !types.is_empty() && !types.iter().any(|t| t.contains("v2")) {
             out.push(Finding {
@@ -190,6 +194,51 @@ fn roce_findings(root: &SysRoot, dev: &str, out: &mut Vec<Finding>) {
             });
         }
     }
+}
+
+/// The congestion counters mlx5 keeps per RoCE port (ECN marks seen, CNPs sent and acted on).
+const CONGESTION_COUNTERS: [&str; 3] = ["np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled"];
+/// Traffic since boot past which a fabric that never marked, paused or slowed anything is worth a word.
+const CONGESTION_TRAFFIC: u64 = 1 << 30;
+
+/// A RoCE port that moved real traffic with its congestion counters all at zero (and, on a live host, no PFC
+/// pause frames in its driver's statistics): ECN/DCQCN or PFC may be off, or the fabric never congested — the
+/// counters cannot tell which, so it costs little in the ranking. Silent where the driver has no such counters.
+fn congestion_finding(root: &SysRoot, dev: &str, port: &str) -> Option<Finding> {
+    let p = format!("/sys/class/infiniband/{dev}/ports/{port}");
+    let marks: Vec<u64> =
+        CONGESTION_COUNTERS.iter().filter_map(|c| root.read_u64(format!("{p}/hw_counters/{c}"))).collect();
+    // port_xmit_data and port_rcv_data count 4-byte words (InfiniBand's PortCounters).
+    let words: u64 = ["port_xmit_data", "port_rcv_data"]
+        .iter()
+        .filter_map(|c| root.read_u64(format!("{p}/counters/{c}")))
+        .fold(0u64, |a, w| a.saturating_add(w));
+    let moved = words.saturating_mul(4);
+    if marks.is_empty() || marks.iter().any(|m| *m > 0) || moved < CONGESTION_TRAFFIC {
+        return None;
+    }
+    let net = root.read(format!("{p}/gid_attrs/ndevs/0"));
+    let pauses: Option<u64> = net
+        .as_deref()
+        .filter(|_| root.is_live())
+        .and_then(super::ethtool::stats)
+        .map(|s| s.iter().filter(|(k, _)| k.contains("pause") && !k.contains("duration")).map(|(_, v)| *v).sum());
+    if pauses.is_some_and(|n| n > 0) {
+        return None;
+    }
+    let net = net.unwrap_or_else(|| "NETDEV".into());
+    Some(Finding {
+        kind: FindingKind::NoCongestionSignals,
+        cost: Cost::Low,
+        what: format!(
+            "{dev} port {port} moved {:.1} GiB with no ECN marks and no CNPs{}: congestion control may be off (or this fabric never congested)",
+            moved as f64 / (1u64 << 30) as f64,
+            if pauses.is_some() { " and no PFC pause frames" } else { "" }
+        ),
+        fix: format!(
+            "enable ECN marking for the RoCE queue on the switches and DCQCN on the NICs (mlx5: echo 1 > /sys/class/net/{net}/ecn/roce_np/enable/3 and roce_rp/enable/3), and PFC on the RoCE priority; without them, loss under incast shows as out_of_sequence and local_ack_timeout_err"
+        ),
+    })
 }
 
 fn host_findings(root: &SysRoot, gpus: &[&Placement], nics: &[&Placement], out: &mut Vec<Finding>) {

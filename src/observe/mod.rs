@@ -4,5 +4,6 @@
 
 pub mod counters;
 pub mod doctor;
+pub mod ethtool;
 pub mod numa;
 pub mod topology;

@@ -1,0 +1,142 @@
+//! A network interface's driver statistics, as `ethtool -S` shows them (PFC pause frames, discards, per-queue
+//! drops...), read with the SIOCETHTOOL ioctl: no ethtool binary needed. The ioctl is this module's FFI edge, and
+//! its only `unsafe`.
+
+use nix::libc;
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// ethtool commands and the statistics string set (linux/ethtool.h).
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETH_SS_STATS: u32 = 1;
+const ETH_GSTRING_LEN: usize = 32;
+/// More statistics than any driver reports (mlx5 reports about 1,000 with many queues): a bound, not a limit.
+const MAX_STATS: usize = 1 << 16;
+
+/// The statistics of interface `name`, by name; None when it has none (lo, most virtual devices) or it cannot be
+/// asked (no such interface, no permission).
+pub fn stats(name: &str) -> Option<BTreeMap<String, u64>> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
+    let count = stats_count(&sock, name)?;
+    if count == 0 || count > MAX_STATS {
+        return None;
+    }
+    let names = strings(&sock, name, count)?;
+    let values = values(&sock, name, count)?;
+    Some(names.into_iter().zip(values).collect())
+}
+
+/// How many statistics the driver reports: ETHTOOL_GSSET_INFO for the stats set.
+fn stats_count(sock: &OwnedFd, name: &str) -> Option<usize> {
+    // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; } with room for one u32.
+    let mut buf = [0u64; 3];
+    buf[1] = 1 << ETH_SS_STATS;
+    let bytes = bytes_of(&mut buf);
+    bytes[0..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
+    ethtool_ioctl(sock, name, bytes)?;
+    // The kernel clears the mask bit of a set the driver does not have.
+    let count = u32::from_ne_bytes(bytes[16..20].try_into().ok()?);
+    (buf[1] & (1 << ETH_SS_STATS) != 0).then_some(count as usize)
+}
+
+/// The statistics' names: ETHTOOL_GSTRINGS, `count` NUL-padded strings of 32 bytes after a 12-byte header.
+fn strings(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<String>> {
+    let header = 12;
+    let mut buf = vec![0u64; (header + count * ETH_GSTRING_LEN).div_ceil(8)];
+    let bytes = bytes_of(&mut buf);
+    bytes[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
+    bytes[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
+    bytes[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
+    ethtool_ioctl(sock, name, bytes)?;
+    let names = bytes[header..header + count * ETH_GSTRING_LEN]
+        .chunks(ETH_GSTRING_LEN)
+        .map(|s| {
+            let end = s.iter().position(|b| *b == 0).unwrap_or(s.len());
+            String::from_utf8_lossy(&s[..end]).trim().to_string()
+        })
+        .collect();
+    Some(names)
+}
+
+/// The statistics' values: ETHTOOL_GSTATS, `count` u64 after an 8-byte header.
+fn values(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<u64>> {
+    let mut buf = vec![0u64; 1 + count];
+    let bytes = bytes_of(&mut buf);
+    bytes[0..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
+    bytes[4..8].copy_from_slice(&(count as u32).to_ne_bytes());
+    ethtool_ioctl(sock, name, bytes)?;
+    Some(buf[1..].to_vec())
+}
+
+fn bytes_of(words: &mut [u64]) -> &mut [u8] {
+    let len = std::mem::size_of_val(words);
+    // SAFETY: u8 has no alignment or validity requirements; the slice covers exactly the words' memory, borrowed
+    // mutably for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// SIOCETHTOOL on interface `name` with `data` as the command buffer (the kernel reads the command from its start
+/// and writes its answer back into it).
+fn ethtool_ioctl(sock: &OwnedFd, name: &str, data: &mut [u8]) -> Option<()> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return None;
+    }
+    // SAFETY: ifreq is plain data (a name array and a union of plain fields); all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = data.as_mut_ptr().cast();
+    // SAFETY: SIOCETHTOOL takes a pointer to an ifreq whose ifru_data points to the command buffer; `data` is a
+    // live, exclusively borrowed buffer sized by the command's own count fields (set by the callers above), so the
+    // kernel writes within it; `req` lives across the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut req as *mut libc::ifreq) };
+    (rc == 0).then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_cannot_be_interfaces_are_refused_and_lo_has_none() {
+        assert_eq!(stats(""), None);
+        assert_eq!(stats("a-name-longer-than-ifnamsiz"), None);
+        assert_eq!(stats("no-such-if0"), None);
+        // The loopback driver reports no ethtool statistics.
+        assert_eq!(stats("lo"), None);
+    }
+
+    /// A real veth pair (needs root, as CI runs): veth reports `peer_ifindex`, which must be its peer's ifindex,
+    /// and the names as the kernel lists them.
+    #[test]
+    fn a_veth_reports_its_peers_ifindex() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if !status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")) {
+            eprintln!("skipped: creating a veth pair needs root");
+            return;
+        }
+        let (a, b) = (format!("kvxe{}a", std::process::id() % 10000), format!("kvxe{}b", std::process::id() % 10000));
+        let ip = |args: &[&str]| std::process::Command::new("ip").args(args).status().is_ok_and(|s| s.success());
+        assert!(ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]), "ip link add {a} type veth failed");
+        struct Del(String);
+        impl Drop for Del {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip").args(["link", "del", &self.0]).status();
+            }
+        }
+        let _del = Del(a.clone());
+        let peer: u64 = std::fs::read_to_string(format!("/sys/class/net/{b}/ifindex")).unwrap().trim().parse().unwrap();
+        let s = stats(&a).expect("veth reports ethtool statistics");
+        assert_eq!(s.get("peer_ifindex"), Some(&peer), "{s:?}");
+        assert!(s.keys().all(|k| !k.is_empty() && k.len() < ETH_GSTRING_LEN), "{s:?}");
+    }
+}
