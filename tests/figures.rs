@@ -209,3 +209,22 @@ fn bad_figure_arguments_are_usage_errors() {
     std::fs::write(&file, "").unwrap();
     assert_eq!(kvxfer(&["report", &h200(), "--fig", s(&file)]).status.code(), Some(2));
 }
+
+/// A real soft-RoCE run whose odd reps lost their final packet (README, "Why is it slow?"): its reps figure fills
+/// the slow reps and names the counter that sets them apart, and the tables print the attribution.
+#[test]
+fn the_reps_figure_marks_the_slow_reps_an_attribution_names() {
+    let d = scratch("attributed");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/rxe-loss-attribution.json");
+    let figs = d.join("figs");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvxfer"))
+        .args(["report", file.to_str().unwrap(), "--fig", figs.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("why at 8 MiB: 4 slow of 8 reps"), "{stdout}");
+    let svg = std::fs::read_to_string(figs.join("reps-bandwidth.svg")).unwrap();
+    assert!(svg.contains("slow: completer_retry_err +1 vs +0/rep"), "the slow reps' counter is noted");
+    assert!(svg.contains("filled = slow reps"), "and the legend says what filled means");
+}

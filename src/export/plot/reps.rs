@@ -1,5 +1,7 @@
 //! Figure 3: every rep's bandwidth per size (a strip plot), runs side by side within each size. A bar marks the
-//! p50; a bimodal size gets a bar at each mode and a "2 modes" note, so two paths show at a glance.
+//! p50; a bimodal size gets a bar at each mode and a "2 modes" note, so two paths show at a glance. Where the
+//! case's attribution named counters, its slow reps are drawn filled and the strongest counter is noted below the
+//! strip ("slow: rcvd_seq_err +94/rep vs +1.8").
 
 use super::axes::{self, SizeAxis, LOG_GBPS_RATIO};
 use super::style::{self, text, Dash, LegendEntry, AXIS_PX, GRID, NOTE_PX, TICK_PX};
@@ -36,6 +38,16 @@ impl<'a> RepsFigure<'a> {
             })
             .collect();
         e.push(LegendEntry { text: "p50".into(), colour: style::INK, dash: Some(Dash::Solid), marker: None, width: 3 });
+        let attributed = self.runs.iter().any(|r| r.results.cases.iter().any(|c| named_separator(c).is_some()));
+        if attributed {
+            e.push(LegendEntry {
+                text: "filled = slow reps, with the counter that sets them apart".into(),
+                colour: style::INK,
+                dash: None,
+                marker: Some((style::Marker::Circle, true)),
+                width: 1,
+            });
+        }
         let any = self.runs.iter().any(|r| r.results.cases.iter().any(|c| c.bimodal.is_bimodal));
         e.push(LegendEntry {
             text: if any { "2 modes = bimodal size, a bar at each mode" } else { "no size is bimodal" }.into(),
@@ -131,12 +143,27 @@ impl RepsFigure<'_> {
         for (ri, r) in self.runs.iter().enumerate() {
             for c in &r.results.cases {
                 let centre = self.strip_x(self.size_index(c.size_bytes), ri);
+                let slow: &[u32] = match (named_separator(c), &c.attribution) {
+                    (Some(_), Some(a)) => &a.slow_reps,
+                    _ => &[],
+                };
                 for (k, rep) in c.reps.iter().enumerate().filter(|(_, rep)| rep.gbps.is_finite()) {
                     // Golden-ratio jitter: reps spread evenly across the strip, the same way on every render.
                     let jitter = ((k as f64 * 0.618_034).fract() - 0.5) * w * 0.6;
-                    plot.draw(&style::marker((centre + jitter, rep.gbps), r.style.marker, 4, r.style.colour, false))?;
+                    let filled = slow.contains(&rep.i);
+                    plot.draw(&style::marker((centre + jitter, rep.gbps), r.style.marker, 4, r.style.colour, filled))?;
                 }
                 self.draw_bars(plot, c, centre, w, r)?;
+                if let Some(note) = named_separator(c) {
+                    let at = Pos::new(HPos::Center, VPos::Top);
+                    let bottom = c.gbps.min;
+                    plot.draw(&style::label(
+                        (centre, bottom),
+                        (0, 10),
+                        note,
+                        text(NOTE_PX).color(&r.style.colour).pos(at),
+                    ))?;
+                }
             }
         }
         Ok(())
@@ -167,5 +194,19 @@ impl RepsFigure<'_> {
             ))?;
         }
         Ok(())
+    }
+}
+
+/// The note under an attributed case's strip: its strongest counter, slow vs fast per rep.
+fn named_separator(c: &CaseResult) -> Option<String> {
+    let top = c.attribution.as_ref()?.counters.first()?;
+    Some(format!("slow: {} +{} vs +{}/rep", top.name, per_rep(top.slow_per_rep), per_rep(top.fast_per_rep)))
+}
+
+fn per_rep(v: f64) -> String {
+    if v >= 100.0 || v == v.round() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
     }
 }
