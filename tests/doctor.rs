@@ -229,4 +229,17 @@ fn captured_hosts_read_as_they_were() {
     }
     // This VM kind: no GPU, no NIC, no huge pages.
     assert_eq!(doctor(&fixture("vm"), &[]), (Some(1), vec!["no_huge_pages".to_string()]));
+    // The soft-RoCE guest of scripts/rxe-vm: two rxe devices (not on the PCI bus) on veths of MTU 9000, RoCE v2
+    // GIDs, no congestion counters; then the same guest booted with RXE_VM_MTU=1500, both ports found.
+    let huge = "no_huge_pages".to_string();
+    assert_eq!(doctor(&fixture("rxe-guest"), &["-d", "rxeA"]), (Some(1), vec![huge.clone()]));
+    let mtu = "roce_mtu_below_4096".to_string();
+    assert_eq!(doctor(&fixture("rxe-guest-mtu1500"), &[]), (Some(1), vec![mtu.clone(), mtu.clone(), huge.clone()]));
+    assert_eq!(doctor(&fixture("rxe-guest-mtu1500"), &["-d", "rxeB"]), (Some(1), vec![mtu, huge]));
+    let out = Proc::start(
+        kvxfer().env("KVXFER_SYSFS_ROOT", fixture("rxe-guest")).args(["doctor", "-d", "rxeC"]),
+        "doctor".into(),
+    )
+    .finish();
+    assert!(out.expect_code(2).one_error().contains("rxeA, rxeB"), "{}", out.stderr);
 }

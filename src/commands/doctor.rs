@@ -10,9 +10,11 @@ use anyhow::Result;
 pub fn run(a: DoctorArgs) -> Result<()> {
     let root = SysRoot::get();
     let (gpus, nics) = topology::devices(root);
+    let software = topology::software_rdma(root);
     if let Some(d) = &a.device {
-        if !nics.iter().any(|n| &n.name == d) {
-            let have: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
+        if !nics.iter().any(|n| &n.name == d) && !software.contains(d) {
+            let have: Vec<&str> =
+                nics.iter().map(|n| n.name.as_str()).chain(software.iter().map(String::as_str)).collect();
             crate::bail_usage!("-d {d}: no such RDMA device here (this host has: {})", list(&have));
         }
     }
@@ -27,12 +29,17 @@ pub fn run(a: DoctorArgs) -> Result<()> {
             "root": root.path("/").display().to_string(),
             "gpus": gpus.len(),
             "rdma_devices": nics.len(),
+            "software_rdma_devices": software,
             "findings": findings,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        let soft = match software.len() {
+            0 => String::new(),
+            n => format!(", {n} software RDMA device(s) ({})", software.join(", ")),
+        };
         crate::outln!(
-            "looked at {} GPU(s) and {} RDMA device(s) on {}",
+            "looked at {} GPU(s) and {} RDMA device(s) on the PCI bus{soft} under {}",
             gpus.len(),
             nics.len(),
             root.path("/").display()

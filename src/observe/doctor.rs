@@ -70,6 +70,10 @@ pub fn examine(root: &SysRoot, scope: &Scope) -> Vec<Finding> {
         }
         roce_findings(root, &n.name, &mut out);
     }
+    // Software devices (rxe, siw) have RoCE ports too, and nothing on the PCI bus to place.
+    for name in topology::software_rdma(root).iter().filter(|n| scope.nic.as_ref().is_none_or(|d| d == *n)) {
+        roce_findings(root, name, &mut out);
+    }
     if !gpus.is_empty() && !chosen.is_empty() && !root.path("/sys/module/nvidia_peermem").exists() {
         out.push(Finding {
             kind: FindingKind::NoGpudirectModule,

@@ -285,6 +285,14 @@ pub fn devices(root: &SysRoot) -> (Vec<Placement>, Vec<Placement>) {
     (gpus, nics)
 }
 
+/// RDMA devices that are not on the PCI bus (soft-RoCE's rxe, siw): no placement, but RoCE ports all the same.
+pub fn software_rdma(root: &SysRoot) -> Vec<String> {
+    root.entries("/sys/class/infiniband")
+        .into_iter()
+        .filter(|name| root.link_name(format!("/sys/class/infiniband/{name}/device")).is_none_or(|b| !is_bdf(&b)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
