@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
                 mem: kvxfer::mem::MemKind::Host,
                 device: Default::default(),
                 shares_process: false,
+                gauge: None,
             };
             if validate(&config, &limits).is_ok() {
                 // What passed is within the limits it was checked against.
