@@ -2,19 +2,21 @@
 
 use crate::mem::MemKind;
 pub use crate::plan::layout::PagedArgs;
-use crate::plan::sizes::{parse_size, SizeList, TokenList};
+use crate::plan::sizes::parse_size;
 use crate::plan::text;
-use crate::plan::{
-    CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, NumaMode, Staging,
-    TransportKind,
-};
+use crate::plan::TransportKind;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod params;
+pub use params::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};
+
+text::defaults_from_clap!(SweepArgs);
 
 // The output flags belong to the layer that writes the files (`Recorder` lives below `cli`).
 pub use crate::export::args::{FigArgs, OutputArgs};
@@ -147,15 +149,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// `--mr-chunk`, `--dst-mr-chunk`: a size that is a whole number of 4 KiB pages (pages are registered whole).
-fn parse_page_multiple(text: &str) -> anyhow::Result<u64> {
-    let n = parse_size(text)?;
-    if n % 4096 != 0 {
-        crate::bail_usage!("must be a multiple of 4 KiB (pages are registered whole)");
-    }
-    Ok(n)
-}
-
 impl std::str::FromStr for TransportChoice {
     type Err = String;
 
@@ -169,215 +162,6 @@ impl std::str::FromStr for TransportChoice {
             format!("unknown transport; choose one of {}", names.join(", "))
         })
     }
-}
-
-/// `--ack-timeout`: the exponent of the local ACK timeout, 1 to 31 (the verbs attribute has five bits).
-fn parse_ack_timeout(text: &str) -> Result<u8, String> {
-    match text.parse::<u8>() {
-        Ok(n @ 1..=31) => Ok(n),
-        _ => Err(format!("{text} is not in 1..=31")),
-    }
-}
-
-// A sweep file's parameters deserialize into the structs below with the flags' own parsers (see `plan::text`).
-fn some_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    text::parsed_some(d, parse_size)
-}
-
-fn some_page_multiple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    text::parsed_some(d, parse_page_multiple)
-}
-
-fn ack_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
-    text::parsed(d, parse_ack_timeout)
-}
-
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    text::parsed(d, parse_duration)
-}
-
-text::defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, DeviceArgs, SweepArgs);
-
-#[derive(Args, Debug, Clone, Deserialize)]
-#[serde(default)]
-pub struct SizeArgs {
-    /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
-    #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
-    #[serde(deserialize_with = "text::some_from_str")]
-    pub sizes: Option<SizeList>,
-    /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
-    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
-    #[serde(deserialize_with = "text::some_from_str")]
-    pub tokens: Option<TokenList>,
-    /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
-    #[serde(deserialize_with = "text::some_text")]
-    pub model: Option<String>,
-    /// A Hugging Face config.json to derive KV bytes per token from
-    #[arg(long, value_name = "PATH", conflicts_with = "kv_bytes_per_token")]
-    #[serde(deserialize_with = "text::some_text")]
-    pub model_config: Option<PathBuf>,
-    /// KV bytes per token, given directly
-    #[arg(long, value_name = "N")]
-    pub kv_bytes_per_token: Option<u64>,
-}
-
-#[derive(Args, Debug, Clone, Deserialize)]
-#[serde(default)]
-pub struct RunArgs {
-    /// Measured reps per size
-    #[arg(long, default_value_t = 5)]
-    pub reps: u32,
-    /// Warm-up reps per size (run first, kept apart from the statistics)
-    #[arg(long, default_value_t = 1)]
-    pub warmup: u32,
-    /// How bytes move: tcp, verbs, cuda, or auto (cuda when both ends are GPUs, tcp otherwise; says which)
-    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser)]
-    #[serde(deserialize_with = "text::from_str")]
-    pub transport: TransportChoice,
-    /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
-    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = parse_size)]
-    #[serde(deserialize_with = "some_size")]
-    pub block_size: Option<u64>,
-    /// Parallel connections (tcp) or CUDA streams (cuda)
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
-    /// cuda transport: copy engine (ce: cuMemcpyAsync per write; batch: one cuMemcpyBatchAsync for all writes,
-    /// driver ≥ 12.8, else ce with a note), SM kernel (sm: one launch for all pieces of a paged transfer), or auto
-    /// (ce for contiguous transfers, sm for transfers of many small pieces; fastest measured)
-    #[arg(long, default_value = "auto")]
-    pub copy: CopyMode,
-    /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the
-    /// pieces into a staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination
-    /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported; the middle copy
-    /// is the SM copy kernel with --copy sm, else the copy engine)
-    #[arg(long, default_value = "none")]
-    pub staging: Staging,
-    /// mooncake transport: Mooncake Transfer Engine's tcp, rdma or nvlink-intra transport (rdma uses the devices of
-    /// -d, and is refused when the engine would find no RDMA device rather than falling back to TCP; nvlink-intra
-    /// needs the CUDA wheel and GPU memory on both ends). Each is forced through the engine's environment and
-    /// checked in its log, since the engine otherwise picks RDMA whenever it sees an HCA
-    #[arg(long, default_value = "tcp")]
-    pub mooncake_protocol: MooncakeProtocol,
-    /// mooncake transport: grouped (writes adjacent on both ends share one batch entry, as vLLM's connector
-    /// groups blocks) or per-write (one entry per write, as Mooncake's transfer_engine_bench posts blocks)
-    #[arg(long, default_value = "grouped")]
-    pub mooncake_entries: MooncakeEntries,
-    /// nixl transport: the NIXL backend plugin (ucx; libfabric needs libfabric >= 1.10 on the host)
-    #[arg(long, default_value = "ucx")]
-    pub nixl_backend: NixlBackend,
-    /// nixl transport: write (the sender WRITEs into the receiver) or read (the receiver, the decode side, READs
-    /// from the sender with prepped descriptor lists and notifies it, as vLLM's NixlConnector does; the receiver
-    /// times the READ)
-    #[arg(long, default_value = "write")]
-    pub nixl_op: NixlOp,
-
-    /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
-    #[arg(long)]
-    pub verify: bool,
-    /// Seed of the --verify pattern
-    #[arg(long, default_value_t = 0x6b76_7866, hide_default_value = true)]
-    pub seed: u64,
-    /// Try huge pages for the buffers (falls back to normal pages, and says so)
-    #[arg(long)]
-    pub hugepages: bool,
-    /// Read counters around every rep on both ends, outside the timed interval, and keep what moved
-    /// (reps[].counters): the RDMA port's counters and hw_counters, the network interface's statistics, the
-    /// process's CPU time, the GPU's clocks and throttle reasons; full: also the GPU's NVLink bytes per link,
-    /// energy, PCIe replays and link state (slow to read, and they delay the next GPU copy by tens of µs); off: none
-    #[arg(long, default_value = "auto")]
-    pub counters: CountersMode,
-    /// Bind each end's thread, and the host buffers it first touches, to one NUMA node's CPUs: auto = the node
-    /// of the RDMA NIC (verbs, mooncake rdma) or of the GPU in use (GPU memory, or pinned memory copied to a GPU),
-    /// nothing on a one-node host; N = node N; off = no binding. Recorded per end (config.numa)
-    #[arg(long, default_value = "auto", value_name = "auto|off|N")]
-    pub numa: NumaMode,
-    /// Run this shell command (sh -c) before every rep, warm-ups included, outside the timed interval, as
-    /// hyperfine's --prepare does: drop caches, reset a switch counter, change the fabric for some reps. It sees
-    /// KVXFER_CASE, KVXFER_REP (counting warm-ups and measured reps separately), KVXFER_WARMUP (0|1) and
-    /// KVXFER_SIZE_BYTES; its output goes to stderr; a failure, or a run past --io-timeout, stops the run
-    #[arg(long, value_name = "CMD")]
-    #[serde(deserialize_with = "text::some_text")]
-    pub prepare: Option<String>,
-    /// Name of this run in tables and figures
-    #[arg(long, value_name = "TEXT")]
-    #[serde(skip)]
-    pub label: Option<String>,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub verbs: VerbsArgs,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub paged: PagedArgs,
-    /// Keep trying to reach the receiver this long while nothing listens there yet (e.g. 60s, 500ms): a launcher
-    /// may start the sender first
-    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "duration")]
-    pub connect_timeout: Duration,
-    /// Give up when the peer is silent this long (e.g. 60s)
-    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
-    #[serde(deserialize_with = "duration")]
-    pub io_timeout: Duration,
-}
-
-/// RDMA verbs knobs (`--transport verbs`).
-#[derive(Args, Debug, Clone, Deserialize)]
-#[serde(default)]
-#[command(next_help_heading = "RDMA verbs (--transport verbs)")]
-pub struct VerbsArgs {
-    /// RC queue pairs; writes are spread over them round-robin
-    #[arg(long, default_value_t = 4)]
-    pub qps: u32,
-    /// Work requests linked into one ibv_post_send
-    #[arg(long, default_value_t = 16)]
-    pub batch: u32,
-    /// Outstanding work requests per queue pair
-    #[arg(long, default_value_t = 128)]
-    pub inflight: u32,
-    /// Signal a completion every N work requests (and always the last)
-    #[arg(long, default_value_t = 16)]
-    pub signal_every: u32,
-    /// Register memory in pieces of at most this size (default: the device's max_mr_size, at most 2GiB; a size given
-    /// here may pass 2GiB, up to max_mr_size)
-    #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
-    #[serde(deserialize_with = "some_page_multiple")]
-    pub mr_chunk: Option<u64>,
-    /// Register the receiver's memory in pieces of at most this size, up to the device's max_mr_size (default:
-    /// --mr-chunk); the destination-MR-size axis of sweeps/mr-cliff.toml
-    #[arg(long, value_name = "SIZE", value_parser = parse_page_multiple)]
-    #[serde(deserialize_with = "some_page_multiple")]
-    pub dst_mr_chunk: Option<u64>,
-    /// Register the send buffer inside every rep and include it in the transfer time
-    #[arg(long)]
-    pub reg_per_rep: bool,
-    /// Completion handling: poll (busy-poll) or event (completion channel, sleeps)
-    #[arg(long, default_value = "poll")]
-    pub cq_mode: CqMode,
-    /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
-    #[arg(long, default_value_t = 14, value_parser = parse_ack_timeout)]
-    #[serde(deserialize_with = "ack_timeout")]
-    pub ack_timeout: u8,
-    /// Paged layout: gather up to N pieces whose destinations are back to back into one RDMA WRITE (an SGE list;
-    /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    pub max_sge: u32,
-}
-
-/// Which RDMA device and port this end uses (`--transport verbs`).
-#[derive(Args, Debug, Clone, Deserialize)]
-#[serde(default)]
-#[command(next_help_heading = "RDMA device")]
-pub struct DeviceArgs {
-    /// RDMA device name, e.g. mlx5_0 or rxe0 (default: the first with an active port)
-    #[arg(short = 'd', long = "device", value_name = "NAME")]
-    #[serde(deserialize_with = "text::some_text")]
-    pub device: Option<String>,
-    /// Port of the device
-    #[arg(long, default_value_t = 1)]
-    pub ib_port: u8,
-    /// GID index (default: like perftest, a RoCE v2 IPv4-mapped GID when there is one)
-    #[arg(long, value_name = "N")]
-    pub gid_index: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -613,7 +397,7 @@ mod tests {
         assert!(e.contains("element 2 of 3 is empty"), "{e}");
         let ok = Cli::try_parse_from(["kvxfer", "sweep", "--tokens", "1k,2k", "--io-timeout", "2s"]).unwrap();
         let Command::Sweep(a) = ok.command else { panic!("sweep") };
-        assert_eq!(a.sizes.tokens, Some(TokenList(vec![1024, 2048])));
+        assert_eq!(a.sizes.tokens, Some(crate::plan::sizes::TokenList(vec![1024, 2048])));
         assert_eq!((a.run.io_timeout, a.run.connect_timeout), (Duration::from_secs(2), Duration::from_secs(60)));
         assert_eq!((a.run.transport, a.src), (TransportChoice::Auto, MemKind::Host));
     }
