@@ -17,7 +17,8 @@ pub type LoopbackReceiver = (SocketAddr, String, JoinHandle<Result<()>>);
 
 /// A receiver for one session of `transport`, on loopback.
 pub fn loopback_receiver(limits: ReceiverLimits, transport: TransportKind) -> Result<LoopbackReceiver> {
-    let token = random_token()?;
+    // A fresh token per session: another local user cannot write into the receiver's buffer.
+    let token = crate::control::auth::new_token()?;
     if transport::receiver_in_own_process(transport) {
         return receiver_process(&limits, token);
     }
@@ -88,10 +89,4 @@ fn receiver_process(limits: &ReceiverLimits, token: String) -> Result<LoopbackRe
         }
     })?;
     Ok((addr, token, outcome))
-}
-
-fn random_token() -> Result<String> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).map_err(|e| anyhow!("no randomness for the loopback receiver's token: {e}"))?;
-    Ok(hex::encode(b))
 }
