@@ -61,44 +61,79 @@ impl Source {
         }
     }
 
-    fn read(&self, root: &SysRoot) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
+    /// The directories of numeric files this source is read from, if it is one of those.
+    fn dirs(&self) -> Vec<String> {
         match self {
-            Source::RdmaPort { device, port } => {
-                for dir in ["counters", "hw_counters"] {
-                    let d = format!("/sys/class/infiniband/{device}/ports/{port}/{dir}");
-                    for name in root.entries(&d) {
-                        if let Some(v) = root.read_u64(format!("{d}/{name}")) {
-                            out.insert(name, v);
-                        }
-                    }
-                }
+            Source::RdmaPort { device, port } => ["counters", "hw_counters"]
+                .iter()
+                .map(|dir| format!("/sys/class/infiniband/{device}/ports/{port}/{dir}"))
+                .collect(),
+            Source::Netdev { name } => vec![format!("/sys/class/net/{name}/statistics")],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Open this source for reading rep after rep: its files once (a sysfs attribute reads afresh at offset 0, so
+    /// each snapshot is a pread per counter instead of a directory listing and an open per counter), the driver's
+    /// statistics names once.
+    fn open(&self, root: &SysRoot) -> Reader {
+        match self {
+            Source::RdmaPort { .. } | Source::Netdev { .. } => Reader::Files(
+                self.dirs()
+                    .iter()
+                    .flat_map(|d| root.entries(d).into_iter().map(move |name| (format!("{d}/{name}"), name)))
+                    .filter_map(|(path, name)| std::fs::File::open(root.path(path)).ok().map(|f| (name, f)))
+                    .collect(),
+            ),
+            Source::Ethtool { name } => Reader::Ethtool(super::ethtool::Reader::open(name)),
+            Source::Gpu { bus_id, full, .. } => Reader::Gpu { bus_id: bus_id.clone(), full: *full },
+            Source::Process { .. } => Reader::Process,
+        }
+    }
+}
+
+/// How one source is read at each snapshot (see [`Source::open`]).
+enum Reader {
+    Files(Vec<(String, std::fs::File)>),
+    Ethtool(Option<super::ethtool::Reader>),
+    Gpu { bus_id: String, full: bool },
+    Process,
+}
+
+impl Reader {
+    fn read(&self) -> BTreeMap<String, u64> {
+        match self {
+            Reader::Files(files) => {
+                files.iter().filter_map(|(name, f)| Some((name.clone(), read_u64_at(f)?))).collect()
             }
-            Source::Netdev { name } => {
-                let d = format!("/sys/class/net/{name}/statistics");
-                for counter in root.entries(&d) {
-                    if let Some(v) = root.read_u64(format!("{d}/{counter}")) {
-                        out.insert(counter, v);
-                    }
-                }
-            }
-            Source::Ethtool { name } => out = super::ethtool::stats(name).unwrap_or_default(),
-            Source::Gpu { bus_id, full, .. } => out = crate::mem::nvml::gpu_counters(bus_id, *full).unwrap_or_default(),
-            Source::Process { .. } => {
+            Reader::Ethtool(r) => r.as_ref().and_then(|r| r.read()).unwrap_or_default(),
+            Reader::Gpu { bus_id, full } => crate::mem::nvml::gpu_counters(bus_id, *full).unwrap_or_default(),
+            Reader::Process => {
+                let mut out = BTreeMap::new();
                 if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID) {
                     let us = t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000;
                     out.insert("cpu_us".into(), us);
                 }
+                out
             }
         }
-        out
     }
+}
+
+/// The unsigned number an open counter file holds now (read from its start; sysfs regenerates it).
+fn read_u64_at(f: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 32];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
 /// What one end reads around its reps.
 pub struct RepCounters {
     side: Side,
     sources: Vec<Source>,
+    /// How each source is read, in the same order.
+    readers: Vec<Reader>,
     before: Vec<BTreeMap<String, u64>>,
     /// How long the last snapshot took (both reads of a rep cost about twice this).
     pub last_read_us: u64,
@@ -165,7 +200,8 @@ impl RepCounters {
                 (Side::Receiver, true) => {}
             }
         }
-        RepCounters { side, sources, before: Vec::new(), last_read_us: 0 }
+        let readers = sources.iter().map(|s| s.open(root)).collect();
+        RepCounters { side, sources, readers, before: Vec::new(), last_read_us: 0 }
     }
 
     /// The sources' labels as reps name them.
@@ -175,8 +211,7 @@ impl RepCounters {
 
     fn snapshot(&mut self) -> Vec<BTreeMap<String, u64>> {
         let t = Instant::now();
-        let root = SysRoot::get();
-        let snap = self.sources.iter().map(|s| s.read(root)).collect();
+        let snap = self.readers.iter().map(Reader::read).collect();
         self.last_read_us = t.elapsed().as_micros() as u64;
         snap
     }
@@ -264,5 +299,25 @@ mod tests {
         assert!(d.values().all(|m| m.values().all(|&v| v > 0)), "zero deltas are left out: {d:?}");
         let off = RepCounters::discover(Side::Sender, CountersMode::Off, &uses);
         assert!(off.labels().is_empty());
+    }
+
+    /// The interface's counter files are opened once and read again at each snapshot: they must read afresh.
+    #[test]
+    fn counter_files_opened_once_read_what_moved_since() {
+        let local_ip = Some("127.0.0.1".parse().unwrap());
+        let uses = Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false, gpu: None };
+        let mut c = RepCounters::discover(Side::Sender, CountersMode::Auto, &uses);
+        assert!(c.labels().contains(&"sender net lo".to_string()), "{:?}", c.labels());
+        for round in 0..3 {
+            c.start();
+            let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            for _ in 0..10 {
+                tx.send_to(b"counted", rx.local_addr().unwrap()).unwrap();
+            }
+            let d = c.finish().expect("sources were read");
+            let moved = d.get("sender net lo").and_then(|m| m.get("tx_packets")).copied().unwrap_or(0);
+            assert!(moved >= 10, "round {round}: lo tx_packets moved {moved}: {d:?}");
+        }
     }
 }

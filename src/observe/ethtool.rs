@@ -18,20 +18,42 @@ const MAX_STATS: usize = 1 << 16;
 /// The statistics of interface `name`, by name; None when it has none (lo, most virtual devices) or it cannot be
 /// asked (no such interface, no permission).
 pub fn stats(name: &str) -> Option<BTreeMap<String, u64>> {
-    let sock = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .ok()?;
-    let count = stats_count(&sock, name)?;
-    if count == 0 || count > MAX_STATS {
-        return None;
+    Reader::open(name)?.read()
+}
+
+/// One interface's statistics, read again and again: the names are asked once, each read is two ioctls (the
+/// count, then the values).
+pub struct Reader {
+    sock: OwnedFd,
+    name: String,
+    names: Vec<String>,
+}
+
+impl Reader {
+    /// None when the interface has no statistics or cannot be asked.
+    pub fn open(name: &str) -> Option<Reader> {
+        let sock = nix::sys::socket::socket(
+            nix::sys::socket::AddressFamily::Inet,
+            nix::sys::socket::SockType::Datagram,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .ok()?;
+        let count = stats_count(&sock, name).filter(|n| (1..=MAX_STATS).contains(n))?;
+        let names = strings(&sock, name, count)?;
+        Some(Reader { sock, name: name.to_string(), names })
     }
-    let names = strings(&sock, name, count)?;
-    let values = values(&sock, name, count)?;
-    Some(names.into_iter().zip(values).collect())
+
+    /// The values now, by name; None when the driver's set of statistics changed since [`Reader::open`] (a
+    /// reconfigured NIC: open it again) or the interface went away.
+    pub fn read(&self) -> Option<BTreeMap<String, u64>> {
+        let count = stats_count(&self.sock, &self.name)?;
+        if count != self.names.len() {
+            return None;
+        }
+        let values = values(&self.sock, &self.name, count)?;
+        Some(self.names.iter().cloned().zip(values).collect())
+    }
 }
 
 /// How many statistics the driver reports: ETHTOOL_GSSET_INFO for the stats set.
@@ -47,15 +69,19 @@ fn stats_count(sock: &OwnedFd, name: &str) -> Option<usize> {
     (buf[1] & (1 << ETH_SS_STATS) != 0).then_some(count as usize)
 }
 
-/// The statistics' names: ETHTOOL_GSTRINGS, `count` NUL-padded strings of 32 bytes after a 12-byte header.
+/// The statistics' names: ETHTOOL_GSTRINGS, `count` NUL-padded strings of 32 bytes after a 12-byte header (room
+/// for twice as many, as for [`values`]: the kernel writes what the driver has then).
 fn strings(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<String>> {
     let header = 12;
-    let mut buf = vec![0u64; (header + count * ETH_GSTRING_LEN).div_ceil(8)];
+    let mut buf = vec![0u64; (header + (2 * count + 64) * ETH_GSTRING_LEN).div_ceil(8)];
     let bytes = bytes_of(&mut buf);
     bytes[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
     bytes[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
     bytes[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
     ethtool_ioctl(sock, name, bytes)?;
+    if u32::from_ne_bytes(bytes[8..12].try_into().ok()?) as usize != count {
+        return None;
+    }
     let names = bytes[header..header + count * ETH_GSTRING_LEN]
         .chunks(ETH_GSTRING_LEN)
         .map(|s| {
@@ -66,14 +92,17 @@ fn strings(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<String>> {
     Some(names)
 }
 
-/// The statistics' values: ETHTOOL_GSTATS, `count` u64 after an 8-byte header.
+/// The statistics' values: ETHTOOL_GSTATS, `count` u64 after an 8-byte header. The kernel writes as many values
+/// as the driver has at that moment, whatever the header asks for, so the buffer has room for twice `count` (the
+/// count was asked just before); a different count in the answer is refused.
 fn values(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<u64>> {
-    let mut buf = vec![0u64; 1 + count];
+    let mut buf = vec![0u64; 1 + 2 * count + 64];
     let bytes = bytes_of(&mut buf);
     bytes[0..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
     bytes[4..8].copy_from_slice(&(count as u32).to_ne_bytes());
     ethtool_ioctl(sock, name, bytes)?;
-    Some(buf[1..].to_vec())
+    let answered = u32::from_ne_bytes(bytes[4..8].try_into().ok()?) as usize;
+    (answered == count).then(|| buf[1..=count].to_vec())
 }
 
 fn bytes_of(words: &mut [u64]) -> &mut [u8] {
@@ -96,8 +125,9 @@ fn ethtool_ioctl(sock: &OwnedFd, name: &str, data: &mut [u8]) -> Option<()> {
     }
     req.ifr_ifru.ifru_data = data.as_mut_ptr().cast();
     // SAFETY: SIOCETHTOOL takes a pointer to an ifreq whose ifru_data points to the command buffer; `data` is a
-    // live, exclusively borrowed buffer sized by the command's own count fields (set by the callers above), so the
-    // kernel writes within it; `req` lives across the call.
+    // live, exclusively borrowed buffer with room for twice the count the driver reported just before (the kernel
+    // writes the driver's count at the time of the call, whatever the buffer's header asks), so it writes within
+    // it; `req` lives across the call.
     let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut req as *mut libc::ifreq) };
     (rc == 0).then_some(())
 }
