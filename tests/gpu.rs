@@ -379,3 +379,26 @@ fn mooncake_gpu_to_gpu_over_nvlink_intra_and_tcp_verified() {
         assert_eq!(r["config"]["transport_detail"]["sender"]["protocol"], protocol);
     }
 }
+
+/// Issue K: `devices --topo` names each GPU's active NVLinks and where they lead (NVML). The 2×H200 machine's GPUs
+/// are joined by NVLink (NV18): each has links, and some lead to the other GPU or to a switch between them.
+#[test]
+fn devices_topo_names_each_gpus_nvlinks() {
+    if !two_gpus() {
+        return;
+    }
+    let out = kvxfer(&["devices", "--topo", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let links = v["topology"]["nvlink"].as_array().unwrap_or_else(|| panic!("no nvlink: {}", v["topology"]));
+    for gpu in ["gpu:0", "gpu:1"] {
+        let l = links.iter().find(|l| l["gpu"] == gpu).unwrap_or_else(|| panic!("{gpu} missing: {links:?}"));
+        let active = l["active"].as_u64().unwrap();
+        assert!(active > 0, "{gpu} has no active NVLink: {l}");
+        let sum: u64 = l["to"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(sum, active, "every active link leads somewhere: {l}");
+    }
+    let text = kvxfer(&["devices", "--topo"]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.lines().any(|l| l.starts_with("nvlink     gpu:0") && l.contains("active link")), "{stdout}");
+}

@@ -29,7 +29,8 @@ pub fn run(a: DevicesArgs) -> Result<()> {
                 .iter()
                 .flat_map(|g| nics.iter().map(move |n| serde_json::json!([g.name, n.name, topology::relation(g, n)])))
                 .collect();
-            v["topology"] = serde_json::json!({ "gpus": gpus, "rdma": nics, "relations": relations });
+            let nvlink = topology::nvlinks(cuda::gpus().as_deref().unwrap_or_default());
+            v["topology"] = serde_json::json!({ "gpus": gpus, "rdma": nics, "relations": relations, "nvlink": nvlink });
         }
         crate::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -109,6 +110,11 @@ pub fn run(a: DevicesArgs) -> Result<()> {
 
 /// `--topo`: each GPU's and NIC's path from its root port, and each GPU's relation to each NIC.
 fn print_topology() {
+    for l in topology::nvlinks(cuda::gpus().as_deref().unwrap_or_default()) {
+        let to: Vec<String> = l.to.iter().map(|(peer, n)| format!("{n} to {peer}")).collect();
+        let to = if to.is_empty() { String::new() } else { format!(": {}", to.join(", ")) };
+        crate::outln!("nvlink     {}  {} active link(s){to}", l.gpu, l.active);
+    }
     let (gpus, nics) = topology::devices(SysRoot::get());
     crate::outln!("topology   {} GPU(s), {} RDMA device(s) on the PCI bus", gpus.len(), nics.len());
     for p in gpus.iter().chain(&nics) {

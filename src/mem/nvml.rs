@@ -6,7 +6,7 @@
 //! Gauges, read after the rep (names ending `_now`): SM and memory clocks, clock-throttle reasons (a bit mask), and
 //! the PCIe link's generation and width.
 
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t, NvmlLib};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t, nvmlPciInfo_t, NvmlLib};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::sync::OnceLock;
@@ -43,6 +43,40 @@ fn nvml() -> Option<&'static Nvml> {
     .as_ref()
 }
 
+/// NVML's handle of the GPU at PCI `bus_id`.
+fn device(l: &NvmlLib, bus_id: &str) -> Option<nvmlDevice_t> {
+    let id = CString::new(bus_id).ok()?;
+    let mut dev: nvmlDevice_t = std::ptr::null_mut();
+    let by_bus = l.nvmlDeviceGetHandleByPciBusId_v2.as_ref().ok()?;
+    // SAFETY: `id` is NUL-terminated and `dev` a valid out-pointer.
+    (unsafe { by_bus(id.as_ptr(), &mut dev) } == SUCCESS).then_some(dev)
+}
+
+/// The far end of each active NVLink of the GPU at PCI `bus_id`, as a PCI bus id (another GPU's, or an NVSwitch's),
+/// one entry per link; empty without NVLink, None without NVML or that GPU.
+pub fn nvlink_remotes(bus_id: &str) -> Option<Vec<String>> {
+    let l = &nvml()?.lib;
+    let dev = device(l, bus_id)?;
+    let state = l.nvmlDeviceGetNvLinkState.as_ref().ok()?;
+    let remote = l.nvmlDeviceGetNvLinkRemotePciInfo_v2.as_ref().ok()?;
+    let mut out = Vec::new();
+    for link in 0..MAX_LINKS {
+        let mut active = 0;
+        // SAFETY: `dev` is a valid handle and `active` a live out-value; a link the GPU lacks returns an error.
+        if unsafe { state(dev, link, &mut active) } != SUCCESS || active != 1 {
+            continue;
+        }
+        // SAFETY: a plain C struct; all zeros is valid.
+        let mut pci: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `dev` is valid and `pci` a live out-struct NVML fills.
+        if unsafe { remote(dev, link, &mut pci) } == SUCCESS {
+            let bytes: Vec<u8> = pci.busId.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+            out.push(String::from_utf8_lossy(&bytes).to_string());
+        }
+    }
+    Some(out)
+}
+
 /// The counters of the GPU at PCI `bus_id` (`0000:17:00.0`), or None without NVML or that GPU: clocks and throttle
 /// reasons; `full`: also NVLink bytes per link, energy, PCIe replays and link state. Those are slow (36 field reads
 /// of one value each: about 33 ms per GPU pair; energy about 5 ms; replays 0.4 ms) and the NVLink reads delay the
@@ -52,13 +86,7 @@ fn nvml() -> Option<&'static Nvml> {
 pub fn gpu_counters(bus_id: &str, full: bool) -> Option<BTreeMap<String, u64>> {
     let n = nvml()?;
     let l = &n.lib;
-    let id = CString::new(bus_id).ok()?;
-    let mut dev: nvmlDevice_t = std::ptr::null_mut();
-    let by_bus = l.nvmlDeviceGetHandleByPciBusId_v2.as_ref().ok()?;
-    // SAFETY: `id` is NUL-terminated and `dev` a valid out-pointer.
-    if unsafe { by_bus(id.as_ptr(), &mut dev) } != SUCCESS {
-        return None;
-    }
+    let dev = device(l, bus_id)?;
     let mut out = BTreeMap::new();
     if let (true, Ok(get)) = (full, l.nvmlDeviceGetFieldValues.as_ref()) {
         // One call per link and counter. Both counters in one call with the all-links scope (UINT_MAX) corrupted

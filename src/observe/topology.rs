@@ -285,6 +285,37 @@ pub fn devices(root: &SysRoot) -> (Vec<Placement>, Vec<Placement>) {
     (gpus, nics)
 }
 
+/// A GPU's NVLinks: how many are active and where they lead (another GPU by name, or the PCI bus id of what is
+/// there: an NVSwitch).
+#[derive(Debug, Clone, Serialize)]
+pub struct NvLinks {
+    pub gpu: String,
+    pub active: usize,
+    pub to: std::collections::BTreeMap<String, usize>,
+}
+
+/// Each GPU's NVLinks, through NVML (live hosts only; empty without NVML or the CUDA driver).
+pub fn nvlinks(gpus: &[crate::mem::cuda::GpuInfo]) -> Vec<NvLinks> {
+    // NVML names a bus id with an 8-digit domain (00000000:07:00.0), CUDA with 4 (0000:07:00.0).
+    let key = |id: &str| {
+        id.rsplit_once(':').map(|(a, b)| {
+            let (domain, bus) = a.split_once(':').unwrap_or(("0", a));
+            format!("{:x}:{}:{}", u32::from_str_radix(domain, 16).unwrap_or(0), bus, b).to_lowercase()
+        })
+    };
+    gpus.iter()
+        .filter_map(|g| {
+            let remotes = crate::mem::nvml::nvlink_remotes(&g.pci_bus_id)?;
+            let mut to = std::collections::BTreeMap::new();
+            for r in &remotes {
+                let peer = gpus.iter().find(|o| key(&o.pci_bus_id) == key(r)).map(|o| format!("gpu:{}", o.ordinal));
+                *to.entry(peer.unwrap_or_else(|| r.to_lowercase())).or_insert(0) += 1;
+            }
+            Some(NvLinks { gpu: format!("gpu:{}", g.ordinal), active: remotes.len(), to })
+        })
+        .collect()
+}
+
 /// RDMA devices that are not on the PCI bus (soft-RoCE's rxe, siw): no placement, but RoCE ports all the same.
 pub fn software_rdma(root: &SysRoot) -> Vec<String> {
     root.entries("/sys/class/infiniband")
