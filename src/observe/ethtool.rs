@@ -1,6 +1,6 @@
 //! A network interface's driver statistics, as `ethtool -S` shows them (PFC pause frames, discards, per-queue
-//! drops...), read with the SIOCETHTOOL ioctl: no ethtool binary needed. The ioctl is this module's FFI edge, and
-//! its only `unsafe`.
+//! drops...), read with the SIOCETHTOOL ioctl: no ethtool binary needed. The ioctl (and the zeroed `ifreq` it
+//! takes) is this module's FFI edge and its only `unsafe`; its buffers are plain bytes, decoded field by field.
 
 use nix::libc;
 use std::collections::BTreeMap;
@@ -59,26 +59,25 @@ impl Reader {
 /// How many statistics the driver reports: ETHTOOL_GSSET_INFO for the stats set.
 fn stats_count(sock: &OwnedFd, name: &str) -> Option<usize> {
     // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; } with room for one u32.
-    let mut buf = [0u64; 3];
-    buf[1] = 1 << ETH_SS_STATS;
-    let bytes = bytes_of(&mut buf);
-    bytes[0..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
-    ethtool_ioctl(sock, name, bytes)?;
+    let mut buf = [0u8; 24];
+    buf[0..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
+    buf[8..16].copy_from_slice(&(1u64 << ETH_SS_STATS).to_ne_bytes());
+    ethtool_ioctl(sock, name, &mut buf)?;
     // The kernel clears the mask bit of a set the driver does not have.
-    let count = u32::from_ne_bytes(bytes[16..20].try_into().ok()?);
-    (buf[1] & (1 << ETH_SS_STATS) != 0).then_some(count as usize)
+    let mask = u64::from_ne_bytes(buf[8..16].try_into().ok()?);
+    let count = u32::from_ne_bytes(buf[16..20].try_into().ok()?);
+    (mask & (1 << ETH_SS_STATS) != 0).then_some(count as usize)
 }
 
 /// The statistics' names: ETHTOOL_GSTRINGS, `count` NUL-padded strings of 32 bytes after a 12-byte header (room
 /// for twice as many, as for [`values`]: the kernel writes what the driver has then).
 fn strings(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<String>> {
     let header = 12;
-    let mut buf = vec![0u64; (header + (2 * count + 64) * ETH_GSTRING_LEN).div_ceil(8)];
-    let bytes = bytes_of(&mut buf);
+    let mut bytes = vec![0u8; header + (2 * count + 64) * ETH_GSTRING_LEN];
     bytes[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
     bytes[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
     bytes[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
-    ethtool_ioctl(sock, name, bytes)?;
+    ethtool_ioctl(sock, name, &mut bytes)?;
     if u32::from_ne_bytes(bytes[8..12].try_into().ok()?) as usize != count {
         return None;
     }
@@ -96,20 +95,17 @@ fn strings(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<String>> {
 /// as the driver has at that moment, whatever the header asks for, so the buffer has room for twice `count` (the
 /// count was asked just before); a different count in the answer is refused.
 fn values(sock: &OwnedFd, name: &str, count: usize) -> Option<Vec<u64>> {
-    let mut buf = vec![0u64; 1 + 2 * count + 64];
-    let bytes = bytes_of(&mut buf);
+    let mut bytes = vec![0u8; 8 * (1 + 2 * count + 64)];
     bytes[0..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
     bytes[4..8].copy_from_slice(&(count as u32).to_ne_bytes());
-    ethtool_ioctl(sock, name, bytes)?;
+    ethtool_ioctl(sock, name, &mut bytes)?;
     let answered = u32::from_ne_bytes(bytes[4..8].try_into().ok()?) as usize;
-    (answered == count).then(|| buf[1..=count].to_vec())
-}
-
-fn bytes_of(words: &mut [u64]) -> &mut [u8] {
-    let len = std::mem::size_of_val(words);
-    // SAFETY: u8 has no alignment or validity requirements; the slice covers exactly the words' memory, borrowed
-    // mutably for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) }
+    (answered == count).then(|| {
+        bytes[8..8 * (1 + count)]
+            .chunks_exact(8)
+            .map(|v| u64::from_ne_bytes(v.try_into().unwrap_or_default()))
+            .collect()
+    })
 }
 
 /// SIOCETHTOOL on interface `name` with `data` as the command buffer (the kernel reads the command from its start
