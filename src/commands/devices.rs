@@ -111,7 +111,11 @@ pub fn run(a: DevicesArgs) -> Result<()> {
 /// `--topo`: each GPU's and NIC's path from its root port, and each GPU's relation to each NIC.
 fn print_topology() {
     for l in topology::nvlinks(cuda::gpus().as_deref().unwrap_or_default()) {
-        let to: Vec<String> = l.to.iter().map(|(peer, n)| format!("{n} to {peer}")).collect();
+        let mut to: Vec<String> = l.to.iter().map(|(peer, n)| format!("{n} to {peer}")).collect();
+        let unnamed = l.active.saturating_sub(l.to.values().sum());
+        if unnamed > 0 {
+            to.push(format!("{unnamed} to an end NVML did not name"));
+        }
         let to = if to.is_empty() { String::new() } else { format!(": {}", to.join(", ")) };
         crate::outln!("nvlink     {}  {} active link(s){to}", l.gpu, l.active);
     }

@@ -53,8 +53,9 @@ fn device(l: &NvmlLib, bus_id: &str) -> Option<nvmlDevice_t> {
 }
 
 /// The far end of each active NVLink of the GPU at PCI `bus_id`, as a PCI bus id (another GPU's, or an NVSwitch's),
-/// one entry per link; empty without NVLink, None without NVML or that GPU.
-pub fn nvlink_remotes(bus_id: &str) -> Option<Vec<String>> {
+/// one entry per active link (None where NVML could not say where it leads); empty without NVLink, None without
+/// NVML or that GPU.
+pub fn nvlink_remotes(bus_id: &str) -> Option<Vec<Option<String>>> {
     let l = &nvml()?.lib;
     let dev = device(l, bus_id)?;
     let state = l.nvmlDeviceGetNvLinkState.as_ref().ok()?;
@@ -69,10 +70,11 @@ pub fn nvlink_remotes(bus_id: &str) -> Option<Vec<String>> {
         // SAFETY: a plain C struct; all zeros is valid.
         let mut pci: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: `dev` is valid and `pci` a live out-struct NVML fills.
-        if unsafe { remote(dev, link, &mut pci) } == SUCCESS {
+        let far = (unsafe { remote(dev, link, &mut pci) } == SUCCESS).then(|| {
             let bytes: Vec<u8> = pci.busId.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-            out.push(String::from_utf8_lossy(&bytes).to_string());
-        }
+            String::from_utf8_lossy(&bytes).to_string()
+        });
+        out.push(far);
     }
     Some(out)
 }

@@ -286,7 +286,7 @@ pub fn devices(root: &SysRoot) -> (Vec<Placement>, Vec<Placement>) {
 }
 
 /// A GPU's NVLinks: how many are active and where they lead (another GPU by name, or the PCI bus id of what is
-/// there: an NVSwitch).
+/// there: an NVSwitch). A link whose far end NVML could not name counts in `active` only.
 #[derive(Debug, Clone, Serialize)]
 pub struct NvLinks {
     pub gpu: String,
@@ -307,7 +307,7 @@ pub fn nvlinks(gpus: &[crate::mem::cuda::GpuInfo]) -> Vec<NvLinks> {
         .filter_map(|g| {
             let remotes = crate::mem::nvml::nvlink_remotes(&g.pci_bus_id)?;
             let mut to = std::collections::BTreeMap::new();
-            for r in &remotes {
+            for r in remotes.iter().flatten() {
                 let peer = gpus.iter().find(|o| key(&o.pci_bus_id) == key(r)).map(|o| format!("gpu:{}", o.ordinal));
                 *to.entry(peer.unwrap_or_else(|| r.to_lowercase())).or_insert(0) += 1;
             }
