@@ -282,10 +282,15 @@ pub fn merge(into: &mut Option<Deltas>, more: Option<Deltas>) {
 mod tests {
     use super::*;
 
+    /// A tcp end on loopback: no RDMA device, no GPU, the other end in another process.
+    fn loopback_uses() -> Uses<'static> {
+        let local_ip = Some("127.0.0.1".parse().unwrap());
+        Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false, gpu: None }
+    }
+
     #[test]
     fn the_process_cpu_clock_moves_and_only_moved_counters_are_kept() {
-        let local_ip = Some("127.0.0.1".parse().unwrap());
-        let uses = Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false, gpu: None };
+        let uses = loopback_uses();
         let mut c = RepCounters::discover(Side::Sender, CountersMode::Auto, &uses);
         assert!(c.labels().contains(&"sender process".to_string()), "{:?}", c.labels());
         c.start();
@@ -304,8 +309,7 @@ mod tests {
     /// The interface's counter files are opened once and read again at each snapshot: they must read afresh.
     #[test]
     fn counter_files_opened_once_read_what_moved_since() {
-        let local_ip = Some("127.0.0.1".parse().unwrap());
-        let uses = Uses { rdma: &[], ib_port: 1, rdma_auto: false, local_ip, shares_process: false, gpu: None };
+        let uses = loopback_uses();
         let mut c = RepCounters::discover(Side::Sender, CountersMode::Auto, &uses);
         assert!(c.labels().contains(&"sender net lo".to_string()), "{:?}", c.labels());
         for round in 0..3 {
