@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::HashSet;
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -527,7 +528,13 @@ fn prepare_runs_before_every_rep_outside_the_timed_interval() {
     failing.expect_code(1);
     let line = failing.one_error();
     assert!(line.contains("before measured rep 1 of case 0") && line.contains("status 3"), "{line}");
-    let hung = run(&[&args[..], &["--prepare", "sleep 60", "--io-timeout", "1s", "--out-dir", &dir]].concat());
+    // A command that hangs is killed at --io-timeout with what it started (the shell runs this sleep as its
+    // child): nothing of it may keep kvxfer's stderr open, or `kvxfer … 2>&1 | tee` would wait for the sleep.
+    let hung =
+        Proc::spawn(&[&args[..], &["--prepare", "sleep 300; true", "--io-timeout", "1s", "--out-dir", &dir]].concat());
+    let stderr = hung.stderr.clone();
+    let hung = hung.finish();
     hung.expect_code(1);
     assert!(hung.one_error().contains("still running after 1s"), "{}", hung.stderr);
+    assert!(stderr.wait_closed(Duration::from_secs(30)), "the command's sleep outlived kvxfer, holding its stderr");
 }

@@ -53,8 +53,7 @@ pub fn run(cmd: &str, at: RepAt, limit: Duration) -> Result<()> {
     let status = match rx.recv_timeout(limit) {
         Ok(status) => status.map_err(|e| anyhow!("{what}: waiting for it failed: {e}"))?,
         Err(_) => {
-            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            kill_tree(pid);
             bail!(
                 "{what}: still running after {} (--io-timeout), killed; the receiver would have given up on this sender",
                 humantime::format_duration(limit)
@@ -69,4 +68,29 @@ pub fn run(cmd: &str, at: RepAt, limit: Duration) -> Result<()> {
         bail!("{what}: {cmd:?} {how}; fix the command or leave --prepare out");
     }
     Ok(())
+}
+
+/// SIGKILL `pid` and every process below it. Killing the shell alone would leave what it started (`sleep 60; x`
+/// runs sleep as its child) holding kvxfer's stderr, so `kvxfer … 2>&1 | tee log` would wait for it. The command
+/// stays in kvxfer's process group, so a Ctrl-C at the terminal reaches it too.
+fn kill_tree(pid: u32) {
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        tree.extend(children(tree[i]));
+        i += 1;
+    }
+    for p in tree {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(p).unwrap_or(i32::MAX));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// The children of `pid`, from each of its threads' /proc/PID/task/TID/children (empty when gone).
+fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| list.split_whitespace().filter_map(|c| c.parse().ok()).collect::<Vec<u32>>())
+        .collect()
 }

@@ -220,9 +220,10 @@ impl Captured {
         self.wait_state(timeout, |s| s.opened)
     }
 
-    /// Wait until the writer closed the pipe (the child exited).
-    pub fn wait_closed(&self, timeout: Duration) {
-        self.wait_state(timeout, |s| s.closed);
+    /// Wait until every writer closed the pipe (the child and whatever it started exited): true, or false when
+    /// the timeout passed.
+    pub fn wait_closed(&self, timeout: Duration) -> bool {
+        self.wait_state(timeout, |s| s.closed)
     }
 }
 
