@@ -30,6 +30,13 @@ pub fn out_bytes(bytes: &[u8]) {
     }
 }
 
+/// Write bytes to stderr as they are (a terminal control sequence), unless stderr is gone.
+pub fn err_bytes(bytes: &[u8]) {
+    if !STDERR_GONE.load(Ordering::Relaxed) && std::io::stderr().lock().write_all(bytes).is_err() {
+        STDERR_GONE.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Write one line to stderr, unless stderr is gone.
 pub fn err_line(args: fmt::Arguments) {
     if !STDERR_GONE.load(Ordering::Relaxed) {

@@ -12,6 +12,11 @@ fn main() {
             std::process::exit(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let Err(e) = kvxfer::output::interrupt::install() {
+        kvxfer::errln!(
+            "warning: cannot take Ctrl-C, SIGTERM and SIGHUP ({e:#}); an interrupted run's files will not say so"
+        );
+    }
     let outcome = match cli.command {
         Command::Serve(a) => commands::serve::run(a),
         Command::Send(a) => commands::send::run(a),

@@ -288,13 +288,14 @@ fn tokens_with_kv_bytes_per_token() {
 fn sweep_writes_results_and_report_re_renders_them() {
     let dir = TempDir::new("sweep");
     let out_dir = dir.arg("results");
-    let out = run(&["sweep", "--sizes", "1MiB,2MiB", "--reps", "2", "--verify", "--out-dir", &out_dir]);
+    let md = dir.join("r.md");
+    let md_arg = md.to_string_lossy().into_owned();
+    let out =
+        run(&["sweep", "--sizes", "1MiB,2MiB", "--reps", "2", "--verify", "--out-dir", &out_dir, "--md", &md_arg]);
     out.expect_code(0);
     let files: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().path()).collect();
     let json = files.iter().find(|p| p.extension().is_some_and(|e| e == "json")).expect("a .json");
-    let md = json.with_extension("md");
-    assert!(md.is_file(), "the .md next to {}: {files:?}", json.display());
-    assert_eq!(files.len(), 2, "only the .json and .md (no temp files left): {files:?}");
+    assert_eq!(files.len(), 1, "only the .json (no temp files left, Markdown only where --md says): {files:?}");
     let stem = json.file_stem().unwrap().to_string_lossy();
     assert!(stem.len() >= 15 && stem.starts_with("20") && stem.contains('T'), "timestamp name: {stem}");
 

@@ -71,7 +71,8 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
     assert!(err.contains("receiver"), "{err}");
     assert_eq!(r["complete"], false, "a run that stopped early says so");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
-    assert_eq!(csv_text.lines().count(), 2, "header + the completed case:\n{csv_text}");
+    assert_eq!(csv_text.lines().count(), 3, "why it is incomplete, header, the completed case:\n{csv_text}");
+    assert!(csv_text.starts_with("# ") && csv_text.lines().next().unwrap().contains("stopped early"), "{csv_text}");
     let md_text = std::fs::read_to_string(&md).unwrap();
     assert!(md_text.contains("| 2 MiB |") && !md_text.contains("512 MiB"), "{md_text}");
     assert!(md_text.contains("stopped early"), "{md_text}");
@@ -209,9 +210,9 @@ fn receiver_killed_while_the_sender_fills_its_verify_pattern() {
         "--events",
         &events.arg(),
     ]);
-    // The sender opens its events file once the session is established, right before the first fill starts: the
-    // kill lands before the fill's first slice is written, or during it, with the whole 2 GiB still to go.
-    events.wait_opened(Duration::from_secs(60));
+    // The sender prints its table's header once the session is established, right before the first fill starts:
+    // the kill lands before the fill's first slice is written, or during it, with the whole 2 GiB still to go.
+    assert!(send.stdout.wait_for("GB/s", Duration::from_secs(60)), "no table header: {}", send.stderr.text());
     let out = kill_and_wait(&mut serve.proc, send);
     out.expect_code(1);
     assert!(out.one_error().contains("receiver"), "{}", out.stderr);

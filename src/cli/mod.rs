@@ -217,6 +217,10 @@ pub struct SendArgs {
     pub run: RunArgs,
     #[command(flatten)]
     pub out: OutputArgs,
+    /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
+    /// existing file
+    #[arg(long, default_value = "results", value_name = "DIR")]
+    pub out_dir: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -265,9 +269,10 @@ pub struct SweepArgs {
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "file")]
     #[serde(skip)]
     pub sets: Vec<String>,
-    /// Continue an interrupted sweep: keep the completed cases (and measured reps) of this results file, run the
-    /// rest, and write back into it (unless --json says otherwise)
-    #[arg(long, value_name = "FILE.json", requires = "file")]
+    /// Continue an interrupted sweep (flags or a sweep file, given as before): keep the completed cases (and a
+    /// sweep file's measured reps) of this results file, run the rest, and write back into it (unless --json says
+    /// otherwise)
+    #[arg(long, value_name = "FILE.json")]
     #[serde(skip)]
     pub resume: Option<PathBuf>,
     /// Check the sweep file and print its plan (cases, sessions, reps, order), then exit without measuring
@@ -299,7 +304,8 @@ pub struct SweepArgs {
     #[command(flatten)]
     #[serde(skip)]
     pub out: OutputArgs,
-    /// Where the default results/<timestamp>.json and .md go when --json/--md are not given
+    /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
+    /// existing file
     #[arg(long, default_value = "results", value_name = "DIR")]
     #[serde(skip)]
     pub out_dir: PathBuf,

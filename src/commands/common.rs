@@ -272,20 +272,28 @@ pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
     Ok(())
 }
 
-/// `results/<timestamp>.json` and `.md` for whichever of --json and --md is not given.
+/// A new results file in `out_dir` (`<timestamp>-<suffix>.json`, never an existing one) unless `--json` names one:
+/// every run keeps its results, and `--resume` and `report` read them.
 pub fn default_outputs(out: &mut OutputArgs, out_dir: &Path) -> Result<()> {
-    if out.json.is_none() || out.md.is_none() {
+    if out.json.is_none() {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", out_dir.display())))?;
-        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-            .to_string()
-            .chars()
-            .filter(|c| !matches!(c, '-' | ':'))
-            .collect();
-        out.json.get_or_insert_with(|| out_dir.join(format!("{stamp}.json")));
-        out.md.get_or_insert_with(|| out_dir.join(format!("{stamp}.md")));
+        let path = crate::export::files::create_default(out_dir, "json")?;
+        crate::output::interrupt::created(path.clone());
+        out.created.push(path.clone());
+        out.json = Some(path);
     }
     Ok(())
+}
+
+/// Remove results files this run created under default names that never got any results (it failed before its
+/// first case): an empty file would only stand in the way of `report results/*.json`.
+pub fn drop_unused_outputs(out: &OutputArgs) {
+    for p in &out.created {
+        if std::fs::metadata(p).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Listen on `addr`, naming the usual cause when the port is taken.

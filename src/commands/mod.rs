@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod loopback;
 pub mod predict;
 pub mod report;
+pub mod resume;
 pub mod send;
 pub mod serve;
 pub mod sweep;

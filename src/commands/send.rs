@@ -25,9 +25,22 @@ pub struct SendJob<'a> {
     pub role: &'static str,
     pub src: MemKind,
     pub device: crate::transport::DeviceChoice,
+    /// The interrupted run this one continues (`sweep --resume`): its cases are kept, the rest are measured.
+    pub previous: Option<Results>,
+    /// The command that would continue this run, said when it is interrupted.
+    pub resume: Option<String>,
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
+    let mut out = a.out.clone();
+    let outcome = common::default_outputs(&mut out, &a.out_dir).and_then(|()| send(&a, &out));
+    if outcome.is_err() {
+        common::drop_unused_outputs(&out);
+    }
+    outcome
+}
+
+fn send(a: &SendArgs, out: &OutputArgs) -> Result<()> {
     let src = a.mem;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
     let device = common::device_choice(&a.device)?;
@@ -37,12 +50,14 @@ pub fn run(a: SendArgs) -> Result<()> {
         token: a.token.as_deref().unwrap_or(""),
         cfg,
         timeouts,
-        out: &a.out,
+        out,
         label: a.run.label.clone(),
         model,
         role: "send",
         src,
         device,
+        previous: None,
+        resume: None,
     })
     .map(|_| ())
 }
@@ -107,8 +122,17 @@ pub fn drive(job: SendJob) -> Result<Results> {
     let detail = session.transport_detail.to_json();
     let mut config = ConfigJson::from_run(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
     config.numa = Some(session.numa.clone());
-    let results = Results::new(label, &Env::capture(), config);
+    let results = match job.previous {
+        Some(mut prev) => {
+            prev.error = None;
+            prev.interrupted = None;
+            prev
+        }
+        None => Results::new(label, &Env::capture(), config),
+    };
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
+    let total = rec.results.cases.iter().filter(|c| c.complete).count() + job.cfg.cases.len();
+    rec.set_plan(total, job.resume);
     let outcome = session.run(&mut rec);
     rec.finish(outcome.as_ref().err())?;
     outcome.map(|()| rec.results)

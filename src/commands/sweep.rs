@@ -1,7 +1,7 @@
 //! `kvxfer sweep`: the main job on one machine. A receiver runs in a thread of this process on loopback, with a
 //! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
 
-use super::common::{self, check_host_support, configure, default_outputs, Configured};
+use super::common::{self, check_host_support, configure, default_outputs, drop_unused_outputs, Configured};
 use super::loopback::loopback_receiver;
 use super::send::{drive, SendJob};
 use crate::cli::SweepArgs;
@@ -13,12 +13,22 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
         return super::sweep_file::run(a, &file);
     }
-    let (src, dst) = (a.src, a.dst);
-    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
-
     let mut out = a.out.clone();
-    default_outputs(&mut out, &a.out_dir)?;
-    Recorder::check_outputs(&out)?;
+    if let Some(r) = &a.resume {
+        out.json.get_or_insert_with(|| r.clone());
+    }
+    let outcome = default_outputs(&mut out, &a.out_dir).and_then(|()| sweep(&a, &out));
+    if outcome.is_err() {
+        drop_unused_outputs(&out);
+    }
+    outcome
+}
+
+fn sweep(a: &SweepArgs, out: &crate::cli::OutputArgs) -> Result<()> {
+    let (src, dst) = (a.src, a.dst);
+    let Configured { mut cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
+    let previous = a.resume.as_deref().map(|p| super::resume::continue_sweep(p, &mut cfg)).transpose()?;
+    Recorder::check_outputs(out)?;
 
     let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
     check_host_support(&cfg, &[("--src", src), ("--dst", dst)], &[&device, &peer_device])?;
@@ -44,12 +54,14 @@ pub fn run(a: SweepArgs) -> Result<()> {
         token: &token,
         cfg,
         timeouts,
-        out: &out,
+        out,
         label,
         model,
         role: "sweep",
         src,
         device,
+        previous,
+        resume: out.json.as_deref().map(super::resume::resume_command),
     });
     // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
     // error already says what went wrong on either side; the receiver's own copy would only repeat it.

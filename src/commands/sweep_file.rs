@@ -3,7 +3,9 @@
 //! round runs every case once, in a fresh seeded shuffle), and the results are saved after every rep, so an
 //! interrupted sweep can be continued with `--resume`.
 
-use super::common::{check_host_support, configure, default_outputs, loopback_devices, Configured};
+use super::common::{
+    check_host_support, configure, default_outputs, drop_unused_outputs, loopback_devices, Configured,
+};
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
 use crate::cli::{Cli, SweepArgs};
@@ -44,12 +46,26 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     let mut out = a.out.clone();
     if let Some(r) = &a.resume {
         out.json.get_or_insert_with(|| r.clone());
-        out.md.get_or_insert_with(|| r.with_extension("md"));
     }
     default_outputs(&mut out, &a.out_dir)?;
-    Recorder::check_outputs(&out)?;
+    let outcome = measure(&a, &sweep, &plans, previous, &out);
+    if outcome.is_err() {
+        drop_unused_outputs(&out);
+    }
+    outcome
+}
 
-    let kept = kept_cases(previous.as_ref(), &sweep);
+/// Run the sweep's cases (those a resumed run still needs) and keep `out` current.
+fn measure(
+    a: &SweepArgs,
+    sweep: &SweepFile,
+    plans: &[SessionPlan],
+    previous: Option<Results>,
+    out: &crate::cli::OutputArgs,
+) -> Result<()> {
+    Recorder::check_outputs(out)?;
+
+    let kept = kept_cases(previous.as_ref(), sweep);
     let need: Vec<u32> = sweep
         .cases
         .iter()
@@ -64,7 +80,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         );
     }
 
-    let mut results = sweep_results(&a, &sweep, &plans, previous)?;
+    let mut results = sweep_results(a, sweep, plans, previous)?;
     let s = results.sweep.as_mut().expect("a sweep's results");
     // A resumed run reshuffles with a seed of its own, still reproducible from the file's seed.
     let seed = sweep.seed.wrapping_add(s.resumed_at.len() as u64);
@@ -81,14 +97,15 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         sweep.order.name(),
         sweep.seed
     );
-    let mut rec = Recorder::with_total(results, total, verify, &out)?;
+    let mut rec = Recorder::with_total(results, total, verify, out)?;
+    rec.set_plan(sweep.cases.len(), out.json.as_deref().map(super::resume::resume_command));
     for c in kept.values().filter(|c| c.complete) {
         rec.put_case(c.clone())?;
     }
 
-    let mut pool = Pool::new(&plans);
+    let mut pool = Pool::new(plans);
     let mut runs: BTreeMap<usize, CaseRun> = BTreeMap::new();
-    let outcome = run_rounds(&sweep, &plans, &rounds, &kept, &mut pool, &mut runs, &mut rec);
+    let outcome = run_rounds(sweep, plans, &rounds, &kept, &mut pool, &mut runs, &mut rec);
     let closed = pool.close_all(&outcome);
     let s = rec.results.sweep.as_mut().expect("set above");
     s.session_opens += pool.opens;
@@ -130,6 +147,7 @@ fn sweep_results(
                 crate::errln!("warning: resume: this host differs from the interrupted run's: {d}");
             }
             prev.error = None;
+            prev.interrupted = None;
             let s = prev.sweep.as_mut().expect("resumable() checked");
             s.resumed_at.push(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
             prev

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct OutputArgs {
-    /// Write the results JSON here (updated atomically as each size completes)
+    /// Write the results JSON here (updated atomically as each case completes; default: a new file in --out-dir)
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write one CSV row per size here
+    /// Also write one CSV row per case here
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Write a Markdown table here
+    /// Also write a Markdown table here
     #[arg(long, value_name = "FILE")]
     pub md: Option<PathBuf>,
     /// Write per-rep stage timestamps of both ends here (JSON lines)
@@ -21,6 +21,9 @@ pub struct OutputArgs {
     pub events: Option<PathBuf>,
     #[command(flatten)]
     pub fig: FigArgs,
+    /// The files above that kvxfer created under default names (rewritten by rename, never through a link).
+    #[arg(skip)]
+    pub created: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone, Default)]

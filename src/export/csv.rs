@@ -60,7 +60,15 @@ fn cluster_cells(c: &crate::stats::CaseResult) -> Vec<String> {
 
 /// Render one or more results as CSV (bandwidth in GB/s = 10^9 B/s, times in ms).
 pub fn render(all: &[Results]) -> Result<String> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    // An unfinished run says so before anything else, on comment lines (pandas: comment="#"); a finished run's
+    // file is plain CSV.
+    let mut head = String::new();
+    for r in all {
+        if let Some(note) = r.incomplete_note() {
+            head.push_str(&format!("# {}: {}\n", r.label.replace('\n', " "), note));
+        }
+    }
+    let mut w = csv::Writer::from_writer(head.into_bytes());
     let cluster = all.iter().any(|r| r.cluster.is_some());
     let mut header = HEADER.to_vec();
     if cluster {

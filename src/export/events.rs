@@ -2,7 +2,7 @@
 //! side's run start). The two clocks are never compared; durations within one side are.
 
 use crate::run::{CaseRecord, RepRecord};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -13,7 +13,7 @@ pub struct EventsFile {
 
 impl EventsFile {
     pub fn create(path: &Path) -> Result<EventsFile> {
-        let f = File::create(path).with_context(|| format!("--events {}", path.display()))?;
+        let f = super::files::open_stream("--events", path)?;
         Ok(EventsFile { out: BufWriter::new(f) })
     }
 

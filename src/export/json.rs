@@ -94,6 +94,27 @@ pub struct Results {
     /// A cluster run (`kvxfer cluster`): its pattern, ranks and the aggregates of concurrent steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::stats::cluster::ClusterJson>,
+    /// Set when a signal (Ctrl-C, SIGTERM, SIGHUP) stopped the run: which, when, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
+}
+
+/// `interrupted` in the results file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Interruption {
+    /// `SIGINT`, `SIGTERM` or `SIGHUP`.
+    pub signal: String,
+    pub at: String,
+    /// Cases complete in `cases`, of the cases the run was asked to measure.
+    pub cases_done: usize,
+    pub cases_total: usize,
+    /// The case being measured when the signal came and the reps it had finished; its reps are not in `cases`
+    /// unless the run saves partly measured cases (a sweep file's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measuring: Option<String>,
+    /// The command that continues the run where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
 }
 
 /// `sweep` in the results file.
@@ -166,7 +187,31 @@ impl Results {
             complete: false,
             sweep: None,
             cluster: None,
+            interrupted: None,
         }
+    }
+
+    /// What a reader must know first when these results are not a finished run: why they stopped and how to go
+    /// on; `None` for a complete run.
+    pub fn incomplete_note(&self) -> Option<String> {
+        if self.complete {
+            return None;
+        }
+        let resume = |i: &Interruption| i.resume.as_ref().map(|c| format!("; resume with: {c}")).unwrap_or_default();
+        Some(match (&self.interrupted, &self.error) {
+            (Some(i), _) => format!(
+                "INCOMPLETE: interrupted by {} after {} of {} cases{}",
+                i.signal,
+                i.cases_done,
+                i.cases_total,
+                resume(i)
+            ),
+            (None, Some(e)) => format!("INCOMPLETE: the run stopped early: {e}"),
+            (None, None) => format!(
+                "INCOMPLETE: {} case(s) so far; the run was still going when this was written, or was killed",
+                self.cases.len()
+            ),
+        })
     }
 
     /// The file's bytes: pretty JSON and a final newline.

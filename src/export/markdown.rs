@@ -14,6 +14,9 @@ pub fn render(all: &[Results]) -> String {
             out.push_str(&super::cluster::markdown(r, cl));
             continue;
         }
+        if let Some(note) = r.incomplete_note() {
+            out.push_str(&format!("> **{note}**\n\n"));
+        }
         out.push_str(&format!(
             "### {} — {} ({})\n\nBandwidth in GB/s = 10^9 bytes/s; times in ms; block = bytes per write; n = measured reps.\n\n",
             r.label, r.config.transport, r.started_at
@@ -43,7 +46,7 @@ pub fn render(all: &[Results]) -> String {
         if r.cases.iter().any(|c| c.layout == Layout::Paged) {
             out.push_str("\np: paged layout, block = one piece (`--block-tokens` tokens of one layer's K or V)\n");
         }
-        if let Some(e) = &r.error {
+        if let (Some(e), None) = (&r.error, &r.interrupted) {
             out.push_str(&format!("\nThe run stopped early: {e}\n"));
         }
         out.push('\n');

@@ -10,102 +10,17 @@ pub mod cluster;
 pub mod compare;
 pub mod csv;
 pub mod events;
+pub mod files;
 pub mod json;
 pub mod markdown;
 pub mod plot;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use args::OutputArgs;
 use json::Results;
 use std::path::{Path, PathBuf};
 
-/// Write `bytes` to `path` via a temporary file in the same directory and a rename. A path that is a device or a
-/// pipe (`--json /dev/null`, `--csv /dev/stdout`, a FIFO) is written in place: a rename would replace the device
-/// node itself with a regular file (as root, /dev/null would then collect every process's discarded output). A
-/// symbolic link is followed: the file it names is replaced, the link stays. The temporary file is removed when
-/// writing it fails (a full disk).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
-        return std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()));
-    }
-    let resolved;
-    let path = if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        match std::fs::canonicalize(path) {
-            Ok(p) => {
-                resolved = p;
-                resolved.as_path()
-            }
-            // A dangling link: create the file it names.
-            Err(_) => return std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display())),
-        }
-    } else {
-        path
-    };
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    replace_with(&tmp, path, |t| std::fs::write(t, bytes))
-}
-
-/// Write `tmp` with `write`, then rename it over `path`; `tmp` is removed if either step fails.
-pub fn replace_with(tmp: &Path, path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> Result<()> {
-    let outcome = write(tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))
-        .and_then(|()| std::fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display())));
-    if outcome.is_err() {
-        let _ = std::fs::remove_file(tmp);
-    }
-    outcome
-}
-
-#[cfg(test)]
-mod write_tests {
-    use super::*;
-
-    #[test]
-    fn a_link_keeps_pointing_at_the_rewritten_file() {
-        let dir = std::env::temp_dir().join(format!("kvxfer-link-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (file, link) = (dir.join("real.json"), dir.join("link.json"));
-        std::fs::write(&file, b"old").unwrap();
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        write_atomic(&link, b"new").unwrap();
-        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
-        assert_eq!(std::fs::read(&file).unwrap(), b"new");
-        // A temporary file that cannot be renamed into place (a directory is there) is not left behind.
-        let busy = dir.join("busy");
-        std::fs::create_dir_all(busy.join("x")).unwrap();
-        assert!(write_atomic(&busy, b"x").is_err());
-        assert!(!std::fs::read_dir(&dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".tmp.")));
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
-/// Fail early (usage error) when an output file could not be created: missing or unwritable directory.
-pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        return Err(crate::error::usage(format!(
-            "{flag} {}: directory {} does not exist; create it first",
-            path.display(),
-            dir.display()
-        )));
-    }
-    if path.is_dir() {
-        return Err(crate::error::usage(format!("{flag} {}: is a directory; give a file name", path.display())));
-    }
-    let probe = dir.join(format!(".kvxfer-probe.{}", std::process::id()));
-    match std::fs::write(&probe, b"") {
-        Ok(()) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => {
-            Err(crate::error::usage(format!("{flag} {}: cannot write in {}: {e}", path.display(), dir.display())))
-        }
-    }
-}
+pub use files::{check_writable, replace_with, write_atomic};
 
 /// One results format: the whole file for these runs.
 pub trait Exporter {
@@ -158,7 +73,10 @@ impl Format {
 /// Where a format goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
+    /// A file the user named: written as a shell redirect would ([`write_atomic`]).
     File(PathBuf),
+    /// A file kvxfer created under a default name: replaced, never followed ([`files::write_owned`]).
+    Created(PathBuf),
     /// `report --md -`: printed as it is, nothing added.
     Stdout,
 }
@@ -175,7 +93,7 @@ impl Target {
 }
 
 /// The formats one command writes, in the order given.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct ExportManager {
     exports: Vec<(Format, Target)>,
 }
@@ -186,7 +104,8 @@ impl ExportManager {
         let mut m = ExportManager::default();
         for (format, path) in [(Format::Json, &out.json), (Format::Csv, &out.csv), (Format::Markdown, &out.md)] {
             if let Some(p) = path {
-                m.add(format, Target::File(p.clone()));
+                let target = if out.created.contains(p) { Target::Created(p.clone()) } else { Target::File(p.clone()) };
+                m.add(format, target);
             }
         }
         m
@@ -204,7 +123,7 @@ impl ExportManager {
     /// The files, with what each holds, in the order given.
     pub fn files(&self) -> impl Iterator<Item = (Format, &Path)> {
         self.exports.iter().filter_map(|(f, t)| match t {
-            Target::File(p) => Some((*f, p.as_path())),
+            Target::File(p) | Target::Created(p) => Some((*f, p.as_path())),
             Target::Stdout => None,
         })
     }
@@ -216,41 +135,28 @@ impl ExportManager {
 
     /// Write every format: files atomically, stdout as the text is.
     pub fn write(&self, runs: &[Results]) -> Result<()> {
+        self.write_some(runs, true)
+    }
+
+    /// Rewrite the files of a run still going: all but FIFOs and devices, which get the final results only.
+    pub fn write_progress(&self, runs: &[Results]) -> Result<()> {
+        self.write_some(runs, false)
+    }
+
+    fn write_some(&self, runs: &[Results], last: bool) -> Result<()> {
         for (format, target) in &self.exports {
+            if let (false, Target::File(p)) = (last, target) {
+                if files::written_once(p) {
+                    continue;
+                }
+            }
             let bytes = format.exporter().serialize(runs)?;
             match target {
                 Target::File(p) => write_atomic(p, &bytes)?,
+                Target::Created(p) => files::write_owned(p, &bytes)?,
                 Target::Stdout => crate::console::out_bytes(&bytes),
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Read;
-    use std::os::unix::fs::FileTypeExt;
-
-    #[test]
-    fn a_fifo_is_written_in_place_not_replaced() {
-        let dir = std::env::temp_dir().join(format!("kvxfer-fifo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fifo = dir.join("out.json");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                std::fs::File::open(&fifo).unwrap().read_to_string(&mut text).unwrap();
-                text
-            })
-        };
-        write_atomic(&fifo, b"{\"ok\": true}").unwrap();
-        // Checked before joining the reader: a renamed-over FIFO would leave it waiting for a writer forever.
-        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO must still be a FIFO");
-        assert_eq!(reader.join().unwrap(), "{\"ok\": true}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

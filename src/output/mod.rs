@@ -2,6 +2,7 @@
 //! [`Recorder`] that shows each size and rewrites the results files as the run goes.
 
 pub mod compare;
+pub mod interrupt;
 pub mod progress;
 pub mod recorder;
 pub mod table;

@@ -1,7 +1,7 @@
 //! The sink of a running sender: prints a row per size as it finishes, moves the progress bar, and rewrites every
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
-use super::{compare, progress::Progress, table};
+use super::{compare, interrupt, progress::Progress, table};
 use crate::export::args::{FigArgs, OutputArgs};
 use crate::export::cells::{case_name, ceiling_note, ci_note, rails_text, warning_summary, why_note};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
@@ -18,11 +18,21 @@ pub struct Recorder {
     events: Option<EventsFile>,
     verify: bool,
     fig: FigArgs,
+    /// How many cases the run measures, and the command that resumes it: what an interrupted run's files say.
+    cases_total: usize,
+    resume: Option<String>,
+    /// The first failed --events write, which fails the run at the end of the case.
+    events_error: Option<anyhow::Error>,
+    events_path: Option<std::path::PathBuf>,
 }
 
 impl Recorder {
     /// Check every output path (a missing directory is a usage error): call before connecting to anything.
     pub fn check_outputs(out: &OutputArgs) -> Result<()> {
+        let named = [("--json", &out.json), ("--csv", &out.csv), ("--md", &out.md), ("--events", &out.events)];
+        let named: Vec<(&str, &std::path::Path)> =
+            named.iter().filter_map(|(f, p)| p.as_deref().map(|p| (*f, p))).collect();
+        export::files::check_distinct(&named)?;
         ExportManager::for_run(out).check_writable()?;
         if let Some(p) = &out.events {
             export::check_writable("--events", p)?;
@@ -35,12 +45,20 @@ impl Recorder {
     }
 
     pub fn new(results: Results, cfg: &RunConfig, out: &OutputArgs) -> Result<Recorder> {
-        Recorder::with_total(
+        let mut rec = Recorder::with_total(
             results,
             cfg.cases.len() as u64 * (u64::from(cfg.knobs.reps) + u64::from(cfg.knobs.warmup)),
             cfg.knobs.verify,
             out,
-        )
+        )?;
+        rec.cases_total = rec.results.cases.len() + cfg.cases.len();
+        Ok(rec)
+    }
+
+    /// What an interrupted run's files and line say: how many cases it measures in all, and how to resume it.
+    pub fn set_plan(&mut self, cases_total: usize, resume: Option<String>) {
+        self.cases_total = cases_total;
+        self.resume = resume;
     }
 
     /// A recorder whose progress bar counts `total` reps (warm-ups included).
@@ -48,12 +66,36 @@ impl Recorder {
         let events = out.events.as_deref().map(EventsFile::create).transpose()?;
         let progress = Progress::new(total);
         progress.println(&table::live_header());
-        Ok(Recorder { results, progress, exports: ExportManager::for_run(out), events, verify, fig: out.fig.clone() })
+        let exports = ExportManager::for_run(out);
+        let cases_total = results.cases.len();
+        Ok(Recorder {
+            results,
+            progress,
+            exports,
+            events,
+            verify,
+            fig: out.fig.clone(),
+            cases_total,
+            resume: None,
+            events_error: None,
+            events_path: out.events.clone(),
+        })
     }
 
-    /// Rewrite every requested file from the current results.
+    /// Rewrite every requested file from the current results; a signal meanwhile waits, then finishes these.
     pub fn save(&self) -> Result<()> {
-        self.exports.write(std::slice::from_ref(&self.results))
+        self.save_as(false)
+    }
+
+    fn save_as(&self, last: bool) -> Result<()> {
+        let armed = || interrupt::Armed {
+            results: self.results.clone(),
+            exports: self.exports.clone(),
+            cases_total: self.cases_total,
+            resume: self.resume.clone(),
+        };
+        let runs = std::slice::from_ref(&self.results);
+        interrupt::saving(armed, || if last { self.exports.write(runs) } else { self.exports.write_progress(runs) })
     }
 
     /// Record why the run stopped (kept in the JSON next to the completed cases) and close the bar.
@@ -63,7 +105,8 @@ impl Recorder {
             Some(e) => self.results.error = Some(format!("{e:#}")),
             None => self.results.complete = true,
         }
-        self.save()?;
+        self.save_as(true)?;
+        interrupt::disarm();
         let series = export::compare::series_of(std::slice::from_ref(&self.results));
         if series.len() > 1 {
             crate::outln!(
@@ -115,6 +158,7 @@ impl Recorder {
     /// Keep a sweep case's current results (replacing its earlier state, matched by `case_id`) and save; print its
     /// row once it is complete.
     pub fn put_case(&mut self, result: CaseResult) -> Result<()> {
+        self.events_failed()?;
         let row = result.complete.then(|| table::live_row(&result));
         match self.results.cases.iter_mut().find(|c| c.case_id.is_some() && c.case_id == result.case_id) {
             Some(slot) => *slot = result,
@@ -133,18 +177,36 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    fn events_failed(&mut self) -> Result<()> {
+        match self.events_error.take() {
+            Some(e) => Err(e.context(format!(
+                "--events {}: cannot write the per-rep events",
+                self.events_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
 impl RunSink for Recorder {
     fn rep_done(&mut self, case: &CaseRecord, rep: &RepRecord, warmup: bool) {
         if let Some(ev) = &mut self.events {
             if let Err(e) = ev.rep(case, rep, warmup) {
-                crate::errln!("warning: --events: {e:#}");
+                // Kept for case_done, which can fail the run: an --events file that cannot be written is as
+                // lost as a --json one.
+                self.events_error.get_or_insert(e);
             }
         }
         self.progress.inc();
         self.progress.set_message(format!("{} {:.2} GB/s", format_size(case.case.size_bytes), rep.gbps));
+        let kind = if warmup { "warm-up" } else { "measured" };
+        interrupt::measuring(Some(format!("{}: {kind} rep {} done", format_size(case.case.size_bytes), rep.i + 1)));
     }
 
     fn case_done(&mut self, case: &CaseRecord) -> Result<()> {
+        self.events_failed()?;
+        interrupt::measuring(None);
         let result = CaseResult::from_record(case, self.verify);
         let row = table::live_row(&result);
         self.results.cases.push(result);

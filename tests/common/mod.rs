@@ -124,6 +124,31 @@ struct PipeState {
     closed: bool,
 }
 
+/// The read end of a FIFO opened without blocking: each read waits in poll() for data or the writer's close. (A
+/// FIFO's poll reports no hang-up before a writer has come and gone, so it waits for the writer to come.)
+struct FifoReader {
+    file: std::fs::File,
+    captured: Captured,
+}
+
+impl Read for FifoReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsFd;
+        loop {
+            let mut fds = [nix::poll::PollFd::new(self.file.as_fd(), nix::poll::PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+                Ok(_) => self.captured.update(|s| s.opened = true),
+            }
+            match self.file.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
 /// Text a child writes to one pipe, collected by a thread as it arrives, so tests can wait for a line.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<(Mutex<PipeState>, Condvar)>);
@@ -138,23 +163,21 @@ impl Captured {
     }
 
     /// Make a FIFO at `path` and collect what a writer (a child told to write its `--events` there) writes into
-    /// it. The reader thread opens it at once, which lets the writer's `open` return; `wait_opened` sees that.
+    /// it. The read end is open before this returns (without blocking), so a writer that checks for a reader finds
+    /// one; the thread then waits in poll() for data or for the writer's close. `opened` is set at the first of
+    /// these.
     pub fn fifo(path: &Path) -> Captured {
+        use std::os::unix::fs::OpenOptionsExt;
         nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))
             .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
         let c = Captured::default();
         let inner = c.clone();
-        let path = path.to_path_buf();
-        std::thread::spawn(move || match std::fs::File::open(&path) {
-            Ok(f) => {
-                inner.update(|s| s.opened = true);
-                inner.read_all(f)
-            }
-            Err(e) => inner.update(|s| {
-                s.text.push_str(&format!("(cannot open {}: {e})", path.display()));
-                s.closed = true;
-            }),
-        });
+        std::thread::spawn(move || inner.read_all(FifoReader { file: f, captured: inner.clone() }));
         c
     }
 

@@ -19,6 +19,7 @@ mod time;
 use crate::export::json::Results;
 use crate::stats::{ceiling, Ceiling};
 use anyhow::Result;
+use image::ImageEncoder;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -155,16 +156,21 @@ trait Figure {
 /// Render `fig` as `dir/stem.png` and `dir/stem.svg`, each written whole or not at all.
 fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
     let png = dir.join(format!("{stem}.png"));
-    let tmp = dir.join(format!(".{stem}.tmp.{}.png", std::process::id()));
-    let drawn = (|| -> Result<()> {
-        let backend = raster::TextFix::new(BitMapBackend::new(&tmp, style::SIZE), style::FONT_BYTES);
+    // Drawn in memory and encoded here, so writing it fails as any results file does: one line naming the file
+    // and the system's reason (a full disk), never the image library's nested error values.
+    let (w, h) = style::SIZE;
+    let mut pixels = vec![0u8; w as usize * h as usize * 3];
+    {
+        let backend = raster::TextFix::new(BitMapBackend::with_buffer(&mut pixels, style::SIZE), style::FONT_BYTES);
         let root = backend.into_drawing_area();
         fig.draw(&root).map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
-        root.present().map_err(|e| anyhow::anyhow!("writing {}: {e}", png.display()))?;
-        Ok(())
-    })();
-    // A half-drawn temporary file is not left behind.
-    drawn.and_then(|()| super::replace_with(&tmp, &png, |_| Ok(())))?;
+        root.present().map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
+    }
+    let mut encoded = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut encoded)
+        .write_image(&pixels, w, h, image::ColorType::Rgb8)
+        .map_err(|e| anyhow::anyhow!("encoding {}: {e}", png.display()))?;
+    crate::export::write_atomic(&png, &encoded)?;
 
     let svg = dir.join(format!("{stem}.svg"));
     let mut text = String::new();

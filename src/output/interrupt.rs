@@ -1,0 +1,170 @@
+//! Ctrl-C, SIGTERM and SIGHUP: the run's files end up saying they are incomplete, and why.
+//!
+//! The first signal is taken by a thread of its own (not a handler, which could do nothing useful): it waits for
+//! the run's files to be between saves, marks the results interrupted (which signal, after how many cases, the
+//! case that was being measured, the command that resumes), writes every output once more, prints one line and
+//! exits 130, the shell's 128 + SIGINT, without waiting for a transfer in flight. A second signal exits at once.
+//! Signals the process was started with ignored (SIGHUP under `nohup`, SIGINT for a background job of a script)
+//! stay ignored. Files created under default names that never got results are removed.
+
+use crate::export::json::{Interruption, Results};
+use crate::export::ExportManager;
+use anyhow::Result;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The exit code of a run stopped by a signal.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// What the signal thread needs to finish a run's files: the results as last saved and where they go.
+pub struct Armed {
+    pub results: Results,
+    pub exports: ExportManager,
+    /// How many cases the run was asked to measure.
+    pub cases_total: usize,
+    /// The command that continues this run (`kvxfer sweep … --resume FILE`), when there is one.
+    pub resume: Option<String>,
+}
+
+struct State {
+    armed: Option<Armed>,
+    /// The case being measured and the reps it has finished (`1 GiB, 3 of 5 reps`).
+    measuring: Option<String>,
+    /// Results files created under a default name: removed at a signal if they never got any results.
+    created: Vec<PathBuf>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State { armed: None, measuring: None, created: Vec::new() });
+
+fn state() -> MutexGuard<'static, State> {
+    // A panic while holding the lock leaves the state as it was last set, which is still the best we have.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Take over SIGINT, SIGTERM and SIGHUP for the rest of the process (see the module). Call once, first thing.
+pub fn install() -> Result<()> {
+    let ignored = ignored_at_start();
+    let signals: Vec<i32> = [SIGINT, SIGTERM, SIGHUP].into_iter().filter(|s| *s == SIGTERM || !ignored(*s)).collect();
+    let again = Arc::new(AtomicBool::new(false));
+    for &s in &signals {
+        // The first signal sets the flag; one that finds it set ends the process there and then.
+        signal_hook::flag::register_conditional_shutdown(s, EXIT_INTERRUPTED, Arc::clone(&again))?;
+        signal_hook::flag::register(s, Arc::clone(&again))?;
+    }
+    let mut incoming = signal_hook::iterator::Signals::new(&signals)?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        if let Some(sig) = incoming.forever().next() {
+            stop(sig);
+        }
+    })?;
+    Ok(())
+}
+
+/// Which signals this process was started with ignored, from /proc/self/status (`SigIgn`, a hex mask, bit n-1
+/// for signal n). Unreadable: none.
+fn ignored_at_start() -> impl Fn(i32) -> bool {
+    let mask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("SigIgn:").map(|v| v.trim().to_string())))
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .unwrap_or(0);
+    move |sig: i32| sig >= 1 && mask & (1u64 << (sig - 1)) != 0
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// The first signal: finish the files, say where they are, exit 130.
+fn stop(sig: i32) -> ! {
+    let name = signal_name(sig);
+    let mut st = state();
+    let measuring = st.measuring.take();
+    let line = match st.armed.as_mut() {
+        Some(armed) => finish_files(armed, name, measuring),
+        None => format!("interrupted ({name})"),
+    };
+    for p in &st.created {
+        if std::fs::metadata(p).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    // Clear the progress bar's line first, so the message starts a line of its own on a terminal.
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        crate::console::err_bytes(b"\r\x1b[2K");
+    }
+    crate::errln!("{line}");
+    std::process::exit(EXIT_INTERRUPTED)
+}
+
+/// Mark the results interrupted and write every output; returns the line to print.
+fn finish_files(armed: &mut Armed, signal: &str, measuring: Option<String>) -> String {
+    let done = armed.results.cases.iter().filter(|c| c.complete).count();
+    let total = armed.cases_total.max(done);
+    let what = format!("interrupted by {signal} after {done} of {total} cases");
+    armed.results.complete = false;
+    armed.results.error = Some(what.clone());
+    armed.results.interrupted = Some(Interruption {
+        signal: signal.to_string(),
+        at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        cases_done: done,
+        cases_total: total,
+        measuring,
+        resume: armed.resume.clone(),
+    });
+    let files: Vec<String> = armed.exports.files().map(|(_, p)| p.display().to_string()).collect();
+    let saved = armed.exports.write(std::slice::from_ref(&armed.results));
+    let held = match (&saved, files.is_empty()) {
+        (Err(e), _) => format!("; the results files could not be written: {e:#}"),
+        (Ok(()), true) => String::new(),
+        (Ok(()), false) => format!("; {} hold{} them", files.join(", "), if files.len() == 1 { "s" } else { "" }),
+    };
+    let resume = armed.resume.as_ref().map(|c| format!("; resume with: {c}")).unwrap_or_default();
+    format!("{what}{held}{resume}")
+}
+
+/// Run `write` (a save of the run's files) so that a signal waits for it, then keep what it saved as what a
+/// signal finishes.
+pub fn saving<T>(armed: impl FnOnce() -> Armed, write: impl FnOnce() -> T) -> T {
+    let mut st = state();
+    let out = write();
+    st.armed = Some(armed());
+    out
+}
+
+/// The run's files are final: a signal from now on only exits.
+pub fn disarm() {
+    let mut st = state();
+    st.armed = None;
+    st.measuring = None;
+}
+
+/// Say which case is being measured, for the interrupted results.
+pub fn measuring(what: Option<String>) {
+    state().measuring = what;
+}
+
+/// A results file created under a default name: removed by a signal that comes before it holds anything.
+pub fn created(path: PathBuf) {
+    state().created.push(path);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ignored_mask_is_read_per_signal() {
+        // This test process ignores SIGPIPE (Rust's default) and not SIGTERM.
+        let ignored = ignored_at_start();
+        assert!(ignored(nix::libc::SIGPIPE));
+        assert!(!ignored(SIGTERM));
+    }
+}
