@@ -422,6 +422,43 @@ fn every_send_and_receive_path_verifies() {
     }
 }
 
+/// Two runs whose tcp paths differ (here forced, as a calibration could pick them) differ by that alone: report
+/// over both warns, naming each run's path; over two runs of one path it does not.
+#[test]
+fn report_warns_when_the_runs_compared_took_different_tcp_paths() {
+    let dir = TempDir::new("paths-report");
+    let sweep = |name: &str, splice: &str, recv: &str| {
+        let json = dir.arg(name);
+        let out = common::kvxfer()
+            .env("KVXFER_TCP_SPLICE", splice)
+            .env("KVXFER_TCP_RECV", recv)
+            .args(["sweep", "--sizes", "2MiB", "--reps", "2", "--json", &json, "--out-dir", &dir.arg("")])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let r = read_json(&dir.join(name));
+        let reason = r["config"]["transport_detail"]["sender"]["path_reason"].as_str().unwrap().to_string();
+        assert_eq!(
+            reason,
+            format!(
+                "send path {} set by KVXFER_TCP_SPLICE; receive path {recv} set by KVXFER_TCP_RECV",
+                if splice == "1" { "splice" } else { "write" }
+            )
+        );
+        json
+    };
+    let (a, b, c) = (sweep("a.json", "0", "direct"), sweep("b.json", "1", "bounce"), sweep("c.json", "0", "direct"));
+    let out = run(&["report", &a, &b]);
+    out.expect_code(0);
+    let warning = format!(
+        "warning: {a} and {b} ran with different transport choices: tcp path (send+receive) write+direct vs splice+bounce"
+    );
+    assert!(out.stderr.contains(&warning), "{}", out.stderr);
+    let out = run(&["report", &a, &c]);
+    out.expect_code(0);
+    assert!(!out.stderr.contains("transport choices"), "{}", out.stderr);
+}
+
 /// No rep may stall: a loopback rep of 1–16 MiB takes a few ms (the bounce path at 16 MiB ~50 ms on a loaded 2-core
 /// machine), so one 150 ms or more above its case's median is the tool holding bytes back (as splice with
 /// SPLICE_F_MORE on a frame's last bytes did: TCP corked the tail for ~200 ms, in 5–9 of 40 reps at 4 MiB, but in
