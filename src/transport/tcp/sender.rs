@@ -293,7 +293,11 @@ impl Source for TcpSource {
         }
         let rates: Vec<(Combo, Rate)> =
             candidates.iter().zip(&trials).filter_map(|(&c, t)| Some((c, Rate::of(t)?))).collect();
-        let Some((&default, others)) = rates.split_first() else { return Ok(()) };
+        // The trials left the last combination in place; without a rate for the default it stays.
+        (self.paths.send, self.paths.recv) = candidates[0];
+        let Some((&default, others)) = rates.split_first().filter(|(d, _)| d.0 == candidates[0]) else {
+            return Ok(());
+        };
         let (kept, why) = choice::choose(default, others);
         (self.paths.send, self.paths.recv) = kept;
         let forced = forced_reason(&self.paths);
