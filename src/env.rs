@@ -4,7 +4,7 @@ mod diff;
 pub mod hardware;
 pub mod sysroot;
 
-pub use diff::differences;
+pub use diff::{differences, transport_differences};
 
 use crate::mem::host::meminfo_field;
 use hardware::{GpuDevice, Iommu, Nic, NumaNode};

@@ -28,6 +28,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
             crate::errln!("warning: {} and {} ran in different environments: {d}", a.files[0].display(), f.display());
         }
     }
+    warn_transport_choices(&all, &a.files);
     let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
     if !stdout_taken {
         print_tables(&all, &parts);
@@ -57,6 +58,34 @@ pub fn run(a: ReportArgs) -> Result<()> {
         export::plot::draw_series(if short.is_empty() { &split } else { &short }, dir, &lines)?;
     }
     Ok(())
+}
+
+/// A transport that chose differently between the runs compared (a tcp path picked by calibration, say), or
+/// between the sessions of one sweep file, makes their numbers differ for that reason alone: say so.
+fn warn_transport_choices(all: &[Results], files: &[PathBuf]) {
+    for (r, f) in all.iter().zip(files).skip(1) {
+        for d in crate::env::transport_differences(&all[0].config.transport_detail, &r.config.transport_detail) {
+            crate::errln!(
+                "warning: {} and {} ran with different transport choices: {d}; their numbers differ by that too",
+                files[0].display(),
+                f.display()
+            );
+        }
+    }
+    for (r, f) in all.iter().zip(files) {
+        let Some(sessions) = r.sweep.as_ref().map(|s| &s.sessions) else { continue };
+        let Some((first, rest)) = sessions.split_first() else { continue };
+        for s in rest {
+            for d in crate::env::transport_differences(&first.transport_detail, &s.transport_detail) {
+                crate::errln!(
+                    "warning: {}: the sessions of cases {:?} and {:?} ran with different transport choices: {d}; their numbers differ by that too",
+                    f.display(),
+                    first.case_ids,
+                    s.case_ids
+                );
+            }
+        }
+    }
 }
 
 /// Each run's boxed table and notes on the console, and the side-by-side table of several series.

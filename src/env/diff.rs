@@ -1,5 +1,5 @@
 //! Which differences between two runs' fingerprints can change the numbers: comparing runs across them compares
-//! the environment as much as the configuration.
+//! the environment (or what the transport chose while connecting) as much as the configuration.
 
 use serde_json::Value;
 
@@ -51,6 +51,40 @@ pub fn differences(a: &Value, b: &Value) -> Vec<String> {
     out
 }
 
+/// Choices a transport made while connecting (`config.transport_detail`), each as the keys whose values, joined
+/// by `+`, name it. Measurements (rates, registration times) and identities (sessions, GIDs) are not choices: they
+/// differ between any two runs.
+const TRANSPORT_CHOICES: &[(&[&[&str]], &str)] = &[
+    (&[&["sender", "send"], &["sender", "recv"]], "tcp path (send+receive)"),
+    (&[&["sender", "copy"]], "copy"),
+    (&[&["sender", "staging"]], "staging"),
+    (&[&["sender", "reg_method"]], "memory registration"),
+    (&[&["sender", "port", "link_layer"]], "link layer"),
+    (&[&["sender", "port", "gid_type"]], "GID type"),
+    (&[&["sender", "port", "active_mtu"]], "path MTU"),
+    (&[&["sender", "protocol"]], "protocol"),
+    (&[&["sender", "version"]], "engine version"),
+    (&[&["sender", "backend"]], "backend"),
+    (&[&["sender", "op"]], "operation"),
+    (&[&["sender", "memory"]], "registered memory"),
+];
+
+/// The choices two runs' transports made differently (see [`TRANSPORT_CHOICES`]), one phrase each:
+/// `tcp path (send+receive) write+direct vs splice+bounce`. A choice one of them does not record (another
+/// transport, a file from an older kvxfer) is not compared.
+pub fn transport_differences(a: &Value, b: &Value) -> Vec<String> {
+    let choice = |v: &Value, keys: &[&[&str]]| -> Option<String> {
+        keys.iter().map(|k| at(v, k).map(text)).collect::<Option<Vec<_>>>().map(|parts| parts.join("+"))
+    };
+    TRANSPORT_CHOICES
+        .iter()
+        .filter_map(|(keys, what)| match (choice(a, keys), choice(b, keys)) {
+            (Some(x), Some(y)) if x != y => Some(format!("{what} {x} vs {y}")),
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +112,24 @@ mod tests {
     #[test]
     fn missing_keys_are_not_differences() {
         assert!(differences(&json!({"kernel": "6.1"}), &env("28.1", 9000, "off")).is_empty());
+    }
+
+    #[test]
+    fn transport_choices_that_differ_are_named_and_measurements_are_not() {
+        let tcp = |send: &str, recv: &str, gbps: f64| {
+            json!({"sender": {"send": send, "recv": recv, "streams": 1, "calibration_gbps": {"write+direct": gbps},
+                              "path_reason": format!("measured {gbps}")}})
+        };
+        assert!(transport_differences(&tcp("write", "direct", 3.0), &tcp("write", "direct", 4.0)).is_empty());
+        assert_eq!(
+            transport_differences(&tcp("write", "direct", 3.0), &tcp("splice", "bounce", 3.0)),
+            vec!["tcp path (send+receive) write+direct vs splice+bounce"]
+        );
+        // Another transport's detail, or none (an older file): nothing in common to compare.
+        let cuda = json!({"sender": {"gpu": 0, "copy": "ce", "staging": "none", "streams": 1}});
+        assert!(transport_differences(&tcp("write", "direct", 3.0), &cuda).is_empty());
+        assert!(transport_differences(&tcp("write", "direct", 3.0), &Value::Null).is_empty());
+        let batch = json!({"sender": {"gpu": 0, "copy": "batch", "staging": "none", "streams": 1}});
+        assert_eq!(transport_differences(&cuda, &batch), vec!["copy ce vs batch"]);
     }
 }

@@ -315,15 +315,16 @@ mod tests {
             recv_choice: tcp::ChosenBy::Calibration,
             recv_gbps: Some(tcp::RecvRates { direct: 3.0, bounce: 3.5 }),
             calibration_gbps: [("splice+bounce".to_string(), 3.5)].into(),
+            path_reason: "measured".to_string(),
         };
         let mut detail = tcp::TcpDetail { sender };
-        let json = r#"{"sender":{"calibration_gbps":{"splice+bounce":3.5},"recv":"bounce","recv_choice":"calibration","recv_gbps":{"bounce":3.5,"direct":3.0},"send":"splice","send_choice":"calibration","send_gbps":{"splice":3.5,"write":3.0},"streams":1}}"#;
+        let json = r#"{"sender":{"calibration_gbps":{"splice+bounce":3.5},"path_reason":"measured","recv":"bounce","recv_choice":"calibration","recv_gbps":{"bounce":3.5,"direct":3.0},"send":"splice","send_choice":"calibration","send_gbps":{"splice":3.5,"write":3.0},"streams":1}}"#;
         assert_eq!(TransportDetail::Tcp(detail.clone()).to_json().to_string(), json);
         let s = &mut detail.sender;
         (s.send, s.send_choice, s.send_gbps) = (tcp::SendPath::Write, tcp::ChosenBy::NoPipe, None);
         (s.recv, s.recv_choice, s.recv_gbps) = (tcp::RecvPath::Direct, tcp::ChosenBy::RecvEnvironment, None);
         s.calibration_gbps.clear();
-        let json = r#"{"sender":{"recv":"direct","recv_choice":"KVXFER_TCP_RECV","send":"write","send_choice":"no pipe","streams":1}}"#;
+        let json = r#"{"sender":{"path_reason":"measured","recv":"direct","recv_choice":"KVXFER_TCP_RECV","send":"write","send_choice":"no pipe","streams":1}}"#;
         assert_eq!(TransportDetail::Tcp(detail).to_json().to_string(), json);
     }
 

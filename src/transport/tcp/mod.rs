@@ -11,6 +11,7 @@
 //! cannot inject bytes into the region.
 
 mod bounce;
+mod choice;
 mod frame;
 mod iovec;
 mod receiver;
@@ -18,7 +19,7 @@ mod sender;
 mod splice;
 
 pub use receiver::{frame_entries, frame_header, FrameHeader, TcpTarget};
-pub use sender::{ChosenBy, RecvRates, SendPath, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
+pub use sender::{ChosenBy, RecvRates, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
 
 use crate::mem::Buffer;
 use anyhow::{anyhow, Result};
@@ -47,6 +48,32 @@ const FRAME_BOUNCE: u64 = 1 << 63;
 pub enum RecvPath {
     Direct,
     Bounce,
+}
+
+impl RecvPath {
+    fn name(self) -> &'static str {
+        match self {
+            RecvPath::Direct => "direct",
+            RecvPath::Bounce => "bounce",
+        }
+    }
+}
+
+/// How large writes leave: through the zero-copy pipe, or copied into socket buffers by plain writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendPath {
+    Splice,
+    Write,
+}
+
+impl SendPath {
+    fn name(self) -> &'static str {
+        match self {
+            SendPath::Splice => "splice",
+            SendPath::Write => "write",
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
