@@ -5,6 +5,7 @@
 use crate::bail_usage;
 use crate::cli::{DeviceArgs, OutputArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
 use crate::control::Timeouts;
+use crate::env::{memory, sysroot::SysRoot};
 use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::layout::paged_config;
@@ -247,29 +248,48 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
 }
 
 /// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that
-/// live in host memory here (both ends' when they run in this process). GPU memory is checked when allocated.
+/// live in host memory here (both ends' when they run in this process): the host's available memory and every
+/// memory cgroup this process is in bound it, and so does `ulimit -l` where the transport pins that memory. GPU
+/// memory is checked when allocated.
 pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
     let copies = kinds.iter().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
     let need = cfg.buffer_bytes().saturating_mul(copies);
-    if let Some(avail) = crate::mem::host::available_memory() {
-        if need > avail {
-            let fix = match &cfg.paged {
-                Some(p) => format!(
-                    "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
-                    p.pool_tokens,
-                    format_size(p.pool_bytes())
-                ),
-                None => "use smaller sizes".to_string(),
-            };
-            bail_usage!(
-                "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; {fix}",
-                format_size(cfg.buffer_bytes()),
-                format_size(need),
-                format_size(avail)
-            );
-        }
+    let root = SysRoot::get();
+    if let Some(room) = memory::headroom(root).filter(|r| need > r.bytes) {
+        bail_usage!(
+            "size {} needs {} of memory here ({copies} buffer(s)), but {}; {}",
+            format_size(cfg.buffer_bytes()),
+            format_size(need),
+            room.describe(),
+            smaller(cfg)
+        );
+    }
+    let kind = cfg.transport.kind();
+    if let Some(lock) =
+        memory::lockable(root).filter(|l| need > 0 && crate::transport::pins_host_memory(kind) && need > l.bytes())
+    {
+        bail_usage!(
+            "--transport {kind} pins {} of host memory here ({copies} buffer(s)), but ulimit -l (RLIMIT_MEMLOCK, {}) lets this process pin only {} more; raise it (ulimit -l {} in KiB, or unlimited; LimitMEMLOCK= for a systemd service, --ulimit memlock=-1 for docker) or {}",
+            format_size(need),
+            format_size(lock.limit),
+            format_size(lock.bytes()),
+            need.saturating_add(lock.pinned).div_ceil(1024),
+            smaller(cfg)
+        );
     }
     Ok(())
+}
+
+/// How to ask for less memory: smaller sizes, or a smaller paged pool.
+fn smaller(cfg: &RunConfig) -> String {
+    match &cfg.paged {
+        Some(p) => format!(
+            "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
+            p.pool_tokens,
+            format_size(p.pool_bytes())
+        ),
+        None => "use smaller sizes".to_string(),
+    }
 }
 
 /// `results/<timestamp>.json` and `.md` for whichever of --json and --md is not given.
