@@ -100,17 +100,25 @@ fn timeouts(r: &RunArgs) -> Timeouts {
     Timeouts { connect: r.connect_timeout, io: r.io_timeout }
 }
 
-/// `--transport auto`: cuda when every end this command knows of is a GPU, tcp otherwise; said on stderr.
+/// `--transport auto`: the transport chosen for buffers of `ends` (those this command knows, the source first), and
+/// why. cuda when any end is a GPU: on one host a GPU's memory is reached by CUDA copies (pinned or pageable host
+/// memory to and from it included), and tcp cannot read or write it at all; tcp otherwise.
+fn auto_transport(ends: &[MemKind]) -> (TransportKind, &'static str) {
+    let gpus = ends.iter().filter(|k| matches!(k, MemKind::Gpu(_))).count();
+    match (gpus, ends.len()) {
+        (0, _) => (TransportKind::Tcp, "no end is a GPU"),
+        (1, 1) => (TransportKind::Cuda, "the buffer is on a GPU"),
+        (g, n) if g == n => (TransportKind::Cuda, "both ends are GPUs"),
+        _ => (TransportKind::Cuda, "host and GPU memory on one host move by CUDA copies"),
+    }
+}
+
+/// The transport of `given`, resolving `auto` for `ends` and saying on stderr what it chose.
 fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind {
     if let TransportChoice::Named(kind) = given {
         return kind;
     }
-    let gpus = ends.iter().all(|k| matches!(k, MemKind::Gpu(_)));
-    let (kind, why) = if gpus {
-        (TransportKind::Cuda, if ends.len() > 1 { "both ends are GPUs" } else { "the buffer is on a GPU" })
-    } else {
-        (TransportKind::Tcp, "not every end is a GPU")
-    };
+    let (kind, why) = auto_transport(ends);
     let names = crate::transport::TRANSPORTS.join("|");
     crate::errln!("transport: {kind} ({why}; --transport {names} to choose)");
     kind
@@ -331,6 +339,19 @@ mod tests {
             model: model.map(String::from),
             model_config: None,
             kv_bytes_per_token: bpt,
+        }
+    }
+
+    #[test]
+    fn auto_picks_cuda_whenever_a_gpu_is_an_end_and_tcp_between_host_buffers() {
+        let (h, p, g0, g1) = (MemKind::Host, MemKind::Pinned, MemKind::Gpu(0), MemKind::Gpu(1));
+        let pick = |ends: &[MemKind]| auto_transport(ends).0;
+        for ends in [[p, g0], [g0, p], [h, g0], [g1, h], [g0, g1]] {
+            assert_eq!(pick(&ends), TransportKind::Cuda, "{ends:?}");
+        }
+        assert_eq!(pick(&[g0]), TransportKind::Cuda);
+        for ends in [&[h, p][..], &[p, p], &[h, h], &[p]] {
+            assert_eq!(pick(ends), TransportKind::Tcp, "{ends:?}");
         }
     }
 
