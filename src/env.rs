@@ -2,6 +2,7 @@
 
 mod diff;
 pub mod hardware;
+pub mod memory;
 pub mod sysroot;
 
 pub use diff::{differences, transport_differences};

@@ -526,14 +526,14 @@ fn send_started_before_serve_waits_for_it() {
     check_case(&read_json(&dir.join("r.json"))["cases"][0], MIB, 2, true);
 }
 
-/// Without --transport, sweep picks it from its ends (tcp unless both are GPUs), says so and stores it.
+/// Without --transport, sweep picks it from its ends (tcp unless an end is a GPU), says so and stores it.
 #[test]
 fn sweep_picks_the_transport_from_its_ends() {
     let dir = TempDir::new("auto");
     let json = dir.arg("r.json");
     let out = run(&["sweep", "--sizes", "1MiB", "--reps", "1", "--json", &json, "--out-dir", &dir.arg("")]);
     out.expect_code(0);
-    assert!(out.stderr.contains("transport: tcp (not every end is a GPU"), "{}", out.stderr);
+    assert!(out.stderr.contains("transport: tcp (no end is a GPU"), "{}", out.stderr);
     assert_eq!(read_json(&dir.join("r.json"))["config"]["transport"], "tcp");
     // An explicit value wins and is not announced.
     let out = run(&["sweep", "--transport", "tcp", "--sizes", "1MiB", "--reps", "1", "--out-dir", &dir.arg("")]);

@@ -205,9 +205,33 @@ fn gather_staging_in_one_process_and_between_two_verified() {
 #[test]
 fn tcp_refuses_gpu_memory_with_a_clear_error() {
     let Some(_) = gpus() else { return };
-    let out = kvxfer(&["sweep", "--src", "gpu:0", "--sizes", "1MiB", "--reps", "1"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--transport tcp cannot read or write GPU memory"));
+    let out = kvxfer(&["sweep", "--transport", "tcp", "--src", "gpu:0", "--sizes", "1MiB", "--reps", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--transport tcp cannot read or write GPU memory"), "{err}");
+    assert!(err.contains("sweep --src/--dst, serve/send --mem"), "names the flags of each command: {err}");
+}
+
+/// Host memory and a GPU on one host move by CUDA copies, so `--transport auto` picks cuda for them: tcp cannot
+/// reach GPU memory at all. Without a driver the choice is the same and the error names what is missing.
+#[test]
+fn auto_transport_moves_pinned_host_memory_to_a_gpu_with_cuda() {
+    let d = tmp("auto-pinned");
+    let json = d.join("r.json");
+    let (j, o) = (json.to_string_lossy().into_owned(), d.path().to_string_lossy().into_owned());
+    let args = ["sweep", "--src", "pinned", "--dst", "gpu:0", "--sizes", "1MiB", "--reps", "1", "--verify"];
+    let out = kvxfer(&[&args[..], &["--json", &j, "--out-dir", &o]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("transport: cuda (host and GPU memory on one host move by CUDA copies"), "{err}");
+    assert!(!err.contains("transport: tcp") && !err.contains("--mem"), "{err}");
+    if has_gpus() {
+        assert!(out.status.success(), "{err}");
+        assert_eq!(results(&json)["config"]["transport"], "cuda");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("--src pinned: no CUDA driver"), "{err}");
+        assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use crate::bail_usage;
 use crate::cli::{DeviceArgs, OutputArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
 use crate::control::Timeouts;
+use crate::env::{memory, sysroot::SysRoot};
 use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::layout::paged_config;
@@ -99,17 +100,25 @@ fn timeouts(r: &RunArgs) -> Timeouts {
     Timeouts { connect: r.connect_timeout, io: r.io_timeout }
 }
 
-/// `--transport auto`: cuda when every end this command knows of is a GPU, tcp otherwise; said on stderr.
+/// `--transport auto`: the transport chosen for buffers of `ends` (those this command knows, the source first), and
+/// why. cuda when any end is a GPU: on one host a GPU's memory is reached by CUDA copies (pinned or pageable host
+/// memory to and from it included), and tcp cannot read or write it at all; tcp otherwise.
+fn auto_transport(ends: &[MemKind]) -> (TransportKind, &'static str) {
+    let gpus = ends.iter().filter(|k| matches!(k, MemKind::Gpu(_))).count();
+    match (gpus, ends.len()) {
+        (0, _) => (TransportKind::Tcp, "no end is a GPU"),
+        (1, 1) => (TransportKind::Cuda, "the buffer is on a GPU"),
+        (g, n) if g == n => (TransportKind::Cuda, "both ends are GPUs"),
+        _ => (TransportKind::Cuda, "host and GPU memory on one host move by CUDA copies"),
+    }
+}
+
+/// The transport of `given`, resolving `auto` for `ends` and saying on stderr what it chose.
 fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind {
     if let TransportChoice::Named(kind) = given {
         return kind;
     }
-    let gpus = ends.iter().all(|k| matches!(k, MemKind::Gpu(_)));
-    let (kind, why) = if gpus {
-        (TransportKind::Cuda, if ends.len() > 1 { "both ends are GPUs" } else { "the buffer is on a GPU" })
-    } else {
-        (TransportKind::Tcp, "not every end is a GPU")
-    };
+    let (kind, why) = auto_transport(ends);
     let names = crate::transport::TRANSPORTS.join("|");
     crate::errln!("transport: {kind} ({why}; --transport {names} to choose)");
     kind
@@ -247,29 +256,48 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
 }
 
 /// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that
-/// live in host memory here (both ends' when they run in this process). GPU memory is checked when allocated.
+/// live in host memory here (both ends' when they run in this process): the host's available memory and every
+/// memory cgroup this process is in bound it, and so does `ulimit -l` where the transport pins that memory. GPU
+/// memory is checked when allocated.
 pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
     let copies = kinds.iter().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
     let need = cfg.buffer_bytes().saturating_mul(copies);
-    if let Some(avail) = crate::mem::host::available_memory() {
-        if need > avail {
-            let fix = match &cfg.paged {
-                Some(p) => format!(
-                    "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
-                    p.pool_tokens,
-                    format_size(p.pool_bytes())
-                ),
-                None => "use smaller sizes".to_string(),
-            };
-            bail_usage!(
-                "size {} needs {} of memory here ({copies} buffer(s)), but only {} is available; {fix}",
-                format_size(cfg.buffer_bytes()),
-                format_size(need),
-                format_size(avail)
-            );
-        }
+    let root = SysRoot::get();
+    if let Some(room) = memory::headroom(root).filter(|r| need > r.bytes) {
+        bail_usage!(
+            "size {} needs {} of memory here ({copies} buffer(s)), but {}; {}",
+            format_size(cfg.buffer_bytes()),
+            format_size(need),
+            room.describe(),
+            smaller(cfg)
+        );
+    }
+    let kind = cfg.transport.kind();
+    if let Some(lock) =
+        memory::lockable(root).filter(|l| need > 0 && crate::transport::pins_host_memory(kind) && need > l.bytes())
+    {
+        bail_usage!(
+            "--transport {kind} pins {} of host memory here ({copies} buffer(s)), but ulimit -l (RLIMIT_MEMLOCK, {}) lets this process pin only {} more; raise it (ulimit -l {} in KiB, or unlimited; LimitMEMLOCK= for a systemd service, --ulimit memlock=-1 for docker) or {}",
+            format_size(need),
+            format_size(lock.limit),
+            format_size(lock.bytes()),
+            need.saturating_add(lock.pinned).div_ceil(1024),
+            smaller(cfg)
+        );
     }
     Ok(())
+}
+
+/// How to ask for less memory: smaller sizes, or a smaller paged pool.
+fn smaller(cfg: &RunConfig) -> String {
+    match &cfg.paged {
+        Some(p) => format!(
+            "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
+            p.pool_tokens,
+            format_size(p.pool_bytes())
+        ),
+        None => "use smaller sizes".to_string(),
+    }
 }
 
 /// A new results file in `out_dir` (`<timestamp>-<suffix>.json`, never an existing one) unless `--json` names one:
@@ -319,6 +347,19 @@ mod tests {
             model: model.map(String::from),
             model_config: None,
             kv_bytes_per_token: bpt,
+        }
+    }
+
+    #[test]
+    fn auto_picks_cuda_whenever_a_gpu_is_an_end_and_tcp_between_host_buffers() {
+        let (h, p, g0, g1) = (MemKind::Host, MemKind::Pinned, MemKind::Gpu(0), MemKind::Gpu(1));
+        let pick = |ends: &[MemKind]| auto_transport(ends).0;
+        for ends in [[p, g0], [g0, p], [h, g0], [g1, h], [g0, g1]] {
+            assert_eq!(pick(&ends), TransportKind::Cuda, "{ends:?}");
+        }
+        assert_eq!(pick(&[g0]), TransportKind::Cuda);
+        for ends in [&[h, p][..], &[p, p], &[h, h], &[p]] {
+            assert_eq!(pick(ends), TransportKind::Tcp, "{ends:?}");
         }
     }
 

@@ -5,7 +5,8 @@
 
 use super::loopback::loopback_receiver;
 use crate::control::Timeouts;
-use crate::mem::{host::available_memory, MemKind};
+use crate::env::{memory, sysroot::SysRoot};
+use crate::mem::MemKind;
 use crate::plan::RunConfig;
 use crate::run::receiver::ReceiverLimits;
 use crate::run::sender::SenderSession;
@@ -71,7 +72,7 @@ pub struct Pool<'a> {
 impl<'a> Pool<'a> {
     pub fn new(plans: &'a [SessionPlan]) -> Pool<'a> {
         // Leave headroom: the kernel, the page cache and the CUDA context need memory too.
-        let host_budget = available_memory().map_or(u64::MAX, |a| a / 10 * 8);
+        let host_budget = memory::headroom(SysRoot::get()).map_or(u64::MAX, |h| h.bytes / 10 * 8);
         let mut gpu_budget = BTreeMap::new();
         for p in plans {
             for n in p.footprint().1.keys() {

@@ -98,12 +98,6 @@ impl Drop for HostBuffer {
     }
 }
 
-/// `MemAvailable` from /proc/meminfo, in bytes (None where it cannot be read).
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    meminfo_field(&text, "MemAvailable")
-}
-
 /// One `Name:  N kB` field of /proc/meminfo, in bytes (or in pages for the HugePages_* counters).
 pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.split(':').next() == Some(name))?;

@@ -4,7 +4,8 @@
 use super::sender::pattern_key;
 use crate::control::peer::{server_hello, HANDSHAKE_DEADLINE};
 use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
-use crate::mem::{host::available_memory, Buffer, MemKind};
+use crate::env::{memory, sysroot::SysRoot};
+use crate::mem::{Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
 use crate::transport::{self, Context, Landing};
@@ -104,14 +105,25 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
         }
     }
     let host_memory = matches!(limits.mem, MemKind::Host | MemKind::Pinned);
-    if let Some(avail) = available_memory().filter(|_| host_memory) {
-        if size > avail {
-            return Err(usage(format!(
-                "size {} does not fit in the receiver's available memory ({})",
-                format_size(size),
-                format_size(avail)
-            )));
-        }
+    if !host_memory {
+        return Ok(());
+    }
+    let root = SysRoot::get();
+    if let Some(room) = memory::headroom(root).filter(|r| size > r.bytes) {
+        return Err(usage(format!(
+            "size {} does not fit in the receiver's memory: {}",
+            format_size(size),
+            room.describe()
+        )));
+    }
+    let kind = cfg.transport.kind();
+    if let Some(lock) = memory::lockable(root).filter(|l| transport::pins_host_memory(kind) && size > l.bytes()) {
+        return Err(usage(format!(
+            "--transport {kind} pins {} of the receiver's memory, but its ulimit -l (RLIMIT_MEMLOCK, {}) lets it pin only {} more; raise it where the receiver starts (ulimit -l unlimited) or use smaller sizes",
+            format_size(size),
+            format_size(lock.limit),
+            format_size(lock.bytes())
+        )));
     }
     Ok(())
 }

@@ -59,6 +59,12 @@ pub fn shares_host_memory(kind: TransportKind) -> bool {
     kind == TransportKind::Mooncake
 }
 
+/// Whether transport `kind` pins the host memory it moves in this process (registers it with an RDMA device), which
+/// RLIMIT_MEMLOCK bounds unless the process holds CAP_IPC_LOCK. The engines pin in their own worker or library.
+pub fn pins_host_memory(kind: TransportKind) -> bool {
+    kind == TransportKind::Verbs
+}
+
 /// Whether a one-machine run (`sweep`) must put transport `kind`'s receiver in a process of its own. NIXL: UCX
 /// will not use CUDA IPC between two agents of one process ("cuda_ipc cannot reach: same process") and quietly
 /// moves GPU buffers over loopback TCP instead (0.4 GB/s where two processes get NVLink), and two processes are

@@ -150,7 +150,7 @@ impl CudaSource {
         // Copies are issued on the GPU that owns the source, else on the destination GPU (pinned → GPU).
         let Some(ordinal) = src_gpu.or(offer.ordinal) else {
             return Err(crate::error::usage(format!(
-                "--transport cuda needs a GPU on at least one end (sender {}, receiver {}); use --mem gpu:N",
+                "--transport cuda needs a GPU on at least one end (sender {}, receiver {}); put one on gpu:N (sweep --src/--dst, serve/send --mem)",
                 src.kind(),
                 offer.mem
             )));
@@ -162,7 +162,7 @@ impl CudaSource {
             (true, Some(_), Some(d)) => Some(d),
             (true, ..) => {
                 return Err(crate::error::usage(format!(
-                    "--staging gather needs GPU memory on both ends (sender {}, receiver {}); use --mem gpu:N on both",
+                    "--staging gather needs GPU memory on both ends (sender {}, receiver {}); put both on gpu:N (sweep --src/--dst, serve/send --mem)",
                     src.kind(),
                     offer.mem
                 )))

@@ -125,13 +125,13 @@ fn engine_for(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -> 
     }
     if cfg.protocol == MooncakeProtocol::NvlinkIntra {
         return Err(crate::error::usage(format!(
-            "--mooncake-protocol nvlink-intra moves GPU memory only ({} given); use --mem gpu:N (or --src/--dst gpu:N)",
+            "--mooncake-protocol nvlink-intra moves GPU memory only ({} given); use gpu:N on both ends (sweep --src/--dst, serve/send --mem)",
             buf.kind()
         )));
     }
     let Some(path) = buf.share_path() else {
         return Err(crate::error::usage(format!(
-            "--transport mooncake moves host or GPU memory ({} given); use --mem host or gpu:N",
+            "--transport mooncake moves host or GPU memory ({} given); use host or gpu:N (sweep --src/--dst, serve/send --mem)",
             buf.kind()
         )));
     };

@@ -86,7 +86,7 @@ struct Offer {
 fn need_host_memory(buf: &Buffer, side: &str) -> Result<()> {
     if buf.host_ptr().is_none() {
         return Err(crate::error::usage(format!(
-            "--transport tcp cannot read or write GPU memory ({side} has {}); use --mem host|pinned, or --transport cuda",
+            "--transport tcp cannot read or write GPU memory ({side} has {}); put it in host or pinned memory (sweep --src/--dst, serve/send --mem), or use --transport cuda",
             buf.kind()
         )));
     }
