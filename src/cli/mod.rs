@@ -133,6 +133,13 @@ impl TypedValueParser for TransportChoiceParser {
     }
 }
 
+/// `--transport`'s help: the transports by name from [`TransportKind`], so that none is left out.
+fn transport_help() -> String {
+    let names: Vec<String> =
+        TransportChoiceParser::values().filter(|v| v.get_name() != "auto").map(|v| v.get_name().to_string()).collect();
+    format!("How bytes move: {}; or auto (cuda when both ends are GPUs, tcp otherwise; says which)", names.join(", "))
+}
+
 /// `--connect-timeout`, `--io-timeout`: `5s`, `500ms`, `2m` or a plain number of seconds; positive.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     /// Longer than any run, and far from where adding it to a clock reading overflows (which panicked with
@@ -178,8 +185,6 @@ pub struct ServeArgs {
     /// Where the receive buffer lives: host, pinned or gpu:N (`--transport cuda` from another process needs gpu:N)
     #[arg(long, default_value = "host", value_name = "KIND")]
     pub mem: MemKind,
-    #[command(flatten)]
-    pub device: DeviceArgs,
     /// Refuse transfers larger than this (default: the memory available when a sender asks)
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_size: Option<u64>,
@@ -196,6 +201,8 @@ pub struct ServeArgs {
     /// Give up on a sender that is silent this long mid-session (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub io_timeout: Duration,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 #[derive(Args, Debug)]
@@ -237,15 +244,15 @@ pub struct ClusterArgs {
     /// With --mem gpu:N: each rank uses gpu:LOCAL_RANK instead (one GPU per rank on a host)
     #[arg(long)]
     pub gpu_per_local_rank: bool,
-    /// -d may list devices, comma-separated: each rank uses the one at its local rank (modulo the list)
-    #[command(flatten)]
-    pub device: DeviceArgs,
     /// How long the ranks may take to meet at rank 0
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub rendezvous_timeout: Duration,
     /// How long a rank waits for the others at a step's barrier (the slowest step's transfers must fit)
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub step_timeout: Duration,
+    /// -d may list devices, comma-separated: each rank uses the one at its local rank (modulo the list)
+    #[command(flatten)]
+    pub device: DeviceArgs,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]
@@ -287,7 +294,7 @@ pub struct SweepArgs {
     #[serde(flatten)]
     pub device: DeviceArgs,
     /// The receiver's RDMA device (default: the sender's, i.e. loopback through one NIC)
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "RDMA device")]
     #[serde(deserialize_with = "text::some_text")]
     pub peer_device: Option<String>,
     #[command(flatten)]
@@ -300,7 +307,7 @@ pub struct SweepArgs {
     #[serde(skip)]
     pub out: OutputArgs,
     /// Where the default results/<timestamp>.json and .md go when --json/--md are not given
-    #[arg(long, default_value = "results", value_name = "DIR")]
+    #[arg(long, default_value = "results", value_name = "DIR", help_heading = "Output")]
     #[serde(skip)]
     pub out_dir: PathBuf,
     /// The ids of the flags given on the command line (filled by [`Cli::parse_args`]): a sweep file refuses
@@ -330,8 +337,6 @@ pub struct PredictArgs {
     /// A results file (send, sweep or a sweep file's)
     #[arg(long, value_name = "FILE.json")]
     pub results: PathBuf,
-    #[command(flatten)]
-    pub sizes: SizeArgs,
     /// Pick one configuration of a sweep file's results, repeatable: --where transport=cuda
     #[arg(long = "where", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
@@ -344,6 +349,8 @@ pub struct PredictArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
 }
 
 #[derive(Args, Debug)]
