@@ -84,8 +84,8 @@ pub enum Command {
     #[command(after_help = "Example:\n  kvxfer devices --json\n  kvxfer devices --topo")]
     Devices(DevicesArgs),
     /// Preflight: what on this host is likely to cost GPU <-> NIC bandwidth (NUMA, ACS, relaxed ordering, degraded
-    /// links, RoCE MTU and GIDs, GPUDirect module, IOMMU, CPU governor, huge pages), ranked, each with its fix. Exits 0
-    /// when nothing is found, 1 when something is
+    /// links, RoCE MTU and GIDs, GPUDirect module, IOMMU, CPU governor, huge pages), ranked, each with its fix. Exits 1
+    /// when a finding costs --fail-on or more, 0 otherwise (lesser findings are printed all the same)
     #[command(
         after_help = "Example:\n  kvxfer doctor -d mlx5_0 --gpu 0\n  KVXFER_SYSFS_ROOT=/path/to/capture kvxfer doctor --json"
     )]
@@ -375,6 +375,17 @@ pub struct DoctorArgs {
     /// Print the findings as JSON
     #[arg(long)]
     pub json: bool,
+    /// Exit 1 when a finding costs this much or more: low, medium or high (every finding is printed either way)
+    #[arg(long, value_name = "COST", default_value = "medium")]
+    pub fail_on: FailOn,
+}
+
+/// `doctor --fail-on`: the least cost of a finding that fails the preflight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    Low,
+    Medium,
+    High,
 }
 
 #[cfg(test)]

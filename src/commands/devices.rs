@@ -122,6 +122,7 @@ fn print_topology() {
     let (gpus, nics) = topology::devices(SysRoot::get());
     crate::outln!("topology   {} GPU(s), {} RDMA device(s) on the PCI bus", gpus.len(), nics.len());
     for p in gpus.iter().chain(&nics) {
+        let degraded = p.degraded_hops();
         let numa = p.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
         crate::outln!("  {}  {}  NUMA {numa}  {}", p.name, p.bdf, p.root);
         for h in &p.path {
@@ -135,7 +136,7 @@ fn print_topology() {
                 l.max_speed.as_deref().unwrap_or("?"),
                 opt(l.max_width)
             );
-            if l.degraded() {
+            if degraded.contains(&h.bdf.as_str()) {
                 line.push_str("  DEGRADED");
             }
             if let Some(ro) = h.relaxed_ordering {
