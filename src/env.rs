@@ -2,6 +2,7 @@
 
 mod diff;
 pub mod hardware;
+pub mod netdev;
 pub mod sysroot;
 
 pub use diff::differences;
