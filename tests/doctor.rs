@@ -99,9 +99,10 @@ impl Tree {
         std::os::unix::fs::symlink(target, p).unwrap();
     }
 
-    /// A PCI function at `chain` (root complex first, then every bridge, the function last), of port type
-    /// `port`, able to do `max` (speed, width) and trained at it.
-    fn pci(&self, chain: &[&str], class: &str, vendor: &str, numa: i32, port: Port, max: (&str, u32), cfg: Vec<u8>) {
+    /// A PCI function at `chain` (root complex first, then every bridge, the function last), of `kind` (class,
+    /// vendor, port type), able to do `max` (speed, width) and trained at it.
+    fn pci(&self, chain: &[&str], kind: (&str, &str, Port), numa: i32, max: (&str, u32), cfg: Vec<u8>) {
+        let (class, vendor, port) = kind;
         let dir = format!("/sys/devices/{}", chain.join("/"));
         for (f, v) in [
             ("class", class.to_string()),
@@ -140,7 +141,7 @@ impl Tree {
 
     /// A RoCE NIC `name` at PCI `chain`, its netdev at `mtu`.
     fn nic(&self, name: &str, chain: &[&str], numa: i32, devctl: u16, mtu: u32) {
-        self.pci(chain, "0x020000", "0x15b3", numa, Port::Endpoint, (GEN5, 16), config(devctl, None));
+        self.pci(chain, ("0x020000", "0x15b3", Port::Endpoint), numa, (GEN5, 16), config(devctl, None));
         self.link(&format!("/sys/class/infiniband/{name}/device"), &format!("../../../devices/{}", chain.join("/")));
         let port = format!("/sys/class/infiniband/{name}/ports/1");
         self.file(&format!("{port}/link_layer"), b"Ethernet\n");
@@ -153,23 +154,23 @@ impl Tree {
 
     /// A GPU able to do `max`.
     fn gpu(&self, chain: &[&str], numa: i32, max: (&str, u32)) {
-        self.pci(chain, "0x030200", "0x10de", numa, Port::Endpoint, max, config(RO_ON, None));
+        self.pci(chain, ("0x030200", "0x10de", Port::Endpoint), numa, max, config(RO_ON, None));
     }
 
     /// A Gen5 x16 root port at `chain`.
     fn root_port(&self, chain: &[&str], numa: i32) {
-        self.pci(chain, "0x060400", "0x8086", numa, Port::Root, (GEN5, 16), config(RO_ON, None));
+        self.pci(chain, ("0x060400", "0x8086", Port::Root), numa, (GEN5, 16), config(RO_ON, None));
     }
 
     /// A switch: its upstream port under the root port (`chain`: root complex, root port, upstream port), and
     /// downstream ports `downs` (ACS control `acs` on each).
     fn switch(&self, chain: &[&str], downs: &[&str], acs: Option<u16>) {
         self.root_port(&chain[..2], 0);
-        self.pci(chain, "0x060400", "0x1000", 0, Port::Upstream, (GEN5, 16), config(RO_ON, None));
+        self.pci(chain, ("0x060400", "0x1000", Port::Upstream), 0, (GEN5, 16), config(RO_ON, None));
         for d in downs {
             let mut c = chain.to_vec();
             c.push(d);
-            self.pci(&c, "0x060400", "0x1000", 0, Port::Downstream, (GEN5, 16), config(RO_ON, acs));
+            self.pci(&c, ("0x060400", "0x1000", Port::Downstream), 0, (GEN5, 16), config(RO_ON, acs));
         }
     }
 }
