@@ -375,7 +375,7 @@ pub struct DoctorArgs {
     /// Print the findings as JSON
     #[arg(long)]
     pub json: bool,
-    /// Exit 1 when a finding costs this much or more: low, medium or high (every finding is printed either way)
+    /// Exit 1 when a finding costs this much or more (every finding is printed either way)
     #[arg(long, value_name = "COST", default_value = "medium")]
     pub fail_on: FailOn,
 }
