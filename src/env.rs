@@ -3,6 +3,7 @@
 mod diff;
 pub mod hardware;
 pub mod memory;
+pub mod netdev;
 pub mod sysroot;
 
 pub use diff::{differences, transport_differences};

@@ -84,8 +84,8 @@ pub enum Command {
     #[command(after_help = "Example:\n  kvxfer devices --json\n  kvxfer devices --topo")]
     Devices(DevicesArgs),
     /// Preflight: what on this host is likely to cost GPU <-> NIC bandwidth (NUMA, ACS, relaxed ordering, degraded
-    /// links, RoCE MTU and GIDs, GPUDirect module, IOMMU, CPU governor, huge pages), ranked, each with its fix. Exits 0
-    /// when nothing is found, 1 when something is
+    /// links, RoCE MTU and GIDs, GPUDirect module, IOMMU, CPU governor, huge pages), ranked, each with its fix. Exits 1
+    /// when a finding costs --fail-on or more, 0 otherwise (lesser findings are printed all the same)
     #[command(
         after_help = "Example:\n  kvxfer doctor -d mlx5_0 --gpu 0\n  KVXFER_SYSFS_ROOT=/path/to/capture kvxfer doctor --json"
     )]
@@ -133,6 +133,13 @@ impl TypedValueParser for TransportChoiceParser {
     }
 }
 
+/// `--transport`'s help: the transports by name from [`TransportKind`], so that none is left out.
+fn transport_help() -> String {
+    let names: Vec<String> =
+        TransportChoiceParser::values().filter(|v| v.get_name() != "auto").map(|v| v.get_name().to_string()).collect();
+    format!("How bytes move: {}; or auto (cuda when both ends are GPUs, tcp otherwise; says which)", names.join(", "))
+}
+
 /// `--connect-timeout`, `--io-timeout`: `5s`, `500ms`, `2m` or a plain number of seconds; positive.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     /// Longer than any run, and far from where adding it to a clock reading overflows (which panicked with
@@ -178,8 +185,6 @@ pub struct ServeArgs {
     /// Where the receive buffer lives: host, pinned or gpu:N (`--transport cuda` from another process needs gpu:N)
     #[arg(long, default_value = "host", value_name = "KIND")]
     pub mem: MemKind,
-    #[command(flatten)]
-    pub device: DeviceArgs,
     /// Refuse transfers larger than this (default: the memory available when a sender asks)
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_size: Option<u64>,
@@ -196,6 +201,8 @@ pub struct ServeArgs {
     /// Give up on a sender that is silent this long mid-session (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub io_timeout: Duration,
+    #[command(flatten)]
+    pub device: DeviceArgs,
 }
 
 #[derive(Args, Debug)]
@@ -219,7 +226,7 @@ pub struct SendArgs {
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
     /// existing file
-    #[arg(long, default_value = "results", value_name = "DIR")]
+    #[arg(long, default_value = "results", value_name = "DIR", help_heading = "Output")]
     pub out_dir: PathBuf,
 }
 
@@ -241,15 +248,15 @@ pub struct ClusterArgs {
     /// With --mem gpu:N: each rank uses gpu:LOCAL_RANK instead (one GPU per rank on a host)
     #[arg(long)]
     pub gpu_per_local_rank: bool,
-    /// -d may list devices, comma-separated: each rank uses the one at its local rank (modulo the list)
-    #[command(flatten)]
-    pub device: DeviceArgs,
     /// How long the ranks may take to meet at rank 0
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub rendezvous_timeout: Duration,
     /// How long a rank waits for the others at a step's barrier (the slowest step's transfers must fit)
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub step_timeout: Duration,
+    /// -d may list devices, comma-separated: each rank uses the one at its local rank (modulo the list)
+    #[command(flatten)]
+    pub device: DeviceArgs,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]
@@ -292,7 +299,7 @@ pub struct SweepArgs {
     #[serde(flatten)]
     pub device: DeviceArgs,
     /// The receiver's RDMA device (default: the sender's, i.e. loopback through one NIC)
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", help_heading = "RDMA device")]
     #[serde(deserialize_with = "text::some_text")]
     pub peer_device: Option<String>,
     #[command(flatten)]
@@ -306,7 +313,7 @@ pub struct SweepArgs {
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
     /// existing file
-    #[arg(long, default_value = "results", value_name = "DIR")]
+    #[arg(long, default_value = "results", value_name = "DIR", help_heading = "Output")]
     #[serde(skip)]
     pub out_dir: PathBuf,
     /// The ids of the flags given on the command line (filled by [`Cli::parse_args`]): a sweep file refuses
@@ -336,8 +343,6 @@ pub struct PredictArgs {
     /// A results file (send, sweep or a sweep file's)
     #[arg(long, value_name = "FILE.json")]
     pub results: PathBuf,
-    #[command(flatten)]
-    pub sizes: SizeArgs,
     /// Pick one configuration of a sweep file's results, repeatable: --where transport=cuda
     #[arg(long = "where", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
@@ -350,6 +355,8 @@ pub struct PredictArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
 }
 
 #[derive(Args, Debug)]
@@ -374,6 +381,17 @@ pub struct DoctorArgs {
     /// Print the findings as JSON
     #[arg(long)]
     pub json: bool,
+    /// Exit 1 when a finding costs this much or more (every finding is printed either way)
+    #[arg(long, value_name = "COST", default_value = "medium")]
+    pub fail_on: FailOn,
+}
+
+/// `doctor --fail-on`: the least cost of a finding that fails the preflight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    Low,
+    Medium,
+    High,
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The parameters of a run that a sweep file can set as well as the command line: sizes, the run's knobs, RDMA
 //! verbs knobs and the device. Each deserializes with its flag's own parser (see `plan::text`).
 
-use super::{parse_duration, TransportChoice, TransportChoiceParser};
+use super::{parse_duration, transport_help, TransportChoice, TransportChoiceParser};
 use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::{parse_size, SizeList, TokenList};
 use crate::plan::text;
@@ -51,6 +51,7 @@ text::defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, DeviceArgs);
 
 #[derive(Args, Debug, Clone, Deserialize)]
 #[serde(default)]
+#[command(next_help_heading = "Sizes")]
 pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
     #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
@@ -73,8 +74,11 @@ pub struct SizeArgs {
     pub kv_bytes_per_token: Option<u64>,
 }
 
+// Every flattened group names its own heading and comes after the flags of the struct that flattens it: a heading
+// set inside a group stays in force for the flags declared after it.
 #[derive(Args, Debug, Clone, Deserialize)]
 #[serde(default)]
+#[command(next_help_heading = "Run")]
 pub struct RunArgs {
     /// Measured reps per size
     #[arg(long, default_value_t = 5)]
@@ -82,8 +86,8 @@ pub struct RunArgs {
     /// Warm-up reps per size (run first, kept apart from the statistics)
     #[arg(long, default_value_t = 1)]
     pub warmup: u32,
-    /// How bytes move: tcp, verbs, cuda, or auto (cuda when both ends are GPUs, tcp otherwise; says which)
-    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser)]
+    // How bytes move (the help names every transport of the enum).
+    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser, help = transport_help())]
     #[serde(deserialize_with = "text::from_str")]
     pub transport: TransportChoice,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
@@ -154,12 +158,6 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT")]
     #[serde(skip)]
     pub label: Option<String>,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub verbs: VerbsArgs,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub paged: PagedArgs,
     /// Keep trying to reach the receiver this long while nothing listens there yet (e.g. 60s, 500ms): a launcher
     /// may start the sender first
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
@@ -169,6 +167,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     #[serde(deserialize_with = "duration")]
     pub io_timeout: Duration,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub verbs: VerbsArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub paged: PagedArgs,
 }
 
 /// RDMA verbs knobs (`--transport verbs`).

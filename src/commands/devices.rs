@@ -1,12 +1,15 @@
-//! `kvxfer devices`: what this host offers — CPUs, memory, huge pages, GPUs (and, with the verbs transport, NICs).
+//! `kvxfer devices`: what this host offers — CPUs, memory, huge pages, which transports can run here (and why not
+//! the others), network interfaces, RDMA devices and GPUs.
 
 use crate::cli::DevicesArgs;
+use crate::env::netdev::{self, NetInterface};
 use crate::env::sysroot::SysRoot;
 use crate::env::Env;
 use crate::mem::cuda;
 use crate::observe::topology;
 use crate::plan::sizes::format_size;
 use crate::transport::verbs::device as verbs;
+use crate::transport::{availability, Availability};
 use anyhow::Result;
 
 pub fn run(a: DevicesArgs) -> Result<()> {
@@ -14,7 +17,12 @@ pub fn run(a: DevicesArgs) -> Result<()> {
     let gpus = cuda::gpus();
     let cuda_version = cuda::driver().ok();
     if a.json {
-        let mut v = serde_json::json!({ "host": env, "cuda_driver_version": cuda_version });
+        let mut v = serde_json::json!({
+            "host": env,
+            "cuda_driver_version": cuda_version,
+            "transports": availability(),
+            "interfaces": netdev::interfaces(SysRoot::get()),
+        });
         match &gpus {
             Ok(g) => v["gpus"] = serde_json::to_value(g)?,
             Err(e) => v["gpu_error"] = format!("{e:#}").into(),
@@ -44,7 +52,20 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         (Some(t), Some(f), Some(s)) if t > 0 => crate::outln!("hugepages  {t} × {} reserved, {f} free", format_size(s)),
         _ => crate::outln!("hugepages  none reserved (--hugepages falls back to normal pages)"),
     }
-    crate::outln!("transports {}", crate::transport::TRANSPORTS.join(", "));
+    let states: Vec<Availability> = availability();
+    let usable = states.iter().filter(|t| t.available).count();
+    crate::outln!("transports {usable} of {} usable here", states.len());
+    for t in &states {
+        match &t.unusable {
+            None => crate::outln!("  {:<9} yes", t.name),
+            Some(u) => crate::outln!("  {:<9} no: {}", t.name, u.reason),
+        }
+    }
+    let nets = netdev::interfaces(SysRoot::get());
+    crate::outln!("network    {} interface(s)", nets.len());
+    for n in &nets {
+        crate::outln!("{}", interface_line(n));
+    }
     match verbs::report() {
         Err(e) => crate::outln!("rdma       none: {e:#}"),
         Ok(devs) => {
@@ -122,6 +143,7 @@ fn print_topology() {
     let (gpus, nics) = topology::devices(SysRoot::get());
     crate::outln!("topology   {} GPU(s), {} RDMA device(s) on the PCI bus", gpus.len(), nics.len());
     for p in gpus.iter().chain(&nics) {
+        let degraded = p.degraded_hops();
         let numa = p.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
         crate::outln!("  {}  {}  NUMA {numa}  {}", p.name, p.bdf, p.root);
         for h in &p.path {
@@ -135,7 +157,7 @@ fn print_topology() {
                 l.max_speed.as_deref().unwrap_or("?"),
                 opt(l.max_width)
             );
-            if l.degraded() {
+            if degraded.contains(&h.bdf.as_str()) {
                 line.push_str("  DEGRADED");
             }
             if let Some(ro) = h.relaxed_ordering {
@@ -158,6 +180,13 @@ fn print_topology() {
             crate::outln!("  {:<7}{cells}", g.name);
         }
     }
+}
+
+/// `  eth0       up       25 Gb/s    MTU 9000`.
+fn interface_line(n: &NetInterface) -> String {
+    let speed = n.speed_text().unwrap_or_else(|| "speed ?".into());
+    let mtu = n.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into());
+    format!("  {:<10} {:<8} {:<10} MTU {mtu}", n.name, n.operstate.as_deref().unwrap_or("?"), speed)
 }
 
 fn yes(b: bool) -> &'static str {

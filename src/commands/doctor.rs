@@ -1,9 +1,10 @@
 //! `kvxfer doctor`: the findings of `observe::doctor` for this host (or a captured tree), highest cost first, each
-//! with its fix. Exit 0 when nothing is found, 1 when something is, 2 when -d or --gpu names nothing here.
+//! with its fix. Exit 1 when a finding costs `--fail-on` or more (default medium: a lone low finding, such as no
+//! huge pages, must not fail a CI preflight on every host), 0 otherwise, 2 when -d or --gpu names nothing here.
 
-use crate::cli::DoctorArgs;
+use crate::cli::{DoctorArgs, FailOn};
 use crate::env::sysroot::SysRoot;
-use crate::observe::doctor::{examine, Scope};
+use crate::observe::doctor::{examine, Cost, Scope};
 use crate::observe::topology;
 use anyhow::Result;
 
@@ -52,10 +53,15 @@ pub fn run(a: DoctorArgs) -> Result<()> {
             crate::outln!("   fix: {}", f.fix);
         }
     }
-    if findings.is_empty() {
-        Ok(())
-    } else {
-        Err(crate::error::found(findings.len()))
+    let threshold = match a.fail_on {
+        FailOn::Low => Cost::Low,
+        FailOn::Medium => Cost::Medium,
+        FailOn::High => Cost::High,
+    };
+    // Costs order highest first.
+    match findings.iter().filter(|f| f.cost <= threshold).count() {
+        0 => Ok(()),
+        n => Err(crate::error::found(n)),
     }
 }
 

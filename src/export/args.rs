@@ -6,6 +6,7 @@ use clap::Args;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Output")]
 pub struct OutputArgs {
     /// Write the results JSON here (updated atomically as each case completes; default: a new file in --out-dir)
     #[arg(long, value_name = "FILE")]

@@ -126,11 +126,26 @@ pub fn warning_summary(cases: &[CaseResult]) -> String {
     format!("⚠ {warned} of {} case(s) carry warnings ({})", cases.len(), kinds.join(", "))
 }
 
-/// Explains `~` in the CI column when some case has too few reps for a 95% interval.
+/// Explains `~` in the CI column when some case has too few reps for a 95% interval, with the coverage at each
+/// rep count that fell short (as those cases ran them).
 pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
-    cases.iter().filter_map(|c| c.p50_ci.as_ref()).any(|ci| ci.coverage < ci.level).then(|| {
-        "~ fewer than 6 reps: the CI is [min, max] and covers the median with less than 95% (93.8% at n = 5)".into()
-    })
+    let mut short: Vec<(usize, f64)> = Vec::new();
+    for c in cases {
+        if let Some(ci) = c.p50_ci.as_ref().filter(|ci| ci.coverage < ci.level) {
+            if !short.iter().any(|(n, _)| *n == c.n) {
+                short.push((c.n, ci.coverage));
+            }
+        }
+    }
+    if short.is_empty() {
+        return None;
+    }
+    short.sort_by_key(|(n, _)| *n);
+    let at: Vec<String> = short.iter().map(|(n, cov)| format!("{:.1}% at n = {n}", cov * 100.0)).collect();
+    Some(format!(
+        "~ fewer than 6 reps: the CI is [min, max] and covers the median with less than 95% ({})",
+        at.join(", ")
+    ))
 }
 
 /// The size, and the sweep case's name when it has one.

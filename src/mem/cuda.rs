@@ -35,6 +35,12 @@ impl<T> OrDriverError<T> for std::result::Result<T, result::DriverError> {
     }
 }
 
+/// Whether libcuda.so.1 is on this host (loads nothing for longer than the check).
+pub fn driver_present() -> bool {
+    // SAFETY: only dlopens/dlcloses the library by name to see whether it exists.
+    unsafe { sys::is_culib_present() }
+}
+
 /// Load and initialise the driver once. Returns its CUDA version (e.g. 13000), or why there is none.
 pub fn driver() -> Result<i32> {
     static DRIVER: OnceLock<std::result::Result<i32, String>> = OnceLock::new();

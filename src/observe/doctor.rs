@@ -56,9 +56,8 @@ pub fn examine(root: &SysRoot, scope: &Scope) -> Vec<Finding> {
     let chosen: Vec<&Placement> = nics.iter().filter(|n| scope.nic.as_ref().is_none_or(|d| &n.name == d)).collect();
     let mut out = Vec::new();
     placement_findings(&gpus, &chosen, &nics, &mut out);
-    for p in gpus.iter().chain(&chosen) {
-        link_findings(p, &mut out);
-    }
+    let examined: Vec<&Placement> = gpus.iter().chain(&chosen).copied().collect();
+    link_findings(&examined, &mut out);
     for n in &chosen {
         if let Some(false) = n.path.last().and_then(|h| h.relaxed_ordering) {
             out.push(Finding {
@@ -142,28 +141,37 @@ fn node(n: Option<i32>) -> String {
     n.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
 }
 
-fn link_findings(p: &Placement, out: &mut Vec<Finding>) {
-    for h in &p.path {
-        if h.link.degraded() {
-            let l = &h.link;
-            let show = |s: &Option<String>, w: Option<u32>| {
-                format!("{} x{}", s.as_deref().unwrap_or("?"), w.map(|w| w.to_string()).unwrap_or_else(|| "?".into()))
-            };
-            out.push(Finding {
-                kind: FindingKind::DegradedLink,
-                cost: Cost::High,
-                what: format!(
-                    "{} ({}{}) runs at {} of {}",
-                    p.name,
-                    if h.bdf == p.bdf { "its own link".to_string() } else { format!("bridge {}", h.bdf) },
-                    if h.bdf == p.bdf { String::new() } else { " on its path".into() },
-                    show(&l.speed, l.width),
-                    show(&l.max_speed, l.max_width)
-                ),
-                fix: "reseat the card or move it to a full-width slot; check the BIOS's link settings and the riser"
-                    .into(),
-            });
+/// Each degraded link on the examined devices' paths, once (devices under one switch share the links above it),
+/// naming both its ends and the devices behind it.
+fn link_findings(examined: &[&Placement], out: &mut Vec<Finding>) {
+    let mut seen: Vec<(topology::PciLink, Vec<&str>)> = Vec::new();
+    for p in examined {
+        for l in p.links().into_iter().filter(topology::PciLink::degraded) {
+            let key = |l: &topology::PciLink| (l.upper.map(|h| h.bdf.clone()), l.lower.bdf.clone());
+            match seen.iter_mut().find(|(s, _)| key(s) == key(&l)) {
+                Some((_, names)) => names.push(&p.name),
+                None => seen.push((l, vec![&p.name])),
+            }
         }
+    }
+    for (l, names) in seen {
+        let ends = match l.upper {
+            Some(up) => format!("PCIe link {} → {}", up.bdf, l.lower.bdf),
+            None => format!("PCIe link of {} (the port above it is not visible here)", l.lower.bdf),
+        };
+        out.push(Finding {
+            kind: FindingKind::DegradedLink,
+            cost: Cost::High,
+            what: format!(
+                "{} ({}): runs at {} where {} {}",
+                ends,
+                names.join(", "),
+                l.current(),
+                if l.upper.is_some() { "both ends can do" } else { "it can do" },
+                l.capable()
+            ),
+            fix: "reseat the card or move it to a full-width slot; check the BIOS's link settings and the riser".into(),
+        });
     }
 }
 

@@ -33,18 +33,99 @@ pub struct Link {
     pub max_width: Option<u32>,
 }
 
-impl Link {
-    /// Running below what both ends can do: fewer lanes, or a slower generation.
+/// `16.0 GT/s PCIe` → 16.0.
+fn gts(s: Option<&str>) -> Option<f64> {
+    s?.split_whitespace().next()?.parse().ok()
+}
+
+/// One physical PCIe link: the port above it (a root port or a switch's downstream port) and the function below it
+/// (an endpoint or a switch's upstream port). Both ends' Link Status registers describe this one link, so both
+/// report the same current speed and width; what it can reach is the lower of the two ends' maximums.
+#[derive(Debug, Clone, Copy)]
+pub struct PciLink<'a> {
+    /// None where the port above is not on the path sysfs shows (a device on the root bus: a VM's, or one
+    /// integrated in the root complex); then only the device's own maximum is known.
+    pub upper: Option<&'a PciHop>,
+    pub lower: &'a PciHop,
+}
+
+/// A speed and a width as sysfs spells them; unknown parts are None.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkRate {
+    pub speed: Option<String>,
+    pub width: Option<u32>,
+}
+
+impl std::fmt::Display for LinkRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let width = self.width.map(|w| w.to_string()).unwrap_or_else(|| "?".into());
+        write!(f, "{} x{width}", self.speed.as_deref().unwrap_or("?"))
+    }
+}
+
+impl PciLink<'_> {
+    fn ends(&self) -> impl Iterator<Item = &Link> {
+        self.upper.into_iter().chain([self.lower]).map(|h| &h.link)
+    }
+
+    /// The lowest of the values the ends report (both ends agree on real hardware; the lower is the safe reading
+    /// where they do not).
+    fn lowest(&self, width: fn(&Link) -> Option<u32>, speed: fn(&Link) -> Option<&str>) -> LinkRate {
+        let width = self.ends().filter_map(width).filter(|&w| w > 0).min();
+        let speed = self
+            .ends()
+            .filter_map(speed)
+            .filter_map(|s| Some((gts(Some(s))?, s)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, s)| s.to_string());
+        LinkRate { speed, width }
+    }
+
+    /// What the link trained at.
+    pub fn current(&self) -> LinkRate {
+        self.lowest(|l| l.width, |l| l.speed.as_deref())
+    }
+
+    /// The most both ends can do: the lower of their maximum widths, and of their maximum speeds.
+    pub fn capable(&self) -> LinkRate {
+        self.lowest(|l| l.max_width, |l| l.max_speed.as_deref())
+    }
+
+    /// Trained below what both ends can do: fewer lanes, or a slower generation (a Gen4 device under a Gen5 port
+    /// running Gen4 is not).
     pub fn degraded(&self) -> bool {
-        let narrower = matches!((self.width, self.max_width), (Some(w), Some(m)) if w < m && w > 0);
-        let slower = matches!((gts(&self.speed), gts(&self.max_speed)), (Some(s), Some(m)) if s < m);
+        let (now, can) = (self.current(), self.capable());
+        let narrower = matches!((now.width, can.width), (Some(w), Some(m)) if w < m);
+        let slower = matches!((gts(now.speed.as_deref()), gts(can.speed.as_deref())), (Some(s), Some(m)) if s < m);
         narrower || slower
     }
 }
 
-/// `16.0 GT/s PCIe` → 16.0.
-fn gts(s: &Option<String>) -> Option<f64> {
-    s.as_deref()?.split_whitespace().next()?.parse().ok()
+impl Placement {
+    /// The physical links on the path, from the device up. A root or downstream port's link registers describe the
+    /// link below it and an endpoint's or upstream port's the link above it, and the path alternates the two from
+    /// the device up (device and the port above it; that switch's upstream port and the port above that; ...), so
+    /// hops pair from the bottom. A top hop left over has no visible partner.
+    pub fn links(&self) -> Vec<PciLink<'_>> {
+        let mut out = Vec::new();
+        let mut i = self.path.len();
+        while i > 0 {
+            let lower = &self.path[i - 1];
+            let upper = (i >= 2).then(|| &self.path[i - 2]);
+            out.push(PciLink { upper, lower });
+            i = i.saturating_sub(2);
+        }
+        out
+    }
+
+    /// The bus addresses of the hops on a degraded link (both ends of each).
+    pub fn degraded_hops(&self) -> Vec<&str> {
+        self.links()
+            .iter()
+            .filter(|l| l.degraded())
+            .flat_map(|l| l.upper.into_iter().chain([l.lower]).map(|h| h.bdf.as_str()))
+            .collect()
+    }
 }
 
 /// A device and the path to it.
@@ -360,15 +441,58 @@ mod tests {
     }
 
     #[test]
-    fn links_below_their_maximum_are_degraded() {
-        let l = |s: &str, m: &str, w, mw| Link {
-            speed: Some(s.into()),
-            max_speed: Some(m.into()),
-            width: Some(w),
-            max_width: Some(mw),
+    fn a_link_is_degraded_only_below_what_both_ends_can_do() {
+        const GEN4: &str = "16.0 GT/s PCIe";
+        const GEN5: &str = "32.0 GT/s PCIe";
+        let hop = |s: &str, m: &str, w, mw| PciHop {
+            bdf: "0000:00:00.0".into(),
+            class: None,
+            link: Link { speed: Some(s.into()), max_speed: Some(m.into()), width: Some(w), max_width: Some(mw) },
+            relaxed_ordering: None,
+            max_payload: None,
+            max_read_request: None,
+            acs_redirect: None,
         };
-        assert!(!l("32.0 GT/s PCIe", "32.0 GT/s PCIe", 16, 16).degraded());
-        assert!(l("16.0 GT/s PCIe", "32.0 GT/s PCIe", 16, 16).degraded());
-        assert!(l("32.0 GT/s PCIe", "32.0 GT/s PCIe", 8, 16).degraded());
+        let degraded = |up: &PciHop, down: &PciHop| PciLink { upper: Some(up), lower: down }.degraded();
+        let gen5_port = hop(GEN5, GEN5, 16, 16);
+        assert!(!degraded(&gen5_port, &hop(GEN5, GEN5, 16, 16)));
+        // A Gen4 device under a Gen5 port trains at Gen4: both ends report Gen4, the best the pair can do.
+        assert!(!degraded(&hop(GEN4, GEN5, 16, 16), &hop(GEN4, GEN4, 16, 16)));
+        // An x16 card in an x8 slot: x8 is all the pair can do.
+        assert!(!degraded(&hop(GEN5, GEN5, 8, 8), &hop(GEN5, GEN5, 8, 16)));
+        // Both ends x16-capable, trained x8; both Gen5-capable, trained Gen4.
+        assert!(degraded(&hop(GEN5, GEN5, 8, 16), &hop(GEN5, GEN5, 8, 16)));
+        assert!(degraded(&hop(GEN4, GEN5, 16, 16), &hop(GEN4, GEN5, 16, 16)));
+        // One end alone: its own maximum is all that is known.
+        assert!(PciLink { upper: None, lower: &hop(GEN5, GEN5, 8, 16) }.degraded());
+        assert!(!PciLink { upper: None, lower: &hop(GEN4, GEN4, 16, 16) }.degraded());
+    }
+
+    #[test]
+    fn a_path_pairs_into_links_from_the_device_up() {
+        let hop = |bdf: &str| PciHop {
+            bdf: bdf.into(),
+            class: None,
+            link: Link::default(),
+            relaxed_ordering: None,
+            max_payload: None,
+            max_read_request: None,
+            acs_redirect: None,
+        };
+        let place = |bdfs: &[&str]| Placement {
+            name: "x".into(),
+            bdf: bdfs.last().unwrap().to_string(),
+            numa_node: None,
+            root: "pci0000:00".into(),
+            path: bdfs.iter().map(|b| hop(b)).collect(),
+        };
+        let pairs = |p: &Placement| -> Vec<(Option<String>, String)> {
+            p.links().iter().map(|l| (l.upper.map(|h| h.bdf.clone()), l.lower.bdf.clone())).collect()
+        };
+        // Root port, switch up, switch down, device: two links; the switch's inside is none.
+        let p = place(&["00:01.0", "01:00.0", "02:01.0", "04:00.0"]);
+        let s = |v: &str| v.to_string();
+        assert_eq!(pairs(&p), [(Some(s("02:01.0")), s("04:00.0")), (Some(s("00:01.0")), s("01:00.0"))]);
+        assert_eq!(pairs(&place(&["00:06.0"])), [(None, s("00:06.0"))]);
     }
 }

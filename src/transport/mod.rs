@@ -118,6 +118,52 @@ pub fn check_host(kind: TransportKind, devices: &[&DeviceChoice]) -> Result<()> 
     Ok(())
 }
 
+/// Why a transport cannot run on this host: a few words (`devices` prints them), and the full line with its fix.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unusable {
+    pub reason: String,
+    pub detail: String,
+}
+
+impl Unusable {
+    fn new(reason: &str, detail: impl std::fmt::Display) -> Unusable {
+        Unusable { reason: reason.into(), detail: detail.to_string() }
+    }
+}
+
+/// Whether transport `kind` can run on this host, asked of the transport itself with the probing a run does
+/// before connecting (the library, driver, devices or Python it needs).
+pub fn usable_here(kind: TransportKind) -> Result<(), Unusable> {
+    match kind {
+        TransportKind::Tcp => Ok(()),
+        TransportKind::Verbs => verbs::device::usable(),
+        TransportKind::Cuda => cuda::usable(),
+        TransportKind::Mooncake => mooncake::usable(),
+        TransportKind::Nixl => nixl::check().map_err(|e| Unusable::new("NIXL library not found (KVXFER_NIXL_LIB)", e)),
+    }
+}
+
+/// One transport by name, and whether it can run here (`kvxfer devices`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Availability {
+    pub name: String,
+    pub available: bool,
+    /// Why not, when not: `reason` and `detail`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub unusable: Option<Unusable>,
+}
+
+/// Every transport of this build, in `--transport`'s order, with whether it can run here.
+pub fn availability() -> Vec<Availability> {
+    TransportKind::value_variants()
+        .iter()
+        .map(|&k| {
+            let unusable = usable_here(k).err();
+            Availability { name: value_name(&k), available: unusable.is_none(), unusable }
+        })
+        .collect()
+}
+
 /// When the first byte of a transfer was posted and the last completion was seen (sender clock).
 #[derive(Debug, Clone)]
 pub struct TransferTimes {

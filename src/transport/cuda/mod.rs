@@ -24,6 +24,21 @@ pub const DEFAULT_BLOCK_SIZE: u64 = 1 << 40;
 /// Per-write events are recorded for at most this many writes (per-block latency); beyond, only the total.
 const MAX_TIMED_WRITES: usize = 1024;
 
+/// Whether the cuda transport can run here: a CUDA driver that initialises and at least one GPU.
+pub fn usable() -> std::result::Result<(), super::Unusable> {
+    if !cuda::driver_present() {
+        return Err(super::Unusable::new(
+            "no CUDA driver (libcuda.so.1)",
+            "libcuda.so.1 not found: install the NVIDIA driver",
+        ));
+    }
+    match cuda::device_count() {
+        Err(e) => Err(super::Unusable::new("CUDA driver unusable", format!("{e:#}"))),
+        Ok(0) => Err(super::Unusable::new("no GPU", "the CUDA driver sees no GPU")),
+        Ok(_) => Ok(()),
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct Offer {
     boot_id: String,

@@ -21,6 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker::Worker;
 
+/// Whether the mooncake transport can run here: the Python that `KVXFER_PYTHON` names imports the engine.
+pub fn usable() -> std::result::Result<(), super::Unusable> {
+    worker::probe().map_err(|(reason, e)| super::Unusable::new(reason, e))
+}
+
 /// The default write size of a contiguous transfer: vLLM hands Mooncake one entry per KV block, and at 64 MiB
 /// entries the engine's own slicing (64 KiB slices) does the spreading.
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;

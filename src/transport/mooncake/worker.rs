@@ -21,6 +21,26 @@ const NO_WHEEL: i32 = 3;
 pub const WHEEL_HINT: &str =
     "pip install mooncake-transfer-engine-non-cuda (GPU hosts: the CUDA wheel) into the Python that KVXFER_PYTHON names";
 
+/// Whether the Python that `KVXFER_PYTHON` names (default python3) imports what the worker imports; if not, a few
+/// words and the full line.
+pub fn probe() -> std::result::Result<(), (&'static str, anyhow::Error)> {
+    let python = std::env::var("KVXFER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let status = Command::new(&python)
+        .args(["-c", "from mooncake.engine import TransferEngine"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(_) => Err((
+            "no Python with the mooncake package (set KVXFER_PYTHON)",
+            anyhow!("{python} cannot import Mooncake; {WHEEL_HINT}"),
+        )),
+        Err(e) => Err(("no Python (set KVXFER_PYTHON)", anyhow!("cannot run {python:?} ({e}); {WHEEL_HINT}"))),
+    }
+}
+
 pub struct Worker {
     child: Child,
     stdin: ChildStdin,

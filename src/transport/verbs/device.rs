@@ -222,6 +222,12 @@ pub struct GidReport {
     pub netdev: String,
 }
 
+/// Whether verbs can run here: libibverbs loads and lists at least one RDMA device.
+pub fn usable() -> std::result::Result<(), crate::transport::Unusable> {
+    let reason = if libibverbs_loaded() { "no RDMA device" } else { "libibverbs missing" };
+    device_list().map(|_| ()).map_err(|e| crate::transport::Unusable::new(reason, e))
+}
+
 pub fn report() -> Result<Vec<DeviceReport>> {
     let list = device_list()?;
     let mut out = Vec::new();
