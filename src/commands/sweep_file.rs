@@ -25,7 +25,7 @@ use std::path::Path;
 pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     reject_parameter_flags(&a)?;
     let sweep = SweepFile::load(file, &a.sets, &param_keys())?;
-    // A plan is worked out anywhere; the run (or --plan --here) checks this host.
+    // A plan is worked out anywhere (--here checks this host case by case); a run checks it before it starts.
     let plans = plan_sessions(&sweep, !a.plan)?;
     if a.plan {
         let need = vec![sweep.reps; sweep.cases.len()];
@@ -272,8 +272,8 @@ fn reject_parameter_flags(a: &SweepArgs) -> Result<()> {
 }
 
 /// Turn each group of cases sharing a connection configuration into a session plan, checked as `kvxfer sweep`
-/// would check its flags; with `here`, also against this host (its devices, drivers and memory).
-fn plan_sessions(sweep: &SweepFile, here: bool) -> Result<Vec<SessionPlan>> {
+/// would check its flags; with `check_host`, also against this host (its devices, drivers and memory).
+fn plan_sessions(sweep: &SweepFile, check_host: bool) -> Result<Vec<SessionPlan>> {
     let mut groups: Vec<(Params, Vec<usize>)> = Vec::new();
     for c in &sweep.cases {
         let key = session_key(&c.params);
@@ -291,7 +291,7 @@ fn plan_sessions(sweep: &SweepFile, here: bool) -> Result<Vec<SessionPlan>> {
         shared.retain(|k, _| !SIZE_KEYS.contains(&k.as_str()));
         let what = if first.label.is_empty() { describe(&shared) } else { first.label.clone() };
         let plan = session_plan(sweep, &ids).map_err(|e| e.context(format!("{file}: case {what}")))?;
-        if here {
+        if check_host {
             // The buffers are as large as the session's largest transfer: that case is the one that needs them.
             let largest = (plan.cfg.cases.iter().zip(&plan.case_ids).max_by_key(|(c, _)| c.size_bytes))
                 .map_or(ids[0], |(_, &id)| id);

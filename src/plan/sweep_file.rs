@@ -116,17 +116,19 @@ fn params_of(file: &str, t: &toml::Table, keys: &ParamKeys) -> Result<BTreeMap<S
 /// A size axis with its ranges (`"1MiB..1GiB"`, `"1k..128k:x4"`) written out, one value per size, so each size is a
 /// case of its own.
 fn expand_ranges(file: &str, key: &str, values: Values) -> Result<Values> {
-    let (parse, text): (fn(&str) -> Result<u64>, fn(u64) -> String) = match key {
-        "sizes" => (sizes::parse_size, sizes::size_text),
-        "tokens" => (sizes::parse_tokens, sizes::format_tokens),
-        _ => return Ok(values),
-    };
+    if !SIZE_KEYS.contains(&key) {
+        return Ok(values);
+    }
     let mut out = Vec::with_capacity(values.len());
     for v in values {
-        if sizes::is_range(&v) {
-            out.extend(sizes::expand_range(&v, &format!("{file}: {key} ="), parse)?.into_iter().map(text));
-        } else {
+        if !sizes::is_range(&v) {
             out.push(v);
+        } else if key == "tokens" {
+            let tokens = sizes::expand_range(&v, &format!("{file}: {key} ="), sizes::parse_tokens)?;
+            out.extend(tokens.into_iter().map(sizes::format_tokens));
+        } else {
+            let bytes = sizes::expand_range(&v, &format!("{file}: {key} ="), sizes::parse_size)?;
+            out.extend(bytes.into_iter().map(sizes::size_text));
         }
         if out.len() > MAX_CASES {
             bail_usage!("{file}: {key}: more than the sweep limit of {MAX_CASES} values; give fewer or larger steps");
