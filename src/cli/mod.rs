@@ -282,10 +282,20 @@ pub struct SweepArgs {
     #[arg(long, value_name = "FILE.json")]
     #[serde(skip)]
     pub resume: Option<PathBuf>,
-    /// Check the sweep file and print its plan (cases, sessions, reps, order), then exit without measuring
-    #[arg(long, requires = "file")]
+    /// Print the plan (each case, the bytes it moves, the memory each end needs, the run time from
+    /// --estimate-from) and exit without measuring; needs none of the run's hardware unless --here
+    #[arg(long)]
     #[serde(skip)]
     pub plan: bool,
+    /// With --plan: also make the run's checks on this host (devices, drivers, memory) and fail listing every case
+    /// that cannot run here
+    #[arg(long, requires = "plan")]
+    #[serde(skip)]
+    pub here: bool,
+    /// With --plan: estimate the run time from these results (p50 per size of the same transport, interpolated)
+    #[arg(long, value_name = "RESULTS.json", requires = "plan")]
+    #[serde(skip)]
+    pub estimate_from: Option<PathBuf>,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
     #[serde(deserialize_with = "text::from_str")]

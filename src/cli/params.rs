@@ -53,11 +53,13 @@ text::defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, DeviceArgs);
 #[serde(default)]
 #[command(next_help_heading = "Sizes")]
 pub struct SizeArgs {
-    /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB
+    /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB; ranges: 1MiB..1GiB (doubling),
+    /// 1MiB..1GiB:x4 (×4), 1MiB..8MiB:+1MiB (+1 MiB), the end always included; mixed: 1MiB..4MiB,96MiB
     #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
     #[serde(deserialize_with = "text::some_from_str")]
     pub sizes: Option<SizeList>,
-    /// Transfer sizes as token counts (k = 1024): 1k,32k,128k; needs --model, --model-config or --kv-bytes-per-token
+    /// Transfer sizes as token counts (k = 1024): 1k,32k,128k, or ranges like --sizes: 1k..128k, 1k..128k:x4;
+    /// needs --model, --model-config or --kv-bytes-per-token
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     #[serde(deserialize_with = "text::some_from_str")]
     pub tokens: Option<TokenList>,

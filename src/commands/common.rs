@@ -87,11 +87,18 @@ pub struct Configured {
 /// sizes that cannot fit in host memory here. `ends` are the memory kinds of this command's buffers, the source
 /// first (they choose the transport under `--transport auto`).
 pub fn configure(sizes: &SizeArgs, run: &RunArgs, ends: &[MemKind]) -> Result<Configured> {
+    let configured = configure_anywhere(sizes, run, ends)?;
+    check_memory(&configured.cfg, ends)?;
+    Ok(configured)
+}
+
+/// [`configure`] without looking at this host: what `--plan` checks on a machine that has none of the run's
+/// hardware (or memory).
+pub fn configure_anywhere(sizes: &SizeArgs, run: &RunArgs, ends: &[MemKind]) -> Result<Configured> {
     let (cases, geometry) = resolve_cases(sizes)?;
     let mut cfg = run_config(run, cases, ends)?;
     cfg.paged = paged_config(&run.paged, run.block_size.is_some(), run.seed, geometry.as_ref(), &cfg.cases)?;
     cfg.check_plan_limits()?;
-    check_memory(&cfg, ends)?;
     Ok(Configured { cfg, model: geometry.map(|g| g.name), timeouts: timeouts(run) })
 }
 

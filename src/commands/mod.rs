@@ -15,6 +15,7 @@ pub mod send;
 pub mod serve;
 pub mod sweep;
 pub mod sweep_file;
+pub mod sweep_plan;
 pub mod sweep_sessions;
 
 // `predict` resolves sizes as the running commands do.

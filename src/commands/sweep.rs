@@ -1,9 +1,13 @@
 //! `kvxfer sweep`: the main job on one machine. A receiver runs in a thread of this process on loopback, with a
 //! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
 
-use super::common::{self, check_host_support, configure, default_outputs, drop_unused_outputs, Configured};
+use super::common::{
+    self, check_host_support, configure, configure_anywhere, default_outputs, drop_unused_outputs, Configured,
+};
 use super::loopback::loopback_receiver;
 use super::send::{drive, SendJob};
+use super::sweep_plan::{self, Sweep};
+use super::sweep_sessions::SessionPlan;
 use crate::cli::SweepArgs;
 use crate::output::Recorder;
 use crate::run::receiver::ReceiverLimits;
@@ -12,6 +16,9 @@ use anyhow::Result;
 pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
         return super::sweep_file::run(a, &file);
+    }
+    if a.plan {
+        return plan(&a);
     }
     let mut out = a.out.clone();
     if let Some(r) = &a.resume {
@@ -71,4 +78,17 @@ fn sweep(a: &SweepArgs, out: &crate::cli::OutputArgs) -> Result<()> {
         (Ok(_), Err(r)) => Err(r.context("the receiver failed after the run")),
         (Err(e), _) => Err(e),
     }
+}
+
+/// `kvxfer sweep --sizes … --plan`: the flags' cases as one session, shown as a sweep file's plan is.
+fn plan(a: &SweepArgs) -> Result<()> {
+    let (src, dst) = (a.src, a.dst);
+    let Configured { cfg, model, timeouts } = configure_anywhere(&a.sizes, &a.run, &[src, dst])?;
+    let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
+    let n = cfg.cases.len();
+    let (reps, warmup) = (cfg.knobs.reps, cfg.knobs.warmup);
+    let title = format!("sweep: {n} cases in 1 session, {reps} reps + {warmup} warm-up each, in the order given");
+    let labels = vec![format!("{} {src}→{dst}", cfg.transport.kind()); n];
+    let plans = [SessionPlan { case_ids: (0..n).collect(), cfg, src, dst, device, peer_device, timeouts, model }];
+    sweep_plan::show(&Sweep { title, plans: &plans, labels, reps, warmup }, a.here, a.estimate_from.as_deref())
 }

@@ -4,8 +4,10 @@
 //! interrupted sweep can be continued with `--resume`.
 
 use super::common::{
-    check_host_support, configure, default_outputs, drop_unused_outputs, loopback_devices, Configured,
+    check_host_support, check_memory, configure_anywhere, default_outputs, drop_unused_outputs, loopback_devices,
+    Configured,
 };
+use super::sweep_plan::{self, Sweep};
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
 use crate::cli::{Cli, SweepArgs};
@@ -24,11 +26,12 @@ use std::path::Path;
 pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     reject_parameter_flags(&a)?;
     let sweep = SweepFile::load(file, &a.sets, &param_keys())?;
-    let plans = plan_sessions(&sweep)?;
+    // A plan is worked out anywhere (--here checks this host case by case); a run checks it before it starts.
+    let plans = plan_sessions(&sweep, !a.plan)?;
     if a.plan {
         let need = vec![sweep.reps; sweep.cases.len()];
         let rounds = schedule(sweep.order, &need, sweep.seed);
-        crate::outln!(
+        let title = format!(
             "sweep {}: {} cases in {} session(s), {} reps + {} warm-up each, {} rounds, order {} (seed {})",
             sweep.name,
             sweep.cases.len(),
@@ -39,7 +42,9 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
             sweep.order.name(),
             sweep.seed
         );
-        return Ok(());
+        let labels = sweep.cases.iter().map(|c| c.label.clone()).collect();
+        let shown = Sweep { title, plans: &plans, labels, reps: sweep.reps, warmup: sweep.warmup };
+        return sweep_plan::show(&shown, a.here, a.estimate_from.as_deref());
     }
     let previous = a.resume.as_deref().map(|p| resumable(p, &sweep)).transpose()?;
 
@@ -254,8 +259,22 @@ fn run_rounds(
 }
 
 /// Flags that still apply with a sweep file: where results go and what the run is called.
-const FILE_FLAGS: &[&str] =
-    &["file", "sets", "resume", "plan", "json", "csv", "md", "events", "fig", "lines", "out_dir", "label"];
+const FILE_FLAGS: &[&str] = &[
+    "file",
+    "sets",
+    "resume",
+    "plan",
+    "here",
+    "estimate_from",
+    "json",
+    "csv",
+    "md",
+    "events",
+    "fig",
+    "lines",
+    "out_dir",
+    "label",
+];
 
 /// With a sweep file the file says what to measure: a parameter flag given on the command line is refused, not
 /// ignored, whatever its value (even the default's: `--reps 5`).
@@ -270,8 +289,8 @@ fn reject_parameter_flags(a: &SweepArgs) -> Result<()> {
 }
 
 /// Turn each group of cases sharing a connection configuration into a session plan, checked as `kvxfer sweep`
-/// would check its flags.
-fn plan_sessions(sweep: &SweepFile) -> Result<Vec<SessionPlan>> {
+/// would check its flags; with `check_host`, also against this host (its devices, drivers and memory).
+fn plan_sessions(sweep: &SweepFile, check_host: bool) -> Result<Vec<SessionPlan>> {
     let mut groups: Vec<(Params, Vec<usize>)> = Vec::new();
     for c in &sweep.cases {
         let key = session_key(&c.params);
@@ -284,8 +303,21 @@ fn plan_sessions(sweep: &SweepFile) -> Result<Vec<SessionPlan>> {
     let mut plans = Vec::new();
     for (_, ids) in groups {
         let first = &sweep.cases[ids[0]];
-        let what = if first.label.is_empty() { describe(&first.params) } else { first.label.clone() };
+        // The session's parameters, its sizes aside: what every case of it shares.
+        let mut shared = first.params.clone();
+        shared.retain(|k, _| !SIZE_KEYS.contains(&k.as_str()));
+        let what = if first.label.is_empty() { describe(&shared) } else { first.label.clone() };
         let plan = session_plan(sweep, &ids).map_err(|e| e.context(format!("{file}: case {what}")))?;
+        if check_host {
+            // The buffers are as large as the session's largest transfer: that case is the one that needs them.
+            let largest = (plan.cfg.cases.iter().zip(&plan.case_ids).max_by_key(|(c, _)| c.size_bytes))
+                .map_or(ids[0], |(_, &id)| id);
+            check_memory(&plan.cfg, &[plan.src, plan.dst])
+                .map_err(|e| e.context(format!("{file}: case {}", describe(&sweep.cases[largest].params))))?;
+            let ends = [("src", plan.src), ("dst", plan.dst)];
+            check_host_support(&plan.cfg, &ends, &[&plan.device, &plan.peer_device])
+                .map_err(|e| e.context(format!("{file}: case {what}")))?;
+        }
         plans.push(plan);
     }
     Ok(plans)
@@ -356,9 +388,8 @@ fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
     let sizes: Vec<&str> = ids.iter().map(|&i| sweep.cases[i].params[*size_key].as_str()).collect();
     let a = session_args(first, size_key, &sizes, sweep.reps, sweep.warmup)?;
     let (src, dst) = (a.src, a.dst);
-    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
+    let Configured { cfg, model, timeouts } = configure_anywhere(&a.sizes, &a.run, &[src, dst])?;
     let (device, peer_device) = loopback_devices(&a.device, &a.peer_device)?;
-    check_host_support(&cfg, &[("src", src), ("dst", dst)], &[&device, &peer_device])?;
     Ok(SessionPlan { case_ids: ids.to_vec(), cfg, src, dst, device, peer_device, timeouts, model })
 }
 

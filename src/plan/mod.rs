@@ -18,6 +18,10 @@ pub use transport::{
     Staging, TcpConfig, TransportConfig, TransportKind, VerbsConfig,
 };
 
+/// The most cases one sweep may hold (a sweep file's cases, or the values of one `--sizes`/`--tokens` list): at a
+/// few seconds each, already days of measuring; more is a typo in a list, refused before the cases are built.
+pub const MAX_CASES: usize = 100_000;
+
 /// One size to measure, with its token count when the user asked in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SizeCase {

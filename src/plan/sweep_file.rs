@@ -5,6 +5,7 @@
 //! reps = 5
 //! order = "interleaved"         # interleaved | random | sequential
 //! tokens = [512, 1024, "128k"]  # every other key is a parameter, named like the `kvxfer sweep` flag
+//! # sizes = ["1MiB..1GiB:x4"]   # a range (see `sizes`) is one case per size it makes
 //! model = "qwen3-30b-a3b"       # (block_size = --block-size); a list makes it an axis of the cross product
 //! transport = ["cuda", "tcp"]
 //!
@@ -18,6 +19,8 @@
 //! that measure it, and what `--resume` matches cases by.
 
 use super::order::Order;
+use super::sizes;
+use super::MAX_CASES;
 use crate::bail_usage;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -45,10 +48,6 @@ impl ParamKeys {
 pub const SIZE_KEYS: &[&str] = &["sizes", "tokens"];
 
 pub type Params = BTreeMap<String, String>;
-
-/// The most cases one sweep file may hold: at a few seconds each, already days of measuring; more is a typo in a
-/// list, refused before the cases are built.
-pub const MAX_CASES: usize = 100_000;
 
 /// One case of a sweep: its index in the case list, its parameters, and a short name of what sets it apart.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,7 +108,31 @@ fn params_of(file: &str, t: &toml::Table, keys: &ParamKeys) -> Result<BTreeMap<S
     let mut out = BTreeMap::new();
     for (k, v) in t.iter().filter(|(k, _)| !RUN_KEYS.contains(&k.as_str())) {
         check_param(file, k, keys)?;
-        out.insert(k.clone(), values(file, k, v)?);
+        out.insert(k.clone(), expand_ranges(file, k, values(file, k, v)?)?);
+    }
+    Ok(out)
+}
+
+/// A size axis with its ranges (`"1MiB..1GiB"`, `"1k..128k:x4"`) written out, one value per size, so each size is a
+/// case of its own.
+fn expand_ranges(file: &str, key: &str, values: Values) -> Result<Values> {
+    if !SIZE_KEYS.contains(&key) {
+        return Ok(values);
+    }
+    let mut out = Vec::with_capacity(values.len());
+    for v in values {
+        if !sizes::is_range(&v) {
+            out.push(v);
+        } else if key == "tokens" {
+            let tokens = sizes::expand_range(&v, &format!("{file}: {key} ="), sizes::parse_tokens)?;
+            out.extend(tokens.into_iter().map(sizes::format_tokens));
+        } else {
+            let bytes = sizes::expand_range(&v, &format!("{file}: {key} ="), sizes::parse_size)?;
+            out.extend(bytes.into_iter().map(sizes::size_text));
+        }
+        if out.len() > MAX_CASES {
+            bail_usage!("{file}: {key}: more than the sweep limit of {MAX_CASES} values; give fewer or larger steps");
+        }
     }
     Ok(out)
 }
@@ -148,7 +171,7 @@ fn split_sets(sets: &[String], keys: &ParamKeys) -> Result<(BTreeMap<String, Str
                 list.len()
             );
         }
-        param_sets.insert(k, list);
+        param_sets.insert(k.clone(), expand_ranges("--set", &k, list)?);
     }
     Ok((run_sets, param_sets))
 }
@@ -363,6 +386,27 @@ mod tests {
         assert_eq!((f.reps, f.order), (2, Order::Random));
         let f = SweepFile::parse("t.toml", "sizes=[\"1MiB\"]", &["mr-chunk=2GiB,4GiB".into()], &keys()).unwrap();
         assert_eq!(f.cases.len(), 2);
+    }
+
+    #[test]
+    fn size_ranges_become_one_case_per_size() {
+        let sizes_of = |f: &SweepFile, key: &str| f.cases.iter().map(|c| c.params[key].clone()).collect::<Vec<_>>();
+        let f = SweepFile::parse("t.toml", "sizes = [\"1MiB..4MiB\", \"96MiB\"]\n", &[], &keys()).unwrap();
+        assert_eq!(sizes_of(&f, "sizes"), ["1MiB", "2MiB", "4MiB", "96MiB"]);
+        let f = SweepFile::parse("t.toml", "tokens = \"1k..8k:x4\"\nmodel = \"qwen3-8b\"\n", &[], &keys()).unwrap();
+        assert_eq!(sizes_of(&f, "tokens"), ["1k", "4k", "8k"]);
+        let f = SweepFile::parse("t.toml", "sizes = [\"1MiB\"]", &["sizes=1MiB..3MiB,1GiB".into()], &keys()).unwrap();
+        assert_eq!(sizes_of(&f, "sizes"), ["1MiB", "2MiB", "3MiB", "1GiB"]);
+        for (text, needle) in [
+            ("sizes = \"4MiB..1MiB\"", "t.toml: sizes = \"4MiB..1MiB\": the range runs backwards"),
+            ("sizes = \"1MiB..4MiB:x1\"", "never reaches the end"),
+            ("sizes = [\"1B..64KiB:+1B\", \"1MiB..1088576B:+1B\"]", "sweep limit of 100000"),
+            ("sizes = \"1B..64KiB:+1B\"\nstreams = [1, 2]", "more than 100000 cases"),
+        ] {
+            let e = SweepFile::parse("t.toml", text, &[], &keys()).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+            assert!(e.to_string().contains(needle), "{text}: {e}");
+        }
     }
 
     #[test]
