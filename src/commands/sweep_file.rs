@@ -235,17 +235,24 @@ fn run_rounds(
     Ok(())
 }
 
-/// Flags that still apply with a sweep file: where results go and what the run is called.
+/// Flags that still apply with a sweep file: where results go and what the run is called (by clap id).
 const FILE_FLAGS: &[&str] =
     &["file", "sets", "resume", "plan", "json", "csv", "md", "events", "fig", "lines", "out_dir", "label"];
 
 /// With a sweep file the file says what to measure: a parameter flag given on the command line is refused, not
-/// ignored, whatever its value (even the default's: `--reps 5`).
+/// ignored, whatever its value (even the default's: `--reps 5`). The flag is named as the user typed it: the ids
+/// clap reports also name the groups of flattened flag structs, which are no flag at all.
 fn reject_parameter_flags(a: &SweepArgs) -> Result<()> {
-    if let Some(id) = a.explicit.iter().find(|id| !FILE_FLAGS.contains(&id.as_str())) {
+    let cmd = sweep_command();
+    let mut given = a.explicit.iter().filter_map(|id| cmd.get_arguments().find(|arg| arg.get_id() == id.as_str()));
+    if let Some(arg) = given.find(|arg| !FILE_FLAGS.contains(&arg.get_id().as_str())) {
+        let flag = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => arg.get_id().to_string(),
+        };
         bail_usage!(
-            "--{}: with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --out-dir, --label) apply",
-            id.replace('_', "-")
+            "{flag}: with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --line, --out-dir, --label) apply"
         );
     }
     Ok(())
