@@ -11,7 +11,7 @@ use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
 use crate::output::Recorder;
 use crate::plan::order::schedule;
-use crate::plan::sweep_file::{describe, session_key, ParamKeys, Params, SweepFile, SIZE_KEYS};
+use crate::plan::sweep_file::{describe, session_key, varying_keys, ParamKeys, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
 use crate::stats::CaseResult;
 use anyhow::{Context, Result};
@@ -149,6 +149,7 @@ fn sweep_results(
                 warmup: sweep.warmup,
                 sets: a.sets.clone(),
                 case_list: Vec::new(),
+                varying: Vec::new(),
                 sessions: Vec::new(),
                 rounds: Vec::new(),
                 resumed_at: Vec::new(),
@@ -163,6 +164,7 @@ fn sweep_results(
         .iter()
         .map(|c| SweepCaseJson { case_id: c.id, label: c.label.clone(), params: c.params.clone() })
         .collect();
+    s.varying = varying_keys(sweep.cases.iter().map(|c| &c.params));
     s.sessions = plans
         .iter()
         .map(|p| SessionJson {
