@@ -68,6 +68,29 @@ pub fn printable(text: &str) -> String {
 /// How much of a peer's text a log line keeps.
 pub const PEER_TEXT_CHARS: usize = 200;
 
+/// How much of an authenticated peer's error [`peer_error`] keeps: far more than any real error (an engine's
+/// reason with a library path is a few hundred characters), still a bound on what a peer can make us print.
+pub const PEER_ERROR_CHARS: usize = 4096;
+
+/// An error an authenticated peer reported, made safe like [`printable`] but kept whole: it is why the run
+/// stopped (an engine's own words, the library that did not load and why), so a log line's length would cut it
+/// mid-sentence. Past [`PEER_ERROR_CHARS`] it ends after the last whole sentence (or word) that fits, saying how
+/// much was left out.
+pub fn peer_error(text: &str) -> String {
+    let safe: Vec<char> =
+        text.chars().flat_map(|c| if c.is_control() { c.escape_unicode().collect() } else { vec![c] }).collect();
+    if safe.len() <= PEER_ERROR_CHARS {
+        return safe.into_iter().collect();
+    }
+    let head = &safe[..PEER_ERROR_CHARS];
+    let after = |i: usize, set: &[char]| set.contains(&head[i]) && head.get(i + 1).is_some_and(|c| *c == ' ');
+    let sentence = (0..head.len()).rev().find(|&i| after(i, &['.', ';', '!', '?'])).map(|i| i + 1);
+    let word = || head.iter().rposition(|c| *c == ' ');
+    let end = sentence.or_else(word).unwrap_or(head.len());
+    let kept: String = head[..end].iter().collect();
+    format!("{kept} … ({} more characters)", safe.len() - end)
+}
+
 /// Whether stdout has been found closed (a reader that went away).
 pub fn stdout_gone() -> bool {
     STDOUT_GONE.load(Ordering::Relaxed)
@@ -97,5 +120,27 @@ mod tests {
         let long = "x".repeat(1 << 20);
         assert_eq!(printable(&long).chars().count(), PEER_TEXT_CHARS + 1);
         assert_eq!(printable("é ok"), "é ok");
+    }
+
+    #[test]
+    fn a_peer_error_is_kept_whole_and_past_its_limit_ends_at_a_sentence() {
+        // A real engine error, past a log line's 200 characters: the loader's reason is at its very end.
+        let plugin =
+            format!("/opt/venv/{}/plugins/libplugin_LIBFABRIC.so", "site-packages/.nixl_cu12.mesonpy.libs/".repeat(3));
+        let reason = format!("--nixl-backend libfabric: Backend error occurred: {plugin} does not load: libfabric.so.1: cannot open shared object file: No such file or directory");
+        assert!(reason.chars().count() > PEER_TEXT_CHARS);
+        assert_eq!(peer_error(&reason), reason);
+        assert_eq!(peer_error("line\nforged"), "line\\u{a}forged", "still one line");
+        let sentence = "The engine refused the batch. ";
+        let long = sentence.repeat(2 * PEER_ERROR_CHARS / sentence.len());
+        let cut = peer_error(&long);
+        let (kept, rest) = cut.split_once(" … (").expect("says it was cut");
+        assert!(kept.ends_with("the batch.") && kept.chars().count() <= PEER_ERROR_CHARS, "{kept}");
+        assert_eq!(rest, format!("{} more characters)", long.chars().count() - kept.chars().count()));
+        let word = "x".repeat(PEER_ERROR_CHARS * 2);
+        assert!(
+            peer_error(&word).starts_with(&"x".repeat(PEER_ERROR_CHARS)),
+            "no sentence, no space: cut at the limit"
+        );
     }
 }

@@ -247,6 +247,10 @@ fn nixl_libfabric_backend_moves_verified_bytes_or_names_what_its_plugin_lacks() 
         out.expect_code(1);
         let line = out.one_error();
         assert!(line.contains("--nixl-backend libfabric") && line.contains("libplugin_LIBFABRIC.so"), "{line}");
+        // The receiver's reason arrives whole: the library the plugin missed and the loader's words about it.
+        assert!(!line.ends_with('…') && line.contains("does not load: "), "{line}");
+        let reason = line.rsplit("does not load: ").next().unwrap();
+        assert!(reason.split(": ").count() >= 2, "the loader's reason after the library it missed: {line}");
     }
     // A backend NIXL does not have is a usage error before anything starts.
     with_python(&py, &["sweep", "--transport", "nixl", "--nixl-backend", "gds", "--sizes", "1MiB"]).expect_code(2);

@@ -27,6 +27,12 @@ pub const DEFAULT_MODEL: &str = "qwen3-30b-a3b";
 
 /// Resolve --sizes / --tokens + model into cases; prints where bytes/token came from.
 pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
+    resolve_cases_from(a, "--kv-bytes-per-token")
+}
+
+/// [`resolve_cases`], where `bpt_source` names where `a.kv_bytes_per_token` came from when it is set (a results
+/// file's cases fill it for `predict`, not only the flag).
+pub fn resolve_cases_from(a: &SizeArgs, bpt_source: &str) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
     // The command line refuses these together already; a sweep file's case reaches here without clap.
     if [a.model.is_some(), a.model_config.is_some(), a.kv_bytes_per_token.is_some()].iter().filter(|g| **g).count() > 1
     {
@@ -60,7 +66,7 @@ pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)
         }
         None => {
             let n = a.kv_bytes_per_token.expect("matched above");
-            crate::errln!("kv bytes/token: {n} B/token (from --kv-bytes-per-token)");
+            crate::errln!("kv bytes/token: {n} B/token (from {bpt_source})");
             n
         }
     };

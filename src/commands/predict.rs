@@ -52,13 +52,16 @@ pub fn run(a: PredictArgs) -> Result<()> {
         bail_usage!("give the token counts to predict (--tokens 1k,32k,128k, with --model) or --sizes");
     }
     // Tokens without a model: the bytes/token the results were measured with, when they agree.
+    let mut bpt_source = "--kv-bytes-per-token".to_string();
     if sizes.tokens.is_some() && sizes.model.is_none() && sizes.model_config.is_none() {
         let bpt: Vec<u64> = cases.iter().filter_map(|c| c.bytes_per_token).collect();
         if sizes.kv_bytes_per_token.is_none() && !bpt.is_empty() && bpt.iter().all(|b| *b == bpt[0]) {
             sizes.kv_bytes_per_token = Some(bpt[0]);
+            let model = r.config.model.as_ref().map(|m| format!(", {m}")).unwrap_or_default();
+            bpt_source = format!("{}: the bytes/token its cases were measured with{model}", a.results.display());
         }
     }
-    let (targets, _) = super::resolve_cases(&sizes)?;
+    let (targets, _) = super::common::resolve_cases_from(&sizes, &bpt_source)?;
     if let Some(ms) = a.decode_ms {
         if !(ms.is_finite() && ms > 0.0) {
             bail_usage!("--decode-ms {ms}: give a positive time per decode step in ms, e.g. 7");

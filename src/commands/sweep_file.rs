@@ -15,7 +15,7 @@ use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
 use crate::output::Recorder;
 use crate::plan::order::schedule;
-use crate::plan::sweep_file::{describe, session_key, ParamKeys, Params, SweepFile, SIZE_KEYS};
+use crate::plan::sweep_file::{describe, session_key, varying_keys, ParamKeys, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
 use crate::stats::CaseResult;
 use anyhow::{Context, Result};
@@ -172,6 +172,7 @@ fn sweep_results(
                 warmup: sweep.warmup,
                 sets: a.sets.clone(),
                 case_list: Vec::new(),
+                varying: Vec::new(),
                 sessions: Vec::new(),
                 rounds: Vec::new(),
                 resumed_at: Vec::new(),
@@ -186,6 +187,7 @@ fn sweep_results(
         .iter()
         .map(|c| SweepCaseJson { case_id: c.id, label: c.label.clone(), params: c.params.clone() })
         .collect();
+    s.varying = varying_keys(sweep.cases.iter().map(|c| &c.params));
     s.sessions = plans
         .iter()
         .map(|p| SessionJson {
@@ -277,12 +279,19 @@ const FILE_FLAGS: &[&str] = &[
 ];
 
 /// With a sweep file the file says what to measure: a parameter flag given on the command line is refused, not
-/// ignored, whatever its value (even the default's: `--reps 5`).
+/// ignored, whatever its value (even the default's: `--reps 5`). The flag is named as the user typed it: the ids
+/// clap reports also name the groups of flattened flag structs, which are no flag at all.
 fn reject_parameter_flags(a: &SweepArgs) -> Result<()> {
-    if let Some(id) = a.explicit.iter().find(|id| !FILE_FLAGS.contains(&id.as_str())) {
+    let cmd = sweep_command();
+    let mut given = a.explicit.iter().filter_map(|id| cmd.get_arguments().find(|arg| arg.get_id() == id.as_str()));
+    if let Some(arg) = given.find(|arg| !FILE_FLAGS.contains(&arg.get_id().as_str())) {
+        let flag = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => arg.get_id().to_string(),
+        };
         bail_usage!(
-            "--{}: with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --out-dir, --label) apply",
-            id.replace('_', "-")
+            "{flag}: with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --line, --out-dir, --label) apply"
         );
     }
     Ok(())

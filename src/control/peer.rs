@@ -30,7 +30,7 @@ pub struct ControlChannel {
 
 /// The peer reported an error in an `Error` message: its text is shown as is.
 #[derive(Debug, thiserror::Error)]
-#[error("{role} reported: {}", crate::console::printable(message))]
+#[error("{role} reported: {}", crate::console::peer_error(message))]
 pub struct PeerReported {
     pub role: &'static str,
     pub message: String,
@@ -176,10 +176,13 @@ impl ControlChannel {
             anyhow!("{} sent a malformed control message ({why}); is it a kvxfer peer?", self.peer_role)
         })?;
         if let Msg::Error { message } = msg {
+            // An authenticated peer's error is why the run stopped and is kept whole; a stranger's is cut to a log
+            // line.
+            let message = if self.session_key.is_some() { message } else { crate::console::printable(&message) };
             let reported = PeerReported { role: self.peer_role, message: message.clone() };
             // A peer refusing our input (bad size, wrong token) is the user's to fix: keep exit code 2.
             if message.starts_with("usage: ") {
-                let text = crate::console::printable(message.trim_start_matches("usage: "));
+                let text = crate::console::peer_error(message.trim_start_matches("usage: "));
                 return Err(crate::error::usage(format!("{} refused: {text}", self.peer_role)));
             }
             return Err(reported.into());
@@ -335,6 +338,45 @@ pub fn tokens_match(given: &str, expected: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real loopback connection: (the sender's end, the receiver's end).
+    fn connected() -> (ControlChannel, ControlChannel) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (receiver, _) = listener.accept().unwrap();
+        let timeout = Duration::from_secs(10);
+        (
+            ControlChannel::new(sender, "the receiver", timeout).unwrap(),
+            ControlChannel::new(receiver, "the sender", timeout).unwrap(),
+        )
+    }
+
+    /// The reason a receiver's engine failed, with the loader's words past the 200th character.
+    fn engine_error() -> String {
+        format!(
+            "--nixl-backend libfabric: Backend error occurred: /work/{}/plugins/libplugin_LIBFABRIC.so does not load: libfabric.so.1: cannot open shared object file: No such file or directory",
+            "venv/lib/python3.11/site-packages/.nixl_cu12.mesonpy.libs".repeat(2)
+        )
+    }
+
+    #[test]
+    fn an_authenticated_receivers_error_arrives_whole_a_strangers_is_cut() {
+        let (mut sender, mut receiver) = connected();
+        let served = std::thread::spawn(move || {
+            server_hello(&mut receiver, "s3cret-token", Instant::now() + Duration::from_secs(10)).unwrap();
+            receiver.send_error(&anyhow!("{}", engine_error()));
+        });
+        client_hello(&mut sender, "s3cret-token").unwrap();
+        let e = sender.recv("RepDone").unwrap_err();
+        served.join().unwrap();
+        assert_eq!(e.to_string(), format!("the receiver reported: {}", engine_error()));
+
+        // Before the handshake the peer is anyone: its text is cut to a log line.
+        let (mut sender, mut stranger) = connected();
+        stranger.send(&Msg::Error { message: engine_error() }).unwrap();
+        let e = sender.recv("Challenge").unwrap_err().to_string();
+        assert!(e.ends_with('…') && e.chars().count() < engine_error().chars().count(), "{e}");
+    }
 
     #[test]
     fn token_comparison() {

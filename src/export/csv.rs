@@ -58,7 +58,26 @@ fn cluster_cells(c: &crate::stats::CaseResult) -> Vec<String> {
     ]
 }
 
-/// Render one or more results as CSV (bandwidth in GB/s = 10^9 B/s, times in ms).
+/// Appended when a run is a sweep file's: which case each row is, then one `param_<key>` column per parameter
+/// that varies across the file's cases.
+const SWEEP_HEADER: &[&str] = &["case_id", "case"];
+
+/// The varying parameters of every sweep-file run among `all`, each once, in key order.
+fn varying_params(all: &[Results]) -> Vec<String> {
+    let keys: std::collections::BTreeSet<String> = all.iter().flat_map(Results::varying_params).collect();
+    keys.into_iter().collect()
+}
+
+/// The sweep columns of a case: its id, its name and its value of each varying parameter (empty where it has none).
+fn sweep_cells(c: &crate::stats::CaseResult, varying: &[String]) -> Vec<String> {
+    let mut cells =
+        vec![c.case_id.map(|i| i.to_string()).unwrap_or_default(), c.case_label.clone().unwrap_or_default()];
+    cells.extend(varying.iter().map(|k| c.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default()));
+    cells
+}
+
+/// Render one or more results as CSV (bandwidth in GB/s = 10^9 B/s, times in ms). The columns are documented in
+/// docs/results.md.
 pub fn render(all: &[Results]) -> Result<String> {
     // An unfinished run says so before anything else, on comment lines (pandas: comment="#"); a finished run's
     // file is plain CSV.
@@ -70,9 +89,15 @@ pub fn render(all: &[Results]) -> Result<String> {
     }
     let mut w = csv::Writer::from_writer(head.into_bytes());
     let cluster = all.iter().any(|r| r.cluster.is_some());
-    let mut header = HEADER.to_vec();
+    let sweep = all.iter().any(|r| r.sweep.is_some());
+    let varying = varying_params(all);
+    let mut header: Vec<String> = HEADER.iter().map(|h| h.to_string()).collect();
     if cluster {
-        header.extend(CLUSTER_HEADER);
+        header.extend(CLUSTER_HEADER.iter().map(|h| h.to_string()));
+    }
+    if sweep {
+        header.extend(SWEEP_HEADER.iter().map(|h| h.to_string()));
+        header.extend(varying.iter().map(|k| format!("param_{k}")));
     }
     w.write_record(&header)?;
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
@@ -82,7 +107,7 @@ pub fn render(all: &[Results]) -> Result<String> {
             let lat = c.block_latency_us;
             let mut row = vec![
                 r.label.clone(),
-                r.config.transport.clone(),
+                r.case_transport(c),
                 c.size_bytes.to_string(),
                 opt(c.tokens),
                 opt(c.bytes_per_token),
@@ -113,6 +138,9 @@ pub fn render(all: &[Results]) -> Result<String> {
             ];
             if cluster {
                 row.extend(cluster_cells(c));
+            }
+            if sweep {
+                row.extend(sweep_cells(c, &varying));
             }
             w.write_record(&row)?;
         }

@@ -134,6 +134,10 @@ pub struct SweepJson {
     pub sets: Vec<String>,
     /// Every case of the sweep, by `case_id`: its name and parameters (cases[] holds those measured so far).
     pub case_list: Vec<SweepCaseJson>,
+    /// The parameters whose values differ across the file's cases (sizes aside), in key order: the columns that
+    /// tell its cases apart (`param_<key>` in the CSV). Files written before this key derive it from `case_list`.
+    #[serde(default)]
+    pub varying: Vec<String>,
     /// One per distinct connection configuration: the cases it measures and what its transport reported.
     pub sessions: Vec<SessionJson>,
     /// Measured reps in the order they ran, as rounds of case ids (interleaved: one round runs each case once;
@@ -292,6 +296,30 @@ impl Results {
             return parts;
         }
         parts.into_iter().map(|(n, r)| (n.strip_prefix(&prefix).unwrap_or(&n).to_string(), r)).collect()
+    }
+
+    /// The parameters that tell a sweep file's cases apart (empty for any other run).
+    pub fn varying_params(&self) -> Vec<String> {
+        match &self.sweep {
+            Some(s) if s.varying.is_empty() => {
+                crate::plan::sweep_file::varying_keys(s.case_list.iter().map(|c| &c.params))
+            }
+            Some(s) => s.varying.clone(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The transport that measured `case`: its sweep session's (what `auto` resolved to), else its parameter, else
+    /// the run's.
+    pub fn case_transport(&self, case: &CaseResult) -> String {
+        let session = self
+            .sweep
+            .as_ref()
+            .zip(case.case_id)
+            .and_then(|(s, id)| s.sessions.iter().find(|p| p.case_ids.contains(&id)).map(|p| p.transport.clone()));
+        session
+            .or_else(|| case.params.as_ref().and_then(|p| p.get("transport").cloned()))
+            .unwrap_or_else(|| self.config.transport.clone())
     }
 
     /// Files written before bimodality and the ceiling existed lack them; derive both from what they do hold.

@@ -21,11 +21,14 @@ pub fn render(all: &[Results]) -> String {
             "### {} — {} ({})\n\nBandwidth in GB/s = 10^9 bytes/s; times in ms; block = bytes per write; n = measured reps.\n\n",
             r.label, r.config.transport, r.started_at
         ));
-        // A sweep file names its cases: say which configuration each row measured.
+        // A sweep file names its cases: say which configuration each row measured, by name and by each parameter
+        // that varies across the file.
         let named = r.cases.iter().any(|c| c.case_label.is_some());
+        let varying = if named { r.varying_params() } else { Vec::new() };
         let mut header = CASE_HEADER.to_vec();
         if named {
             header.push("case");
+            header.extend(varying.iter().map(String::as_str));
         }
         out.push_str(&format!("| {} |\n", header.join(" | ")));
         out.push_str(&format!("|{}\n", header.iter().map(|_| "---:|").collect::<String>()));
@@ -33,6 +36,8 @@ pub fn render(all: &[Results]) -> String {
             let mut cells = case_cells(c);
             if named {
                 cells.push(c.case_label.clone().unwrap_or_default());
+                let value = |k: &String| c.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default();
+                cells.extend(varying.iter().map(value));
             }
             out.push_str(&format!("| {} |\n", cells.join(" | ")));
         }

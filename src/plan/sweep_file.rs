@@ -310,15 +310,24 @@ pub fn describe(p: &Params) -> String {
     p.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
 }
 
+/// The non-size parameters whose values differ somewhere across `cases` (a key some cases lack counts), in key
+/// order: what tells a sweep's configurations apart.
+pub fn varying_keys<'a>(cases: impl IntoIterator<Item = &'a Params> + Clone) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> =
+        cases.clone().into_iter().flat_map(|c| c.keys()).filter(|k| !SIZE_KEYS.contains(&k.as_str())).collect();
+    let first = cases.clone().into_iter().next();
+    keys.into_iter()
+        .filter(|k| cases.clone().into_iter().any(|c| c.get(*k) != first.and_then(|f| f.get(*k))))
+        .cloned()
+        .collect()
+}
+
 /// Each case's non-size parameters whose values differ somewhere in the sweep.
 fn labels(cases: &[Params]) -> Vec<String> {
-    let keys: std::collections::BTreeSet<&String> =
-        cases.iter().flat_map(|c| c.keys()).filter(|k| !SIZE_KEYS.contains(&k.as_str())).collect();
-    let varying: Vec<&String> =
-        keys.into_iter().filter(|k| cases.iter().any(|c| c.get(*k) != cases[0].get(*k))).collect();
+    let varying = varying_keys(cases);
     cases
         .iter()
-        .map(|c| varying.iter().filter_map(|k| c.get(*k).map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(" "))
+        .map(|c| varying.iter().filter_map(|k| c.get(k).map(|v| format!("{k}={v}"))).collect::<Vec<_>>().join(" "))
         .collect()
 }
 
