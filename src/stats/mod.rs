@@ -5,6 +5,7 @@ pub mod case;
 pub mod ceiling;
 pub mod cluster;
 pub mod confidence;
+pub mod host;
 pub mod interpolate;
 pub mod modes;
 pub mod rails;
