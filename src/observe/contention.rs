@@ -50,7 +50,7 @@ impl ProcessWait {
                 let Some(wait) = std::fs::read_to_string(path).ok().and_then(|t| field_u64(&t, 1)) else { continue };
                 let tid = task.file_name().to_string_lossy().into_owned();
                 let before = self.threads.get(&tid).copied().unwrap_or(if self.primed { 0 } else { wait });
-                self.total_ns += wait.saturating_sub(before);
+                self.total_ns = self.total_ns.saturating_add(wait.saturating_sub(before));
                 now.insert(tid, wait);
             }
         }
@@ -79,10 +79,11 @@ pub fn host(root: &SysRoot) -> BTreeMap<String, u64> {
             let f = |i: usize| field_u64(all, i + 1);
             if let (Some(user), Some(nice), Some(system)) = (f(0), f(1), f(2)) {
                 let own = own_cpu_ticks().unwrap_or(0);
-                out.insert(OTHERS_CPU_US.into(), (user + nice + system).saturating_sub(own) * tick_us);
+                let busy = user.saturating_add(nice).saturating_add(system);
+                out.insert(OTHERS_CPU_US.into(), busy.saturating_sub(own).saturating_mul(tick_us));
             }
-            f(6).map(|t| out.insert(SOFTIRQ_US.into(), t * tick_us));
-            f(7).map(|t| out.insert(STEAL_US.into(), t * tick_us));
+            f(6).map(|t| out.insert(SOFTIRQ_US.into(), t.saturating_mul(tick_us)));
+            f(7).map(|t| out.insert(STEAL_US.into(), t.saturating_mul(tick_us)));
         }
     }
     if let Some([one, ..]) = crate::env::load_average(root) {
@@ -97,7 +98,7 @@ fn own_cpu_ticks() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     // `rest` starts at field 3 (state): utime is its 12th field, stime its 13th.
-    Some(field_u64(rest, 11)? + field_u64(rest, 12)?)
+    Some(field_u64(rest, 11)?.saturating_add(field_u64(rest, 12)?))
 }
 
 /// µs per clock tick of `/proc/stat` (USER_HZ, 100 on every common kernel).

@@ -173,13 +173,16 @@ fn describe(c: &Separator) -> String {
             format!("{}: preempted {}/rep vs {}", c.source, thousands(slow), thousands(fast))
         }
         OTHERS_CPU_US => format!("{}: other processes used {} of CPU/rep vs {}", c.source, micros(slow), micros(fast)),
+        SOFTIRQ_US => format!("{}: softirqs took {} of CPU/rep vs {}", c.source, micros(slow), micros(fast)),
+        STEAL_US => format!("{}: the hypervisor stole {} of CPU/rep vs {}", c.source, micros(slow), micros(fast)),
         _ => format!("{} {} +{}/rep vs +{}", c.source, c.name, thousands(slow), thousands(fast)),
     }
 }
 
-/// A time in µs as people read it: "14 ms", "1.2 ms", "350 µs".
+/// A time in µs as people read it: "1.4 s", "14 ms", "1.2 ms", "350 µs".
 fn micros(us: f64) -> String {
     match us {
+        u if u >= 1_000_000.0 => format!("{:.1} s", u / 1e6),
         u if u >= 10_000.0 => format!("{:.0} ms", u / 1e3),
         u if u >= 1_000.0 => format!("{:.1} ms", u / 1e3),
         u => format!("{u:.0} µs"),
