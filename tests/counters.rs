@@ -56,6 +56,10 @@ fn serve_and_send_each_report_their_own_process() {
         assert!(counter(rep, "sender process", "cpu_us") > 0);
         assert!(counter(rep, "receiver process", "cpu_us") > 0);
         assert!(counter(rep, "receiver net lo", "rx_bytes") >= 16 << 20);
+        // Each end's host, the receiver's shipped back with its other counters.
+        for side in ["sender", "receiver"] {
+            assert!(counter(rep, &format!("{side} host"), "cpus_now") >= 1, "{}", rep["counters"]);
+        }
     }
     let per_gib = &c["cpu_s_per_gib"];
     assert!(per_gib["sender process"].as_f64().unwrap() > 0.0 && per_gib["receiver process"].as_f64().unwrap() > 0.0);
