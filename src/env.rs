@@ -19,6 +19,9 @@ pub struct Env {
     pub os: String,
     pub cpu: String,
     pub cpus: usize,
+    /// The 1, 5 and 15 minute load averages when the run started; `load_avg_end` (added when it ends) says
+    /// whether the host was busier by then.
+    pub load_avg_start: Option<[f64; 3]>,
     pub mem_total_bytes: Option<u64>,
     pub mem_available_bytes: Option<u64>,
     pub hugepages_total: Option<u64>,
@@ -70,6 +73,7 @@ impl Env {
             os: os_name(),
             cpu: cpu_model(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            load_avg_start: load_average(sysroot::SysRoot::get()),
             mem_total_bytes: meminfo_field(&meminfo, "MemTotal"),
             mem_available_bytes: meminfo_field(&meminfo, "MemAvailable"),
             hugepages_total: meminfo_field(&meminfo, "HugePages_Total"),
@@ -86,6 +90,13 @@ impl Env {
             cuda_driver_version: hardware::cuda_driver_version(),
         }
     }
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`).
+pub fn load_average(root: &sysroot::SysRoot) -> Option<[f64; 3]> {
+    let text = root.read("/proc/loadavg")?;
+    let mut f = text.split_whitespace().map(|v| v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0));
+    Some([f.next()??, f.next()??, f.next()??])
 }
 
 /// The command line with the value of `--token` replaced: results files travel, the secret must not.

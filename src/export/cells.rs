@@ -3,7 +3,7 @@
 
 use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, format_tokens};
-use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult, WarningKind};
+use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult, CeilingVerdict, WarningKind};
 
 pub const CASE_HEADER: &[&str] =
     &["size", "tokens", "n", "p50 ms", "95% CI ms", "min ms", "max ms", "p50 GB/s", "max GB/s", "block", "verified"];
@@ -156,20 +156,23 @@ pub fn case_name(c: &CaseResult) -> String {
     }
 }
 
-/// "ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)", when the run has a plateau.
+/// "ceiling 394.1 GB/s (p50 flat within ±5% from 96 MiB to 12 GiB)", when the run has a plateau; why there is none
+/// when its plateau's cases are too noisy to support one.
 pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
     // A sweep over several configurations has one curve per configuration, not one ceiling.
     if cases.iter().any(|c| c.case_label != cases[0].case_label) {
         return None;
     }
-    ceiling(cases).map(|c| {
-        format!(
+    let verdict = ceiling::verdict(cases);
+    if let CeilingVerdict::Ceiling(c) = verdict {
+        return Some(format!(
             "ceiling {} GB/s (p50 flat within ±5% from {} to {})",
             format_gbps(c.gbps),
             format_size(c.first_size),
             format_size(c.last_size)
-        )
-    })
+        ));
+    }
+    verdict.refusal()
 }
 
 /// "⚠ bimodal at 12 GiB: 3.41 / 9.70 GB/s (2 + 3 of 5 reps)", when the size is bimodal.

@@ -81,6 +81,9 @@ pub struct Results {
     /// Steady-state bandwidth (GB/s) over the sizes where p50 is flat (see `stats::ceiling`); null when none.
     #[serde(default)]
     pub ceiling_gbps: Option<f64>,
+    /// Why there is no ceiling though the p50s are flat: the flat run's cases are too noisy (see `stats::ceiling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_ceiling: Option<String>,
     /// Set when the run stopped early; the cases above are complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -187,6 +190,7 @@ impl Results {
             config,
             cases: Vec::new(),
             ceiling_gbps: None,
+            no_ceiling: None,
             error: None,
             complete: false,
             sweep: None,
@@ -256,10 +260,15 @@ impl Results {
     /// Recompute the ceiling from the cases (after each size, so the file always carries it). A sweep over
     /// several configurations has no single ceiling: each has its own curve.
     pub fn update_ceiling(&mut self) {
-        self.ceiling_gbps = match &self.sweep {
-            Some(s) if s.sessions.len() > 1 => None,
-            _ => crate::stats::ceiling(&self.cases).map(|c| c.gbps),
+        let verdict = match &self.sweep {
+            Some(s) if s.sessions.len() > 1 => crate::stats::CeilingVerdict::NoPlateau,
+            _ => crate::stats::ceiling::verdict(&self.cases),
         };
+        self.ceiling_gbps = match verdict {
+            crate::stats::CeilingVerdict::Ceiling(c) => Some(c.gbps),
+            _ => None,
+        };
+        self.no_ceiling = verdict.refusal();
     }
 
     /// One series per configuration: a sweep file's cases split by their name (a plain run is one series).

@@ -1,8 +1,8 @@
 //! Counters read before and after each rep, outside its timed interval, on each end: the RDMA port's
 //! `counters/*` and `hw_counters/*` (every numeric file the driver exposes: mlx5's out_of_sequence, np_cnp_sent...,
 //! rxe's duplicate_request, retry_exceeded_err...), the network interface's `statistics/*` and its driver's
-//! statistics (`ethtool -S`: PFC pause frames, discards), and this process's CPU
-//! time, and with GPU memory the GPU's NVML counters (NVLink bytes, PCIe replays, energy, clocks). A rep keeps the counters that moved, as deltas: `{source: {name: delta}}`; a counter absent from a rep
+//! statistics (`ethtool -S`: PFC pause frames, discards), this process's CPU
+//! time, run-queue wait and preemptions and the host's contention (see [`super::contention`]), and with GPU memory the GPU's NVML counters (NVLink bytes, PCIe replays, energy, clocks). A rep keeps the counters that moved, as deltas: `{source: {name: delta}}`; a counter absent from a rep
 //! did not move. Sources are found once per session from what the transport uses (the RDMA device and port, the
 //! interface that holds the local address) through [`SysRoot`].
 
@@ -41,8 +41,11 @@ enum Source {
     /// The same interface's driver statistics, as `ethtool -S` lists them (PFC pause frames, discards, per-queue
     /// counts; see `observe::ethtool`). Live hosts only: a captured tree has no driver to ask.
     Ethtool { name: String },
-    /// CPU time this process used (all its threads), in µs; `both_ends` when the other end runs in it too.
+    /// CPU time this process used (all its threads), in µs, and its threads' run-queue wait and preemptions;
+    /// `both_ends` when the other end runs in it too.
     Process { both_ends: bool },
+    /// What the rest of the host did: other processes' CPU time, softirq and steal time, the load average.
+    Host { both_ends: bool },
     /// The GPU of this end's buffer, through NVML (see `mem::nvml`).
     /// `full`: also the NVLink byte counters and energy, whose reads disturb the next transfer (`--counters full`).
     Gpu { ordinal: u32, bus_id: String, full: bool },
@@ -57,6 +60,8 @@ impl Source {
             Source::Ethtool { name } => format!("{side} ethtool {name}"),
             Source::Process { both_ends: false } => format!("{side} process"),
             Source::Process { both_ends: true } => "process (both ends)".into(),
+            Source::Host { both_ends: false } => format!("{side} host"),
+            Source::Host { both_ends: true } => "host (both ends)".into(),
             Source::Gpu { ordinal, .. } => format!("{side} gpu:{ordinal}"),
         }
     }
@@ -87,7 +92,8 @@ impl Source {
             ),
             Source::Ethtool { name } => Reader::Ethtool(super::ethtool::Reader::open(name)),
             Source::Gpu { bus_id, full, .. } => Reader::Gpu { bus_id: bus_id.clone(), full: *full },
-            Source::Process { .. } => Reader::Process,
+            Source::Process { .. } => Reader::Process(Default::default()),
+            Source::Host { .. } => Reader::Host,
         }
     }
 }
@@ -97,25 +103,28 @@ enum Reader {
     Files(Vec<(String, std::fs::File)>),
     Ethtool(Option<super::ethtool::Reader>),
     Gpu { bus_id: String, full: bool },
-    Process,
+    Process(super::contention::ProcessWait),
+    Host,
 }
 
 impl Reader {
-    fn read(&self) -> BTreeMap<String, u64> {
+    fn read(&mut self) -> BTreeMap<String, u64> {
         match self {
             Reader::Files(files) => {
                 files.iter().filter_map(|(name, f)| Some((name.clone(), read_u64_at(f)?))).collect()
             }
             Reader::Ethtool(r) => r.as_ref().and_then(|r| r.read()).unwrap_or_default(),
             Reader::Gpu { bus_id, full } => crate::mem::nvml::gpu_counters(bus_id, *full).unwrap_or_default(),
-            Reader::Process => {
+            Reader::Process(wait) => {
                 let mut out = BTreeMap::new();
                 if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID) {
                     let us = t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000;
                     out.insert("cpu_us".into(), us);
                 }
+                wait.read(&mut out);
                 out
             }
+            Reader::Host => super::contention::host(SysRoot::get()),
         }
     }
 }
@@ -194,9 +203,12 @@ impl RepCounters {
                     sources.push(Source::Gpu { ordinal, bus_id: g.pci_bus_id, full: mode == CountersMode::Full });
                 }
             }
+            // One process holding both ends is read once, by the sender; so is its host.
             match (side, uses.shares_process) {
-                (_, false) => sources.push(Source::Process { both_ends: false }),
-                (Side::Sender, true) => sources.push(Source::Process { both_ends: true }),
+                (_, false) => sources.extend([Source::Process { both_ends: false }, Source::Host { both_ends: false }]),
+                (Side::Sender, true) => {
+                    sources.extend([Source::Process { both_ends: true }, Source::Host { both_ends: true }])
+                }
                 (Side::Receiver, true) => {}
             }
         }
@@ -211,7 +223,7 @@ impl RepCounters {
 
     fn snapshot(&mut self) -> Vec<BTreeMap<String, u64>> {
         let t = Instant::now();
-        let snap = self.readers.iter().map(Reader::read).collect();
+        let snap = self.readers.iter_mut().map(Reader::read).collect();
         self.last_read_us = t.elapsed().as_micros() as u64;
         snap
     }

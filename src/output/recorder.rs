@@ -105,6 +105,11 @@ impl Recorder {
             Some(e) => self.results.error = Some(format!("{e:#}")),
             None => self.results.complete = true,
         }
+        // Next to the start's, in the fingerprint: a host that got busier during the run shows it.
+        let end = crate::env::load_average(crate::env::sysroot::SysRoot::get());
+        if let Some(env) = self.results.env.as_object_mut() {
+            env.insert("load_avg_end".into(), serde_json::json!(end));
+        }
         self.save_as(true)?;
         interrupt::disarm();
         let series = export::compare::series_of(std::slice::from_ref(&self.results));

@@ -192,6 +192,7 @@ impl CaseResult {
             }
             let shared: Vec<Option<u32>> = self.reps.iter().map(|r| r.shared_runs).collect();
             self.warnings.extend(warnings::shared_receiver(&shared));
+            self.warnings.extend(super::host::warning(&self.reps));
         }
         self
     }

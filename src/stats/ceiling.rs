@@ -8,7 +8,10 @@
 //! - of those, the longest (ties: the higher median) is the plateau, and the ceiling is its median.
 //!
 //! No plateau (fewer than 2 sizes, or every neighbour differs by more than 5%) means no ceiling: the link never
-//! settled within the sizes measured.
+//! settled within the sizes measured. Nor is one declared from a plateau whose cases' transfer times vary by more
+//! than [`MAX_PLATEAU_CV`] (their median CV): a median of reps that spread ±20% or more is itself uncertain by
+//! about the ±5% that makes a run flat (1.25·CV/√n: 5.6% at 20 reps), so such a run is flat by chance as much as
+//! by the link; [`verdict`] says so instead.
 //!
 //! Cost: O(n log n) in the number of cases. The runs considered are, for each first size, the longest flat run that
 //! starts there: every part of a flat run has its largest p50 within 1.05/0.95 of its smallest, so two pointers give
@@ -39,8 +42,63 @@ pub struct Ceiling {
 /// How far a start's longest possible run is shortened, at most, looking for a flat one.
 pub const MAX_SHRINK: usize = 64;
 
-/// Detect the ceiling of one run's cases (any order).
+/// A plateau whose cases' median CV is above this is too noisy to declare a ceiling from.
+pub const MAX_PLATEAU_CV: f64 = 2.0 * super::warnings::MAX_CV;
+
+/// Whether a run has a ceiling, and why not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    Ceiling(Ceiling),
+    /// The cases never settled within ±5% of each other.
+    NoPlateau,
+    /// A plateau, but its cases' CVs (the lowest and the highest) are too high to support it.
+    TooNoisy {
+        plateau: Ceiling,
+        cv: [f64; 2],
+    },
+}
+
+impl Verdict {
+    /// "no ceiling: the flat run's cases (96 MiB to 12 GiB) vary 36–51% (CV) — too noisy to declare one"; None
+    /// when there is a ceiling or no plateau at all.
+    pub fn refusal(&self) -> Option<String> {
+        let Verdict::TooNoisy { plateau, cv } = self else { return None };
+        let size = crate::plan::sizes::format_size;
+        Some(format!(
+            "no ceiling: the flat run's cases ({} to {}) vary {:.0}–{:.0}% (CV) — too noisy to declare one",
+            size(plateau.first_size),
+            size(plateau.last_size),
+            cv[0] * 100.0,
+            cv[1] * 100.0
+        ))
+    }
+}
+
+/// The ceiling of one run's cases (any order), or why there is none.
+pub fn verdict(cases: &[CaseResult]) -> Verdict {
+    let Some(plateau) = plateau(cases) else { return Verdict::NoPlateau };
+    let mut cvs: Vec<f64> = cases
+        .iter()
+        .filter(|c| (plateau.first_size..=plateau.last_size).contains(&c.size_bytes) && c.gbps.p50.is_finite())
+        .filter_map(|c| c.cv.filter(|cv| cv.is_finite()))
+        .collect();
+    cvs.sort_by(f64::total_cmp);
+    if !cvs.is_empty() && quantile_sorted(&cvs, 0.5) > MAX_PLATEAU_CV {
+        return Verdict::TooNoisy { plateau, cv: [cvs[0], cvs[cvs.len() - 1]] };
+    }
+    Verdict::Ceiling(plateau)
+}
+
+/// The ceiling of one run's cases (any order), when there is one (see [`verdict`]).
 pub fn ceiling(cases: &[CaseResult]) -> Option<Ceiling> {
+    match verdict(cases) {
+        Verdict::Ceiling(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// The plateau of one run's cases (any order), however noisy they are.
+fn plateau(cases: &[CaseResult]) -> Option<Ceiling> {
     let mut points: Vec<(u64, f64)> =
         cases.iter().map(|c| (c.size_bytes, c.gbps.p50)).filter(|(_, g)| g.is_finite()).collect();
     points.sort_by_key(|p| p.0);
@@ -314,6 +372,29 @@ mod tests {
         // Where they differ, a short sub-run with a higher median raised the old rule's top above every run that
         // is the longest from its start (see the module's Cost paragraph).
         assert!(same * 100 >= total * 97, "agree on {same} of {total}");
+    }
+
+    /// A loopback sweep on a busy 2-CPU host: the p50s sit within ±5% from 64 MiB on, but every case's reps
+    /// spread 36–51%.
+    #[test]
+    fn a_plateau_of_noisy_cases_is_not_declared_a_ceiling() {
+        let p50s = [1.1, 2.0, 3.1, 3.0, 3.15, 3.05];
+        let cvs = [0.12, 0.30, 0.36, 0.51, 0.44, 0.40];
+        let noisy: Vec<CaseResult> =
+            run(&p50s).into_iter().zip(cvs).map(|(c, cv)| CaseResult { cv: Some(cv), ..c }).collect();
+        assert_eq!(ceiling(&noisy), None);
+        let v = verdict(&noisy);
+        assert_eq!(
+            v.refusal().as_deref(),
+            Some("no ceiling: the flat run's cases (384 MiB to 3 GiB) vary 36–51% (CV) — too noisy to declare one")
+        );
+        // The same curve with steady reps has its ceiling; one noisy case among steady ones does not take it away.
+        let steady: Vec<CaseResult> = run(&p50s).into_iter().map(|c| CaseResult { cv: Some(0.03), ..c }).collect();
+        assert_eq!(ceiling(&steady).map(|c| c.gbps), Some(3.075));
+        let mut one = steady.clone();
+        one[4].cv = Some(0.6);
+        assert!(matches!(verdict(&one), Verdict::Ceiling(_)));
+        assert_eq!(verdict(&steady).refusal(), None);
     }
 
     #[test]

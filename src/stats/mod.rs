@@ -5,6 +5,7 @@ pub mod case;
 pub mod ceiling;
 pub mod cluster;
 pub mod confidence;
+pub mod host;
 pub mod interpolate;
 pub mod modes;
 pub mod rails;
@@ -12,7 +13,7 @@ pub mod summary;
 pub mod warnings;
 
 pub use case::CaseResult;
-pub use ceiling::{ceiling, Ceiling};
+pub use ceiling::{ceiling, Ceiling, Verdict as CeilingVerdict};
 pub use confidence::MedianCi;
 pub use modes::Bimodality;
 pub use summary::{RateSummary, Summary};

@@ -1,5 +1,5 @@
-//! Warnings a case carries when its numbers deserve less trust: noisy reps, too few reps, a cold first rep, or two
-//! modes. Stored in the results (`warnings`), printed at the end of live rows and under tables.
+//! Warnings a case carries when its numbers deserve less trust: noisy reps, too few reps, a cold first rep, two
+//! modes, or a busy host (see `stats::host`). Stored in the results (`warnings`), printed at the end of live rows and under tables.
 
 use super::confidence::cv;
 use super::summary::quantile_sorted;
@@ -20,8 +20,8 @@ pub struct Warning {
     pub message: String,
 }
 
-/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep`, `bimodal`, `lagging_rail` or
-/// `shared_receiver`.
+/// What a warning is about, stored as `high_cv`, `few_reps`, `cold_first_rep`, `bimodal`, `lagging_rail`,
+/// `shared_receiver` or `busy_host`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WarningKind {
@@ -38,6 +38,9 @@ pub enum WarningKind {
     /// The receiver served other senders' runs during some reps (`serve --max-sessions`): those reps shared its NIC,
     /// memory bandwidth and counters.
     SharedReceiver,
+    /// The host was busy during some reps: a load average at or above its CPU count, or threads of an end that
+    /// waited on a run queue for a tenth of the rep or more (see `stats::host`).
+    BusyHost,
     /// A kind this version does not know (a newer kvxfer wrote the file), kept as written.
     #[serde(untagged)]
     Other(String),
@@ -53,6 +56,7 @@ impl WarningKind {
             WarningKind::Bimodal => "bimodal".into(),
             WarningKind::LaggingRail => "lagging rail".into(),
             WarningKind::SharedReceiver => "shared receiver".into(),
+            WarningKind::BusyHost => "busy host".into(),
             WarningKind::Other(kind) => kind.replace('_', " "),
         }
     }
@@ -145,13 +149,15 @@ mod tests {
 
     #[test]
     fn kinds_are_stored_as_the_strings_of_earlier_files() {
-        let stored = ["high_cv", "few_reps", "cold_first_rep", "bimodal", "shared_receiver", "from_a_newer_kvxfer"];
+        let stored =
+            ["high_cv", "few_reps", "cold_first_rep", "bimodal", "shared_receiver", "busy_host", "from_a_newer_kvxfer"];
         let kinds = [
             WarningKind::HighCv,
             WarningKind::FewReps,
             WarningKind::ColdFirstRep,
             WarningKind::Bimodal,
             WarningKind::SharedReceiver,
+            WarningKind::BusyHost,
             WarningKind::Other("from_a_newer_kvxfer".into()),
         ];
         for (text, kind) in stored.iter().zip(&kinds) {
