@@ -86,7 +86,11 @@ where
             area.draw(&Text::new(sizes.token_label(*v), (x, y - 8), text(TICK_PX).pos(at)))?;
         }
         let mid = (xs.start + xs.end) / 2 - base.0;
-        area.draw(&Text::new(tokens_desc(runs, sizes.bytes_per_token), (mid, y - 8 - TICK_PX as i32 - 8), text(AXIS_PX).pos(at)))?;
+        area.draw(&Text::new(
+            tokens_desc(runs, sizes.bytes_per_token),
+            (mid, y - 8 - TICK_PX as i32 - 8),
+            text(AXIS_PX).pos(at),
+        ))?;
     }
     Ok(())
 }
