@@ -164,6 +164,42 @@ fn rerun(dir: &Path) -> String {
     path.display().to_string()
 }
 
+/// The plot's labels (texts in a run's or the reference colour, below the legend) that a run's p50 line (a
+/// 3-pixel-wide polyline of the plot) passes through.
+fn labels_on_lines(svg: &str) -> Vec<String> {
+    let font = FontRef::try_from_slice(include_bytes!("../assets/fonts/NotoSans-kvxfer-subset.ttf")).unwrap();
+    let els = elements(svg);
+    let plot_start = els.iter().position(|e| e.attr("transform").is_some()).expect("an axis title");
+    let points = |e: &Element| -> Vec<(f64, f64)> {
+        let pts = e.attr("points").unwrap_or("");
+        pts.split_whitespace()
+            .filter_map(|p| p.split_once(',').map(|(x, y)| (x.parse().unwrap(), y.parse().unwrap())))
+            .collect()
+    };
+    let lines: Vec<Vec<(f64, f64)>> = els[plot_start..]
+        .iter()
+        .filter(|e| e.tag == "polyline" && e.attr("stroke-width") == Some("3"))
+        .map(points)
+        .collect();
+    let mut out = Vec::new();
+    for t in els[plot_start..].iter().filter(|e| e.tag == "text" && e.attr("fill") != Some("#282828")) {
+        let (x0, y0, x1, y1) = text_box(&font, t);
+        let inside = |(x, y): (f64, f64)| x > x0 + 1.0 && x < x1 - 1.0 && y > y0 + 1.0 && y < y1 - 1.0;
+        let crossed = lines.iter().any(|l| {
+            l.windows(2).any(|w| {
+                (0..=100).any(|k| {
+                    let f = k as f64 / 100.0;
+                    inside((w[0].0 + (w[1].0 - w[0].0) * f, w[0].1 + (w[1].1 - w[0].1) * f))
+                })
+            })
+        });
+        if crossed {
+            out.push(t.text.clone());
+        }
+    }
+    out
+}
+
 /// Six files on one host, five with a ceiling within 7% of 394 GB/s and a reference line just above them; then
 /// four files, two bimodal at the same sizes and a sweep with neighbouring bimodal configurations: no text of any
 /// figure overprints another, and every ceiling is still named (on the plot or in the legend).
@@ -189,6 +225,8 @@ fn no_two_labels_overlap_in_a_report_of_several_files() {
         assert!(bw.contains(&format!("ceiling {c} GB/s")), "ceiling {c} is named");
     }
     assert!(bw.contains("H200 NVLink peak 450 GB/s"), "the reference line is named");
+    let crossed = labels_on_lines(&bw);
+    assert!(crossed.is_empty(), "labels drawn across a run's p50 line: {crossed:?}");
 
     let files =
         [result("rxe-paged.json"), result("rxe-verbs.json"), result("tcp-loopback.json"), rerun(&scratch("rerun"))];

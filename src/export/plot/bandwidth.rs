@@ -98,6 +98,7 @@ impl BandwidthFigure<'_> {
                 plot.draw(&style::marker(p, r.style.marker, 4, r.style.colour, false))?;
             }
             style::path(plot, p50.clone(), r.style.dash, r.style.colour.stroke_width(3))?;
+            labels.block_line(plot, &p50);
             for p in p50 {
                 plot.draw(&style::marker(p, r.style.marker, 5, r.style.colour, true))?;
             }

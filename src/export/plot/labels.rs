@@ -1,5 +1,5 @@
-//! Labels on a plot that never overprint each other. Every label goes through one [`Labels`], which keeps the boxes
-//! placed so far and tries the label's spots in order (stepping along its line, stacking above its strip…); a label
+//! Labels on a plot that never overprint each other nor a run's p50 line. Every label goes through one [`Labels`],
+//! which keeps the boxes placed so far (the lines' included) and tries the label's spots in order (stepping along its line, stacking above its strip…); a label
 //! that fits at none of them inside the plot is not drawn, and its text goes to the legend as a note instead, so
 //! nothing is lost.
 //!
@@ -96,6 +96,31 @@ impl Labels {
                 width: 1,
             })
             .collect()
+    }
+
+    /// Keep labels off a run's line: its markers and its segments, sampled every few pixels, count as placed.
+    pub fn block_line<DB: DrawingBackend, CT: CoordTranslate>(
+        &mut self,
+        plot: &DrawingArea<DB, CT>,
+        points: &[CT::From],
+    ) {
+        let px: Vec<(i64, i64)> =
+            points.iter().map(|p| plot.map_coordinate(p)).map(|(x, y)| (x as i64, y as i64)).collect();
+        let mut mark = |x: i64, y: i64, r: i64| {
+            let c = |v: i64| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+            self.placed.push(Rect { x0: c(x - r), y0: c(y - r), x1: c(x + r), y1: c(y + r) });
+        };
+        for &(x, y) in &px {
+            mark(x, y, 6);
+        }
+        for w in px.windows(2) {
+            let ((ax, ay), (bx, by)) = (w[0], w[1]);
+            // A segment far off the plot (a value the axis cannot show) is not sampled pixel by pixel.
+            let n = ((bx - ax).abs().max((by - ay).abs()) / 4).clamp(1, 4000);
+            for k in 0..=n {
+                mark(ax + (bx - ax) * k / n, ay + (by - ay) * k / n, 2);
+            }
+        }
     }
 
     /// Draw `text` (anchored at `at` in the plot's coordinates) at the first of `spots` where its box lies inside
