@@ -1,5 +1,5 @@
-//! Axis ranges and ticks: sizes on a log axis labelled in binary units (and tokens on the top axis when every run
-//! agrees on bytes per token), times on a log axis with 1-2-5 ticks, bandwidth linear unless runs differ by > 20×.
+//! Axis ranges and ticks: sizes on a log axis labelled in binary units (and tokens on the top axis when every case
+//! of every run has the same bytes per token), times on a log axis with 1-2-5 ticks, bandwidth linear unless runs differ by > 20×.
 
 use crate::plan::sizes::{format_size, format_tokens};
 use std::collections::BTreeMap;
@@ -9,27 +9,38 @@ const MAX_SIZE_TICKS: usize = 10;
 /// Bandwidth switches to a log axis when the fastest and slowest p50 differ by more than this.
 pub const LOG_GBPS_RATIO: f64 = 20.0;
 
-/// The sizes every figure shares: ascending, with their token counts when all runs agree on them.
+/// The sizes every figure shares: ascending, with their token counts when every case has the same bytes per token.
 pub struct SizeAxis {
     pub sizes: Vec<u64>,
     pub tokens: Option<BTreeMap<u64, u64>>,
+    /// The bytes per token every case shares, when the token axis is drawn.
+    pub bytes_per_token: Option<u64>,
 }
 
 impl SizeAxis {
-    /// From (size, tokens) of every case of every run.
-    pub fn new(cases: impl Iterator<Item = (u64, Option<u64>)>) -> SizeAxis {
+    /// From (size, tokens, bytes per token) of every case of every run. Agreeing at the sizes two runs share is not
+    /// enough: runs of two models at the same token counts have no size in common, yet one token axis would be
+    /// wrong for one of them. A case without its bytes per token (older files) has it from size ÷ tokens.
+    pub fn new(cases: impl Iterator<Item = (u64, Option<u64>, Option<u64>)>) -> SizeAxis {
         let mut tokens = BTreeMap::new();
-        let mut consistent = true;
-        for (size, t) in cases {
-            match (t, tokens.insert(size, t)) {
-                (None, _) => consistent = false,
-                (Some(a), Some(Some(b))) if a != b => consistent = false,
-                _ => {}
+        let mut per_token: Option<Option<u64>> = None;
+        for (size, t, bpt) in cases {
+            tokens.insert(size, t);
+            let bpt = match (t, bpt) {
+                (Some(t), Some(b)) if t > 0 && t.checked_mul(b) == Some(size) => Some(b),
+                (Some(t), None) if t > 0 && size % t == 0 => Some(size / t),
+                _ => None,
+            };
+            match per_token {
+                None => per_token = Some(bpt),
+                Some(p) if p != bpt => per_token = Some(None),
+                Some(_) => {}
             }
         }
         let sizes: Vec<u64> = tokens.keys().copied().collect();
-        let tokens = consistent.then(|| tokens.into_iter().filter_map(|(s, t)| t.map(|t| (s, t))).collect());
-        SizeAxis { sizes, tokens }
+        let bytes_per_token = per_token.flatten();
+        let tokens = bytes_per_token.map(|_| tokens.into_iter().filter_map(|(s, t)| t.map(|t| (s, t))).collect());
+        SizeAxis { sizes, tokens, bytes_per_token }
     }
 
     /// The log axis range, a little wider than the data so end markers are not cut.
@@ -100,19 +111,25 @@ mod tests {
 
     #[test]
     fn size_ticks_are_the_measured_sizes_thinned() {
-        let a = SizeAxis::new((0..9).map(|i| ((48u64 << 20) << i, Some(512u64 << i))));
+        let a = SizeAxis::new((0..9).map(|i| ((48u64 << 20) << i, Some(512u64 << i), Some(98304))));
         let t = a.ticks();
         assert_eq!(t.len(), 9);
         assert_eq!(SizeAxis::size_label(t[0]), "48 MiB");
         assert_eq!(a.token_label(t[8]), "128k");
-        let dense = SizeAxis::new((0..40).map(|i| (((1u64 << 20) << (i / 2)) + i as u64 % 2, None)));
+        let dense = SizeAxis::new((0..40).map(|i| (((1u64 << 20) << (i / 2)) + i as u64 % 2, None, None)));
         assert!(dense.ticks().len() <= MAX_SIZE_TICKS + 1 && dense.tokens.is_none());
     }
 
     #[test]
-    fn tokens_only_when_runs_agree() {
-        let a = SizeAxis::new([(96 << 20, Some(1024)), (96 << 20, Some(512))].into_iter());
+    fn tokens_only_when_every_case_has_the_same_bytes_per_token() {
+        let a = SizeAxis::new([(96 << 20, Some(1024), None), (96 << 20, Some(512), None)].into_iter());
         assert!(a.tokens.is_none());
+        // 512 tokens of a 96 KiB/token model and of a 128 KiB/token one: no size in common, still no one axis.
+        let two = SizeAxis::new([(48 << 20, Some(512), Some(98304)), (64 << 20, Some(512), Some(131072))].into_iter());
+        assert!(two.tokens.is_none() && two.bytes_per_token.is_none());
+        let one = SizeAxis::new([(48 << 20, Some(512), None), (96 << 20, Some(1024), Some(98304))].into_iter());
+        assert_eq!(one.bytes_per_token, Some(98304));
+        assert!(SizeAxis::new([(1 << 20, Some(16), None), (2 << 20, None, None)].into_iter()).tokens.is_none());
     }
 
     #[test]

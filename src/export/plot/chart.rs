@@ -4,6 +4,7 @@
 use super::axes::SizeAxis;
 use super::style::{self, text, AXIS_PX, GRID, TICK_PX};
 use super::{Drawn, Run};
+use crate::plan::sizes::format_size;
 use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::{cartesian::Cartesian2d, combinators::LogCoord, Shift};
@@ -14,17 +15,19 @@ pub type SizeCoord = WithKeyPoints<LogCoord<f64>>;
 
 /// The size axis shared by the size-vs figures.
 pub fn size_axis(runs: &[Run]) -> SizeAxis {
-    SizeAxis::new(runs.iter().flat_map(|r| r.results.cases.iter().map(|c| (c.size_bytes, c.tokens))))
+    let cases = runs.iter().flat_map(|r| r.results.cases.iter());
+    SizeAxis::new(cases.map(|c| (c.size_bytes, c.tokens, c.bytes_per_token)))
 }
 
-/// "tokens of qwen3-30b-a3b (k = 1024)" when every run names the same model.
-fn tokens_desc(runs: &[Run]) -> String {
+/// "tokens of qwen3-30b-a3b (96 KiB per token, k = 1024)" when every run names the same model.
+fn tokens_desc(runs: &[Run], bytes_per_token: Option<u64>) -> String {
+    let per = bytes_per_token.map(|b| format!("{} per token, ", format_size(b))).unwrap_or_default();
     let first = runs.first().and_then(|r| r.results.config.model.clone());
     match first {
         Some(m) if runs.iter().all(|r| r.results.config.model.as_deref() == Some(m.as_str())) => {
-            format!("tokens of {m} (k = 1024)")
+            format!("tokens of {m} ({per}k = 1024)")
         }
-        _ => "tokens (k = 1024)".into(),
+        _ => format!("tokens ({per}k = 1024)"),
     }
 }
 
@@ -83,7 +86,11 @@ where
             area.draw(&Text::new(sizes.token_label(*v), (x, y - 8), text(TICK_PX).pos(at)))?;
         }
         let mid = (xs.start + xs.end) / 2 - base.0;
-        area.draw(&Text::new(tokens_desc(runs), (mid, y - 8 - TICK_PX as i32 - 8), text(AXIS_PX).pos(at)))?;
+        area.draw(&Text::new(
+            tokens_desc(runs, sizes.bytes_per_token),
+            (mid, y - 8 - TICK_PX as i32 - 8),
+            text(AXIS_PX).pos(at),
+        ))?;
     }
     Ok(())
 }

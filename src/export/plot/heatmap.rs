@@ -2,7 +2,7 @@
 //! size, each cell shaded by its p50 GB/s (white = 0, dark blue = the fastest link) and labelled with the number;
 //! outliers are outlined in red and marked `!`.
 
-use super::{style, Drawn, Figure};
+use super::{style, Drawn, Figure, Labels};
 use crate::export::cluster::Cell;
 use crate::plan::sizes::format_size;
 use plotters::coord::Shift;
@@ -27,10 +27,10 @@ fn shade(fraction: f64) -> RGBColor {
 }
 
 impl Figure for HeatmapFigure {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, labels: &mut Labels) -> Drawn<DB> {
         let title =
             format!("p50 GB/s per link at {} (rows: source, columns: destination)", format_size(self.size_bytes));
-        let area = super::frame(root, &title, &[])?;
+        let area = super::frame(root, &title, Vec::new(), labels)?;
         let n = self.cells.len().max(1);
         let top = self.cells.iter().flatten().flatten().map(|c| c.gbps).fold(0.0, f64::max);
         let (w, h) = area.dim_in_pixel();

@@ -5,12 +5,16 @@
 //! - a cluster run: `cluster-heatmap` (p50 GB/s per link at the largest size), and the three above with one
 //!   series per link (`src→dst`).
 //!
-//! Runs differ by colour, marker and dash, so the figures still read in greyscale. Legends sit above the plot.
+//! Runs differ by colour, marker and dash, so the figures still read in greyscale; reference lines are grey, a colour
+//! no run has. Legends sit above the plot, and say what every line and mark is. Labels on a plot never overprint each
+//! other: one that finds no free place is named in the legend instead (see `labels`). The token axis is drawn only
+//! when every run has the same bytes per token, so it is true for every series.
 
 mod axes;
 mod bandwidth;
 mod chart;
 mod heatmap;
+mod labels;
 mod raster;
 mod reps;
 mod style;
@@ -20,6 +24,7 @@ use crate::export::json::Results;
 use crate::stats::{ceiling, Ceiling};
 use anyhow::Result;
 use image::ImageEncoder;
+use labels::Labels;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -148,22 +153,50 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
     draw_series(&series, dir, lines)
 }
 
-/// A figure that draws on any plotters backend, so one description gives both PNG and SVG.
+/// A figure that draws on any plotters backend, so one description gives both PNG and SVG. Its labels on the plot
+/// go through `labels`, whose notes its legend shows.
 trait Figure {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB>;
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, labels: &mut Labels) -> Drawn<DB>;
+}
+
+/// The legend notes of the labels `fig` cannot place: drawn on a backend that draws nothing, with each pass's new
+/// notes in the next pass's legend (which takes room from the plot, so more may drop), until no new one comes. The
+/// notes only grow and each names one of the figure's finitely many labels, so this ends.
+fn settle(fig: &impl Figure) -> Vec<labels::Note> {
+    let mut notes = Vec::new();
+    loop {
+        let mut labels = Labels::with_notes(notes.clone());
+        let root = raster::TextFix::new(raster::Measure(style::SIZE), style::FONT_BYTES, raster::TextMode::Svg)
+            .into_drawing_area();
+        // The measuring backend cannot fail; a figure that does fails again when drawn for real, and says so there.
+        if fig.draw(&root, &mut labels).is_err() {
+            return notes;
+        }
+        let new = labels.new_notes();
+        if new.is_empty() {
+            return notes;
+        }
+        notes.extend(new);
+    }
 }
 
 /// Render `fig` as `dir/stem.png` and `dir/stem.svg`, each written whole or not at all.
 fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
+    let notes = settle(fig);
     let png = dir.join(format!("{stem}.png"));
     // Drawn in memory and encoded here, so writing it fails as any results file does: one line naming the file
     // and the system's reason (a full disk), never the image library's nested error values.
     let (w, h) = style::SIZE;
     let mut pixels = vec![0u8; w as usize * h as usize * 3];
     {
-        let backend = raster::TextFix::new(BitMapBackend::with_buffer(&mut pixels, style::SIZE), style::FONT_BYTES);
+        let backend = raster::TextFix::new(
+            BitMapBackend::with_buffer(&mut pixels, style::SIZE),
+            style::FONT_BYTES,
+            raster::TextMode::Raster,
+        );
         let root = backend.into_drawing_area();
-        fig.draw(&root).map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
+        let mut labels = Labels::with_notes(notes.clone());
+        fig.draw(&root, &mut labels).map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
         root.present().map_err(|e| anyhow::anyhow!("drawing {}: {e}", png.display()))?;
     }
     let mut encoded = Vec::new();
@@ -175,20 +208,29 @@ fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
     let svg = dir.join(format!("{stem}.svg"));
     let mut text = String::new();
     {
-        let root = SVGBackend::with_string(&mut text, style::SIZE).into_drawing_area();
-        fig.draw(&root).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+        let backend = raster::TextFix::new(
+            SVGBackend::with_string(&mut text, style::SIZE),
+            style::FONT_BYTES,
+            raster::TextMode::Svg,
+        );
+        let root = backend.into_drawing_area();
+        fig.draw(&root, &mut Labels::with_notes(notes))
+            .map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
         root.present().map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
     }
     crate::export::write_atomic(&svg, text.as_bytes())?;
     Ok([png, svg])
 }
 
-/// White background, the title, and the legend band; returns the area left for the chart.
+/// White background, the title, and the legend band (`legend`, then the notes of labels not placed on the plot);
+/// returns the area left for the chart.
 fn frame<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
-    legend: &[style::LegendEntry],
+    mut legend: Vec<style::LegendEntry>,
+    labels: &Labels,
 ) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    legend.extend(labels.legend_entries());
     root.fill(&WHITE)?;
     let (w, _) = root.dim_in_pixel();
     let title_style = style::text(style::TITLE_PX).pos(plotters::style::text_anchor::Pos::new(
@@ -197,8 +239,8 @@ fn frame<DB: DrawingBackend>(
     ));
     root.draw(&Text::new(title.to_string(), (w as i32 / 2, 10), title_style))?;
     let (_, rest) = root.split_vertically(16 + style::TITLE_PX);
-    let (legend_area, chart) = rest.split_vertically(style::legend_height(&rest, legend));
-    style::draw_legend(&legend_area, legend)?;
+    let (legend_area, chart) = rest.split_vertically(style::legend_height(&rest, &legend));
+    style::draw_legend(&legend_area, &legend)?;
     Ok(chart)
 }
 

@@ -1,23 +1,153 @@
-//! PNG text done right: a backend wrapper that rasterizes text itself with the bundled font.
+//! Text measured and drawn the same way on every backend: a wrapper that sizes text with the bundled font at an em
+//! of `size` pixels, so label placement and the legend's layout see the boxes the reader sees.
 //!
-//! plotters 0.3.7 draws each glyph at the pen position without its left side bearing, so "512" reads "51 2" and
-//! "transport" reads "transpor t". This wrapper forwards every shape to the real bitmap backend and lays text out
-//! with ab_glyph's own positioning (bearings and kerning), an em of `size` pixels, and plotters' anchors and
-//! rotations, so PNG text matches what an SVG viewer draws from the same figure.
+//! - PNG: plotters 0.3.7 draws each glyph at the pen position without its left side bearing, so "512" reads "51 2"
+//!   and "transport" reads "transpor t". The wrapper rasterizes text itself with ab_glyph's own positioning
+//!   (bearings and kerning) and plotters' anchors and rotations.
+//! - SVG: plotters writes `font-size` as `size / 1.24` and measures at yet another scale; the wrapper hands it
+//!   `size × 1.24`, so the SVG's text has the PNG's em and both figures share one layout.
+//! - [`Measure`]: draws nothing, for a layout pass that only needs to know where labels would go.
 
 use ab_glyph::{point, Font, FontRef, PxScale, ScaleFont};
 use plotters::prelude::DrawingBackend;
-use plotters_backend::text_anchor::{HPos, VPos};
-use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
+use plotters_backend::text_anchor::{HPos, Pos, VPos};
+use plotters_backend::{
+    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind, FontFamily, FontStyle, FontTransform,
+};
+
+/// How the wrapped backend gets its text onto the page.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum TextMode {
+    /// Rasterized here, pixel by pixel (the bitmap backend).
+    Raster,
+    /// Handed to the backend at `size × 1.24`, which it writes back as an em of `size` (the SVG backend).
+    Svg,
+}
 
 pub struct TextFix<B> {
     inner: B,
     font: Option<FontRef<'static>>,
+    mode: TextMode,
 }
 
 impl<B: DrawingBackend> TextFix<B> {
-    pub fn new(inner: B, font: &'static [u8]) -> TextFix<B> {
-        TextFix { inner, font: FontRef::try_from_slice(font).ok() }
+    pub fn new(inner: B, font: &'static [u8], mode: TextMode) -> TextFix<B> {
+        TextFix { inner, font: FontRef::try_from_slice(font).ok(), mode }
+    }
+}
+
+/// plotters' SVG backend writes `font-size` as the style's size divided by this.
+const SVG_EM_DIVISOR: f64 = 1.24;
+
+/// A text style with its size scaled, everything else as given.
+struct Scaled<'a, S>(&'a S, f64);
+
+impl<S: BackendTextStyle> BackendTextStyle for Scaled<'_, S> {
+    type FontError = S::FontError;
+    fn color(&self) -> BackendColor {
+        self.0.color()
+    }
+    fn size(&self) -> f64 {
+        self.0.size() * self.1
+    }
+    fn transform(&self) -> FontTransform {
+        self.0.transform()
+    }
+    fn style(&self) -> FontStyle {
+        self.0.style()
+    }
+    fn anchor(&self) -> Pos {
+        self.0.anchor()
+    }
+    fn family(&self) -> FontFamily<'_> {
+        self.0.family()
+    }
+    fn layout_box(&self, text: &str) -> Result<((i32, i32), (i32, i32)), Self::FontError> {
+        self.0.layout_box(text)
+    }
+    fn draw<E, F: FnMut(i32, i32, BackendColor) -> Result<(), E>>(
+        &self,
+        text: &str,
+        pos: BackendCoord,
+        draw: F,
+    ) -> Result<Result<(), E>, Self::FontError> {
+        self.0.draw(text, pos, draw)
+    }
+}
+
+/// A backend that draws nothing: a layout pass on it (wrapped in [`TextFix`]) measures text as the real one does.
+pub struct Measure(pub (u32, u32));
+
+impl DrawingBackend for Measure {
+    type ErrorType = std::convert::Infallible;
+
+    fn get_size(&self) -> (u32, u32) {
+        self.0
+    }
+    fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn present(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn draw_pixel(&mut self, _: BackendCoord, _: BackendColor) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn draw_line<S: BackendStyle>(
+        &mut self,
+        _: BackendCoord,
+        _: BackendCoord,
+        _: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn draw_rect<S: BackendStyle>(
+        &mut self,
+        _: BackendCoord,
+        _: BackendCoord,
+        _: &S,
+        _: bool,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        _: I,
+        _: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn draw_circle<S: BackendStyle>(
+        &mut self,
+        _: BackendCoord,
+        _: u32,
+        _: &S,
+        _: bool,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        _: I,
+        _: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn draw_text<S: BackendTextStyle>(
+        &mut self,
+        _: &str,
+        _: &S,
+        _: BackendCoord,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
+    }
+    fn blit_bitmap(
+        &mut self,
+        _: BackendCoord,
+        _: (u32, u32),
+        _: &[u8],
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        Ok(())
     }
 }
 
@@ -122,6 +252,9 @@ impl<B: DrawingBackend> DrawingBackend for TextFix<B> {
         pos: BackendCoord,
     ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
         let colour = style.color();
+        if self.mode == TextMode::Svg {
+            return self.inner.draw_text(text, &Scaled(style, SVG_EM_DIVISOR), pos);
+        }
         let Some(font) = self.font.clone() else { return self.inner.draw_text(text, style, pos) };
         if colour.alpha == 0.0 {
             return Ok(());

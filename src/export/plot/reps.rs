@@ -1,16 +1,16 @@
 //! Figure 3: every rep's bandwidth per size (a strip plot), runs side by side within each size. A bar marks the
 //! p50; a bimodal size gets a bar at each mode and a "2 modes" note, so two paths show at a glance. Where the
 //! case's attribution named counters, its slow reps are drawn filled and the strongest counter is noted below the
-//! strip ("slow: rcvd_seq_err +94/rep vs +1.8").
+//! strip ("slow: rcvd_seq_err +94/rep vs +1.8"). Notes stack away from their strip until they overprint nothing.
 
 use super::axes::{self, SizeAxis, LOG_GBPS_RATIO};
+use super::labels::{stacked, Note};
 use super::style::{self, text, Dash, LegendEntry, AXIS_PX, GRID, NOTE_PX, TICK_PX};
-use super::{Drawn, Figure, Run};
+use super::{Drawn, Figure, Labels, Run};
 use crate::stats::CaseResult;
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 pub struct RepsFigure<'a> {
     runs: &'a [Run<'a>],
@@ -65,33 +65,59 @@ impl<'a> RepsFigure<'a> {
         i as f64 - STRIPS_WIDTH / 2.0 + w * (run as f64 + 0.5)
     }
 
+    /// Size `i`'s tick label: "96 MiB", or "96 MiB (1k)" with the token axis.
+    fn x_label(&self, i: usize) -> String {
+        let Some(&s) = self.sizes.sizes.get(i) else { return String::new() };
+        match self.sizes.token_label(s as f64) {
+            t if t.is_empty() => SizeAxis::size_label(s as f64),
+            t => format!("{} ({t})", SizeAxis::size_label(s as f64)),
+        }
+    }
+
+    /// Label every size when the widest label fits its slot, else every k-th: neighbouring labels never touch.
+    fn label_step<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> usize {
+        let n = self.sizes.sizes.len().max(1);
+        let widest = (0..n).filter_map(|i| area.estimate_text_size(&self.x_label(i), &text(TICK_PX)).ok()).map(|s| s.0);
+        // The plot is the area less the y labels (80 px) and the margins (40 px).
+        let slot = (area.dim_in_pixel().0 as f64 - 120.0) / n as f64;
+        ((widest.max().unwrap_or(0) as f64 + 12.0) / slot.max(1.0)).ceil().max(1.0) as usize
+    }
+
     fn size_index(&self, size: u64) -> usize {
         self.sizes.sizes.iter().position(|s| *s == size).unwrap_or(0)
     }
 }
 
 impl Figure for RepsFigure<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, labels: &mut Labels) -> Drawn<DB> {
         let title = "Bandwidth of every rep, per size (GB/s = 10^9 B/s)";
-        let area = super::frame(root, title, &self.legend())?;
+        let area = super::frame(root, title, self.legend(), labels)?;
         let reps = || self.runs.iter().flat_map(|r| r.results.cases.iter().flat_map(|c| c.reps.iter().map(|r| r.gbps)));
         let finite = || reps().filter(|v| v.is_finite() && *v > 0.0);
         let (lo, hi) = (finite().fold(f64::INFINITY, f64::min), finite().fold(0.0, f64::max));
         let (lo, hi) = if hi > 0.0 { (lo, hi) } else { (1.0, 1.0) };
         let n = self.sizes.sizes.len();
-        // Plain linear x: ticks land on whole size indexes once there are at most as many labels as sizes.
+        // Plain linear x with one tick per size: plotters puts them on whole indexes when asked for n of them.
         let x = -0.5..n as f64 - 0.5;
         if hi > LOG_GBPS_RATIO * lo {
-            let (range, ticks) = axes::log_range(lo, hi);
-            self.draw_chart(&area, x, range.log_scale().with_key_points(ticks), "GB/s per rep (log scale)")
+            // Headroom above the fastest rep for a "2 modes" note (log_range adds ×1.3 on its own).
+            let (range, ticks) = axes::log_range(lo, hi * 1.6);
+            self.draw_chart(&area, x, range.log_scale().with_key_points(ticks), "GB/s per rep (log scale)", labels)
         } else {
-            self.draw_chart(&area, x, 0.0..hi * 1.18, "GB/s per rep")
+            self.draw_chart(&area, x, 0.0..hi * 1.18, "GB/s per rep", labels)
         }
     }
 }
 
 impl RepsFigure<'_> {
-    fn draw_chart<DB, X, Y>(&self, area: &DrawingArea<DB, Shift>, x: X, y: Y, y_desc: &str) -> Drawn<DB>
+    fn draw_chart<DB, X, Y>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        x: X,
+        y: Y,
+        y_desc: &str,
+        labels: &mut Labels,
+    ) -> Drawn<DB>
     where
         DB: DrawingBackend,
         X: AsRangedCoord<Value = f64>,
@@ -107,21 +133,16 @@ impl RepsFigure<'_> {
             .margin_top(12)
             .build_cartesian_2d(x, y)?;
         let sizes = &self.sizes;
-        let label = |v: &f64| {
-            if (v - v.round()).abs() > 1e-6 || *v < 0.0 {
-                return String::new();
-            }
-            let Some(&s) = sizes.sizes.get(v.round() as usize) else { return String::new() };
-            match sizes.token_label(s as f64) {
-                t if t.is_empty() => SizeAxis::size_label(s as f64),
-                t => format!("{} ({t})", SizeAxis::size_label(s as f64)),
-            }
+        let step = self.label_step(area);
+        let label = |v: &f64| match v.round() {
+            i if (v - i).abs() < 1e-6 && i >= 0.0 && i as usize % step == 0 => self.x_label(i as usize),
+            _ => String::new(),
         };
         let x_desc = if sizes.tokens.is_some() { "transfer size (tokens)" } else { "transfer size" };
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(sizes.sizes.len().min(10))
+            .x_labels(sizes.sizes.len())
             .bold_line_style(GRID)
             .light_line_style(TRANSPARENT)
             .axis_style(style::INK)
@@ -132,12 +153,13 @@ impl RepsFigure<'_> {
             .label_style(text(TICK_PX))
             .axis_desc_style(text(AXIS_PX))
             .draw()?;
-        self.draw_strips(chart.plotting_area())
+        self.draw_strips(chart.plotting_area(), labels)
     }
 
     fn draw_strips<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
         &self,
         plot: &DrawingArea<DB, CT>,
+        labels: &mut Labels,
     ) -> Drawn<DB> {
         let w = STRIPS_WIDTH / self.runs.len() as f64;
         for (ri, r) in self.runs.iter().enumerate() {
@@ -154,22 +176,55 @@ impl RepsFigure<'_> {
                     plot.draw(&style::marker((centre + jitter, rep.gbps), r.style.marker, 4, r.style.colour, filled))?;
                 }
                 self.draw_bars(plot, c, centre, w, r)?;
-                if let Some(note) = named_separator(c) {
-                    let at = Pos::new(HPos::Center, VPos::Top);
-                    let bottom = c.gbps.min;
-                    plot.draw(&style::label(
-                        (centre, bottom),
-                        (0, 10),
+            }
+        }
+        // Notes go on after every strip is drawn, in run order, each clear of the notes placed before it.
+        for (ri, r) in self.runs.iter().enumerate() {
+            for c in &r.results.cases {
+                let centre = self.strip_x(self.size_index(c.size_bytes), ri);
+                let size = SizeAxis::size_label(c.size_bytes as f64);
+                let style = text(NOTE_PX).color(&r.style.colour);
+                let marker = Some(r.style.marker);
+                if c.bimodal.is_bimodal {
+                    let note = Note {
+                        what: format!("{}: 2 modes at", r.name),
+                        at: size.clone(),
+                        colour: r.style.colour,
+                        dash: None,
+                        marker,
+                    };
+                    labels.place(
+                        plot,
+                        (centre, c.gbps.max),
+                        "2 modes",
+                        &style,
+                        |_, h, _| stacked(true, 10, h, 4),
                         note,
-                        text(NOTE_PX).color(&r.style.colour).pos(at),
-                    ))?;
+                    )?;
+                }
+                if let Some(text) = named_separator(c) {
+                    let note = Note {
+                        what: format!("{}, {size}:", r.name),
+                        at: text.clone(),
+                        colour: r.style.colour,
+                        dash: None,
+                        marker,
+                    };
+                    labels.place(
+                        plot,
+                        (centre, c.gbps.min),
+                        &text,
+                        &style,
+                        |_, h, _| stacked(false, 10, h, 4),
+                        note,
+                    )?;
                 }
             }
         }
         Ok(())
     }
 
-    /// The p50 bar, or one bar per mode and the "2 modes" note on a bimodal size.
+    /// The p50 bar, or one bar per mode on a bimodal size.
     fn draw_bars<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
         &self,
         plot: &DrawingArea<DB, CT>,
@@ -182,16 +237,6 @@ impl RepsFigure<'_> {
         let bars = if c.bimodal.is_bimodal { c.bimodal.modes_gbps.clone() } else { vec![c.gbps.p50] };
         for y in bars {
             plot.draw(&PathElement::new(vec![(centre - half, y), (centre + half, y)], r.style.colour.stroke_width(3)))?;
-        }
-        if c.bimodal.is_bimodal {
-            let top = c.gbps.max;
-            let at = Pos::new(HPos::Center, VPos::Bottom);
-            plot.draw(&style::label(
-                (centre, top),
-                (0, -10),
-                "2 modes".into(),
-                text(NOTE_PX).color(&r.style.colour).pos(at),
-            ))?;
         }
         Ok(())
     }

@@ -36,15 +36,21 @@ pub fn text(px: u32) -> TextStyle<'static> {
     (FONT, px).into_font().color(&INK)
 }
 
-/// Okabe–Ito colours, ordered so neighbours differ in lightness as well as hue.
-const COLOURS: [RGBColor; 6] = [
+/// The runs' colours: Okabe–Ito without its black and yellow, and two darker hues, ordered so neighbours differ in
+/// lightness as well as hue. None is grey: grey is for reference lines, so no run can be taken for one.
+const COLOURS: [RGBColor; 8] = [
     RGBColor(0, 114, 178),   // blue (dark)
     RGBColor(230, 159, 0),   // orange (light)
-    RGBColor(0, 0, 0),       // black (darkest)
     RGBColor(0, 158, 115),   // bluish green (mid)
     RGBColor(204, 121, 167), // reddish purple (light)
     RGBColor(213, 94, 0),    // vermillion (mid)
+    RGBColor(86, 180, 233),  // sky blue (light)
+    RGBColor(120, 50, 150),  // purple (dark)
+    RGBColor(140, 90, 30),   // brown (dark)
 ];
+
+/// Reference lines (`--line`): grey and dashed, a colour no run has.
+pub const REFERENCE: RGBColor = RGBColor(128, 128, 128);
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum Marker {
@@ -60,16 +66,20 @@ pub enum Dash {
     Solid,
     Dashed,
     Dotted,
+    /// Long dashes, thin: a run's ceiling, never a run's own line.
+    Long,
 }
 
 /// Everything that tells one run apart from another.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RunStyle {
     pub colour: RGBColor,
     pub marker: Marker,
     pub dash: Dash,
 }
 
+/// Run `i`'s style: 8 colours, 5 markers and 3 dashes turn at different rates, so the first 120 runs all differ,
+/// and the first 8 differ in colour too.
 pub fn run_style(i: usize) -> RunStyle {
     const MARKERS: [Marker; 5] = [Marker::Circle, Marker::Square, Marker::Triangle, Marker::Diamond, Marker::Cross];
     const DASHES: [Dash; 3] = [Dash::Solid, Dash::Dashed, Dash::Dotted];
@@ -145,6 +155,7 @@ pub fn dash_pattern(dash: Dash, width: u32) -> (u32, u32) {
         Dash::Solid => (1, 0),
         Dash::Dashed => (10 + 2 * width, 6 + width),
         Dash::Dotted => (2 + width, 4 + width),
+        Dash::Long => (16, 6),
     }
 }
 
@@ -208,4 +219,24 @@ fn legend_positions<DB: DrawingBackend>(
         x += w;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_differ_from_each_other_and_from_reference_lines() {
+        let grey = |c: RGBColor| c.0.max(c.1).max(c.2) - c.0.min(c.1).min(c.2) < 40;
+        let styles: Vec<RunStyle> = (0..120).map(run_style).collect();
+        for (i, a) in styles.iter().enumerate() {
+            assert!(!grey(a.colour) && a.colour != REFERENCE && a.colour != INK, "run {i}");
+            assert!(a.dash != Dash::Long, "run {i} is drawn like a ceiling");
+            assert!(styles[i + 1..].iter().all(|b| b != a), "run {i} repeats");
+            if i < 8 {
+                assert!(styles[i + 1..8].iter().all(|b| b.colour != a.colour), "run {i}'s colour repeats");
+            }
+        }
+        assert!(grey(REFERENCE));
+    }
 }

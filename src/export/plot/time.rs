@@ -1,7 +1,7 @@
 //! Figure 1: p50 transfer time vs size, log-log, with each run's min–max band.
 
 use super::axes::{self, SizeAxis};
-use super::{chart, style, Drawn, Figure, Run};
+use super::{chart, style, Drawn, Figure, Labels, Run};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -17,9 +17,9 @@ impl<'a> TimeFigure<'a> {
 }
 
 impl Figure for TimeFigure<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, labels: &mut Labels) -> Drawn<DB> {
         let title = "Transfer time vs size: p50, shaded band = min to max";
-        let area = super::frame(root, title, &super::run_entries(self.runs))?;
+        let area = super::frame(root, title, super::run_entries(self.runs), labels)?;
         let cases = self.runs.iter().flat_map(|r| r.results.cases.iter());
         let lo = cases.clone().map(|c| c.transfer_ms.min).fold(f64::INFINITY, f64::min);
         let hi = cases.map(|c| c.transfer_ms.max).fold(0.0, f64::max);
