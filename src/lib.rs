@@ -15,6 +15,7 @@ pub mod error;
 pub mod export;
 pub mod mem;
 pub mod observe;
+pub mod order_stats;
 pub mod output;
 pub mod pattern;
 pub mod plan;
@@ -28,9 +29,9 @@ pub mod units;
 /// a parent and its children).
 pub const LAYERS: &[&[&str]] = &[
     // Leaves every layer may use: errors and exit codes, the --verify byte pattern and the seeded generator, units
-    // of bandwidth, printing that never panics (console), and the binary's glibc shim (src/glibc_compat.rs, a
-    // module of main.rs).
-    &["error", "pattern", "units", "glibc_compat", "console"],
+    // of bandwidth, printing that never panics (console), the median's order-statistic interval (order_stats), and
+    // the binary's glibc shim (src/glibc_compat.rs, a module of main.rs).
+    &["error", "pattern", "units", "glibc_compat", "console", "order_stats"],
     // What to run: sizes, models, paged layouts, orders, sweep files.
     &["plan"],
     // Buffers: host, pinned and GPU memory, and the GPU kernels that fill and check them.

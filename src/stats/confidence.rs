@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const LEVEL: f64 = 0.95;
+pub use crate::order_stats::{median_interval, median_ranks, LEVEL};
 pub const METHOD: &str = "distribution-free order-statistic (binomial) interval for the median: [x(j), x(n+1-j)] \
                           with the largest j whose coverage 1 - 2*P(Bin(n,1/2) < j) is >= 95%; [min, max] when n is too \
                           small to reach 95% (coverage then says how much it covers)";
@@ -27,47 +27,6 @@ pub struct MedianCi {
     /// Which order statistics bound it (1-based): [j, n+1-j].
     pub ranks: [usize; 2],
     pub method: String,
-}
-
-/// P(Bin(n, ½) < j).
-fn binom_half_below(n: usize, j: usize) -> f64 {
-    let mut c = 1.0f64; // C(n, 0)
-    let mut sum = 0.0;
-    for i in 0..j.min(n + 1) {
-        if i > 0 {
-            c = c * (n + 1 - i) as f64 / i as f64;
-        }
-        sum += c;
-    }
-    sum / 2f64.powi(n as i32)
-}
-
-/// The 1-based ranks (j, n+1-j) of the interval and its exact coverage, for n ≥ 1 reps.
-pub fn median_ranks(n: usize) -> (usize, usize, f64) {
-    assert!(n > 0, "an interval needs at least one rep");
-    let mut best = (1, n, 1.0 - 2.0 * binom_half_below(n, 1));
-    for j in 2..=n.div_ceil(2) {
-        let coverage = 1.0 - 2.0 * binom_half_below(n, j);
-        if coverage < LEVEL {
-            break;
-        }
-        best = (j, n + 1 - j, coverage);
-    }
-    if n == 1 {
-        best.2 = 0.0;
-    }
-    best
-}
-
-/// Interval of the median of `samples` (any order; non-finite values are left out). None when empty.
-pub fn median_interval(samples: &[f64]) -> Option<([f64; 2], [usize; 2], f64)> {
-    let mut s: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return None;
-    }
-    s.sort_by(f64::total_cmp);
-    let (lo, hi, coverage) = median_ranks(s.len());
-    Some(([s[lo - 1], s[hi - 1]], [lo, hi], coverage))
 }
 
 impl MedianCi {

@@ -40,22 +40,9 @@ impl Rate {
         }
         s.sort_by(f64::total_cmp);
         let n = s.len();
-        let j = (2..=n.div_ceil(2)).take_while(|&j| 1.0 - 2.0 * binom_half_below(n, j) >= 0.95).last().unwrap_or(1);
-        Some(Rate { median: s[n / 2], low: s[j - 1], high: s[n - j], trials: n })
+        let (low, high, _) = crate::order_stats::median_ranks(n);
+        Some(Rate { median: s[n / 2], low: s[low - 1], high: s[high - 1], trials: n })
     }
-}
-
-/// P(Bin(n, ½) < j).
-fn binom_half_below(n: usize, j: usize) -> f64 {
-    let mut c = 1.0f64;
-    let mut sum = 0.0;
-    for i in 0..j.min(n + 1) {
-        if i > 0 {
-            c = c * (n + 1 - i) as f64 / i as f64;
-        }
-        sum += c;
-    }
-    sum / 2f64.powi(n as i32)
 }
 
 /// The combination kept, the default `(default, base)` or one of `others`, and one line saying why.
