@@ -48,7 +48,18 @@ fn sweep_help_puts_each_flag_under_its_own_heading() {
         ["--layout", "--block-tokens", "--pool-tokens", "--coalesce", "--dst-placement"]
     );
     assert!(under(&h, "RDMA verbs (--transport verbs)").starts_with(&["--qps"]), "{h:#?}");
-    assert!(under(&h, "Options").starts_with(&["--set", "--resume", "--plan", "--src", "--dst"]), "{h:#?}");
+    assert!(
+        under(&h, "Options").starts_with(&[
+            "--set",
+            "--resume",
+            "--plan",
+            "--here",
+            "--estimate-from",
+            "--src",
+            "--dst"
+        ]),
+        "{h:#?}"
+    );
 }
 
 #[test]

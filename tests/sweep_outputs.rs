@@ -139,11 +139,15 @@ fn assert_matches_schema(what: &str, v: &Value) {
 #[test]
 fn every_results_file_in_the_repository_matches_the_schema() {
     let mut checked = 0;
-    for entry in std::fs::read_dir(RESULTS).unwrap() {
-        let p = entry.unwrap().path();
-        if p.extension().is_none_or(|e| e != "json") {
-            continue;
-        }
+    // The files the repository holds (git's list), not what local runs left in the folder beside them.
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-z", "--", "*.json"])
+        .current_dir(RESULTS)
+        .output()
+        .expect("git ls-files");
+    assert!(listed.status.success(), "git ls-files failed: {}", String::from_utf8_lossy(&listed.stderr));
+    for name in listed.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let p = Path::new(RESULTS).join(String::from_utf8_lossy(name).as_ref());
         let v = read_json(&p);
         // results/ also keeps a PyTorch baseline's numbers (h200-torch-bidir-*.json): no kvxfer results file.
         if v.get("schema").is_none() && v.get("cases").is_none() {
@@ -345,7 +349,7 @@ fn sweep_flags() -> Vec<(String, bool)> {
 #[test]
 fn every_parameter_flag_with_a_sweep_file_is_refused_by_its_own_name() {
     let outputs = ["--json", "--csv", "--md", "--events", "--fig", "--line", "--out-dir", "--label"];
-    let others = ["--help", "--set", "--resume", "--plan"];
+    let others = ["--help", "--set", "--resume", "--plan", "--here", "--estimate-from"];
     let flags = sweep_flags();
     assert!(flags.len() > 40 && flags.iter().any(|(f, _)| f == "--reps"), "{flags:?}");
     let samples: Vec<&str> = "2 1MiB 7s host gpu:1 1k tcp mlx5_1 qwen3-30b-a3b paged auto off read libfabric \

@@ -226,7 +226,7 @@ pub struct SendArgs {
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
     /// existing file
-    #[arg(long, default_value = "results", value_name = "DIR", help_heading = "Output")]
+    #[arg(long, env = "KVXFER_OUT_DIR", default_value = "results", value_name = "DIR", help_heading = "Output")]
     pub out_dir: PathBuf,
 }
 
@@ -323,7 +323,7 @@ pub struct SweepArgs {
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
     /// existing file
-    #[arg(long, default_value = "results", value_name = "DIR", help_heading = "Output")]
+    #[arg(long, env = "KVXFER_OUT_DIR", default_value = "results", value_name = "DIR", help_heading = "Output")]
     #[serde(skip)]
     pub out_dir: PathBuf,
     /// The ids of the flags given on the command line (filled by [`Cli::parse_args`]): a sweep file refuses

@@ -313,28 +313,17 @@ fn smaller(cfg: &RunConfig) -> String {
     }
 }
 
-/// A new results file in `out_dir` (`<timestamp>-<suffix>.json`, never an existing one) unless `--json` names one:
-/// every run keeps its results, and `--resume` and `report` read them.
+/// Unless `--json` names the results file, it is created in `out_dir` under a name of its own
+/// (`<timestamp>-<suffix>.json`, never an existing file) once the run starts: every run keeps its results, and
+/// `--resume` and `report` read them. The folder is made and checked here, before anything runs.
 pub fn default_outputs(out: &mut OutputArgs, out_dir: &Path) -> Result<()> {
     if out.json.is_none() {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", out_dir.display())))?;
-        let path = crate::export::files::create_default(out_dir, "json")?;
-        crate::output::interrupt::created(path.clone());
-        out.created.push(path.clone());
-        out.json = Some(path);
+        crate::export::check_writable("--out-dir", &out_dir.join("results.json"))?;
+        out.default_dir = Some(out_dir.to_path_buf());
     }
     Ok(())
-}
-
-/// Remove results files this run created under default names that never got any results (it failed before its
-/// first case): an empty file would only stand in the way of `report results/*.json`.
-pub fn drop_unused_outputs(out: &OutputArgs) {
-    for p in &out.created {
-        if std::fs::metadata(p).is_ok_and(|m| m.len() == 0) {
-            let _ = std::fs::remove_file(p);
-        }
-    }
 }
 
 /// Listen on `addr`, naming the usual cause when the port is taken.

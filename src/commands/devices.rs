@@ -17,31 +17,7 @@ pub fn run(a: DevicesArgs) -> Result<()> {
     let gpus = cuda::gpus();
     let cuda_version = cuda::driver().ok();
     if a.json {
-        let mut v = serde_json::json!({
-            "host": env,
-            "cuda_driver_version": cuda_version,
-            "transports": availability(),
-            "interfaces": netdev::interfaces(SysRoot::get()),
-        });
-        match &gpus {
-            Ok(g) => v["gpus"] = serde_json::to_value(g)?,
-            Err(e) => v["gpu_error"] = format!("{e:#}").into(),
-        }
-        match verbs::report() {
-            Ok(d) => v["rdma"] = serde_json::to_value(d)?,
-            Err(e) => v["rdma_error"] = format!("{e:#}").into(),
-        }
-        if a.topo {
-            let (gpus, nics) = topology::devices(SysRoot::get());
-            let relations: Vec<_> = gpus
-                .iter()
-                .flat_map(|g| nics.iter().map(move |n| serde_json::json!([g.name, n.name, topology::relation(g, n)])))
-                .collect();
-            let nvlink = topology::nvlinks(cuda::gpus().as_deref().unwrap_or_default());
-            v["topology"] = serde_json::json!({ "gpus": gpus, "rdma": nics, "relations": relations, "nvlink": nvlink });
-        }
-        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return print_json(&env, gpus, cuda_version, a.topo);
     }
     let size = |v: Option<u64>| v.map(format_size).unwrap_or_else(|| "unknown".into());
     crate::outln!("host       {}", env.hostname);
@@ -66,6 +42,45 @@ pub fn run(a: DevicesArgs) -> Result<()> {
     for n in &nets {
         crate::outln!("{}", interface_line(n));
     }
+    print_rdma();
+    print_gpus(gpus, cuda_version);
+    if a.topo {
+        print_topology();
+    }
+    Ok(())
+}
+
+/// `--json`: the same facts as the text, as one object.
+fn print_json(env: &Env, gpus: Result<Vec<cuda::GpuInfo>>, cuda_version: Option<i32>, topo: bool) -> Result<()> {
+    let mut v = serde_json::json!({
+        "host": env,
+        "cuda_driver_version": cuda_version,
+        "transports": availability(),
+        "interfaces": netdev::interfaces(SysRoot::get()),
+    });
+    match &gpus {
+        Ok(g) => v["gpus"] = serde_json::to_value(g)?,
+        Err(e) => v["gpu_error"] = format!("{e:#}").into(),
+    }
+    match verbs::report() {
+        Ok(d) => v["rdma"] = serde_json::to_value(d)?,
+        Err(e) => v["rdma_error"] = format!("{e:#}").into(),
+    }
+    if topo {
+        let (gpus, nics) = topology::devices(SysRoot::get());
+        let relations: Vec<_> = gpus
+            .iter()
+            .flat_map(|g| nics.iter().map(move |n| serde_json::json!([g.name, n.name, topology::relation(g, n)])))
+            .collect();
+        let nvlink = topology::nvlinks(cuda::gpus().as_deref().unwrap_or_default());
+        v["topology"] = serde_json::json!({ "gpus": gpus, "rdma": nics, "relations": relations, "nvlink": nvlink });
+    }
+    crate::outln!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}
+
+/// The RDMA devices, their ports and GIDs, or why there are none.
+fn print_rdma() {
     match verbs::report() {
         Err(e) => crate::outln!("rdma       none: {e:#}"),
         Ok(devs) => {
@@ -89,6 +104,10 @@ pub fn run(a: DevicesArgs) -> Result<()> {
             }
         }
     }
+}
+
+/// The GPUs and which can reach which, or why there are none.
+fn print_gpus(gpus: Result<Vec<cuda::GpuInfo>>, cuda_version: Option<i32>) {
     match gpus {
         Err(e) => crate::outln!("gpus       none: {e:#}"),
         Ok(g) if g.is_empty() => crate::outln!("gpus       none (CUDA driver present, no devices)"),
@@ -123,10 +142,6 @@ pub fn run(a: DevicesArgs) -> Result<()> {
             }
         }
     }
-    if a.topo {
-        print_topology();
-    }
-    Ok(())
 }
 
 /// `--topo`: each GPU's and NIC's path from its root port, and each GPU's relation to each NIC.

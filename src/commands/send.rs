@@ -27,17 +27,14 @@ pub struct SendJob<'a> {
     pub device: crate::transport::DeviceChoice,
     /// The interrupted run this one continues (`sweep --resume`): its cases are kept, the rest are measured.
     pub previous: Option<Results>,
-    /// The command that would continue this run, said when it is interrupted.
-    pub resume: Option<String>,
+    /// Whether running this command again with `--resume` continues the run (said when it is interrupted).
+    pub resumable: bool,
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
     let mut out = a.out.clone();
-    let outcome = common::default_outputs(&mut out, &a.out_dir).and_then(|()| send(&a, &out));
-    if outcome.is_err() {
-        common::drop_unused_outputs(&out);
-    }
-    outcome
+    common::default_outputs(&mut out, &a.out_dir)?;
+    send(&a, &out)
 }
 
 fn send(a: &SendArgs, out: &OutputArgs) -> Result<()> {
@@ -57,7 +54,7 @@ fn send(a: &SendArgs, out: &OutputArgs) -> Result<()> {
         src,
         device,
         previous: None,
-        resume: None,
+        resumable: false,
     })
     .map(|_| ())
 }
@@ -132,7 +129,7 @@ pub fn drive(job: SendJob) -> Result<Results> {
     };
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
     let total = rec.results.cases.iter().filter(|c| c.complete).count() + job.cfg.cases.len();
-    rec.set_plan(total, job.resume);
+    rec.set_plan(total, job.resumable)?;
     let outcome = session.run(&mut rec);
     rec.finish(outcome.as_ref().err())?;
     outcome.map(|()| rec.results)

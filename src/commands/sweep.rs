@@ -1,9 +1,7 @@
 //! `kvxfer sweep`: the main job on one machine. A receiver runs in a thread of this process on loopback, with a
 //! fresh random token, and the sender drives it exactly as `send` would drive a remote `serve`.
 
-use super::common::{
-    self, check_host_support, configure, configure_anywhere, default_outputs, drop_unused_outputs, Configured,
-};
+use super::common::{self, check_host_support, configure, configure_anywhere, default_outputs, Configured};
 use super::loopback::loopback_receiver;
 use super::send::{drive, SendJob};
 use super::sweep_plan::{self, Sweep};
@@ -24,11 +22,8 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(r) = &a.resume {
         out.json.get_or_insert_with(|| r.clone());
     }
-    let outcome = default_outputs(&mut out, &a.out_dir).and_then(|()| sweep(&a, &out));
-    if outcome.is_err() {
-        drop_unused_outputs(&out);
-    }
-    outcome
+    default_outputs(&mut out, &a.out_dir)?;
+    sweep(&a, &out)
 }
 
 fn sweep(a: &SweepArgs, out: &crate::cli::OutputArgs) -> Result<()> {
@@ -68,7 +63,7 @@ fn sweep(a: &SweepArgs, out: &crate::cli::OutputArgs) -> Result<()> {
         src,
         device,
         previous,
-        resume: out.json.as_deref().map(super::resume::resume_command),
+        resumable: true,
     });
     // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
     // error already says what went wrong on either side; the receiver's own copy would only repeat it.

@@ -4,8 +4,7 @@
 //! interrupted sweep can be continued with `--resume`.
 
 use super::common::{
-    check_host_support, check_memory, configure_anywhere, default_outputs, drop_unused_outputs, loopback_devices,
-    Configured,
+    check_host_support, check_memory, configure_anywhere, default_outputs, loopback_devices, Configured,
 };
 use super::sweep_plan::{self, Sweep};
 use super::sweep_sessions::{Pool, SessionPlan};
@@ -53,11 +52,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
         out.json.get_or_insert_with(|| r.clone());
     }
     default_outputs(&mut out, &a.out_dir)?;
-    let outcome = measure(&a, &sweep, &plans, previous, &out);
-    if outcome.is_err() {
-        drop_unused_outputs(&out);
-    }
-    outcome
+    measure(&a, &sweep, &plans, previous, &out)
 }
 
 /// Run the sweep's cases (those a resumed run still needs) and keep `out` current.
@@ -103,7 +98,7 @@ fn measure(
         sweep.seed
     );
     let mut rec = Recorder::with_total(results, total, verify, out)?;
-    rec.set_plan(sweep.cases.len(), out.json.as_deref().map(super::resume::resume_command));
+    rec.set_plan(sweep.cases.len(), true)?;
     for c in kept.values().filter(|c| c.complete) {
         rec.put_case(c.clone())?;
     }

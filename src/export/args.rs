@@ -25,6 +25,9 @@ pub struct OutputArgs {
     /// The files above that kvxfer created under default names (rewritten by rename, never through a link).
     #[arg(skip)]
     pub created: Vec<PathBuf>,
+    /// Where the results file is created, under a name of its own, when --json names none (--out-dir).
+    #[arg(skip)]
+    pub default_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone, Default)]

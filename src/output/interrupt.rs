@@ -5,13 +5,13 @@
 //! case that was being measured, the command that resumes), writes every output once more, prints one line and
 //! exits 130, the shell's 128 + SIGINT, without waiting for a transfer in flight. A second signal exits at once.
 //! Signals the process was started with ignored (SIGHUP under `nohup`, SIGINT for a background job of a script)
-//! stay ignored. Files created under default names that never got results are removed.
+//! stay ignored.
 
 use crate::export::json::{Interruption, Results};
 use crate::export::ExportManager;
 use anyhow::Result;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -32,11 +32,9 @@ struct State {
     armed: Option<Armed>,
     /// The case being measured and the reps it has finished (`1 GiB, 3 of 5 reps`).
     measuring: Option<String>,
-    /// Results files created under a default name: removed at a signal if they never got any results.
-    created: Vec<PathBuf>,
 }
 
-static STATE: Mutex<State> = Mutex::new(State { armed: None, measuring: None, created: Vec::new() });
+static STATE: Mutex<State> = Mutex::new(State { armed: None, measuring: None });
 
 fn state() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves the state as it was last set, which is still the best we have.
@@ -91,11 +89,6 @@ fn stop(sig: i32) -> ! {
         Some(armed) => finish_files(armed, name, measuring),
         None => format!("interrupted ({name})"),
     };
-    for p in &st.created {
-        if std::fs::metadata(p).is_ok_and(|m| m.len() == 0) {
-            let _ = std::fs::remove_file(p);
-        }
-    }
     // Clear the progress bar's line first, so the message starts a line of its own on a terminal.
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         crate::console::err_bytes(b"\r\x1b[2K");
@@ -151,14 +144,46 @@ pub fn measuring(what: Option<String>) {
     state().measuring = what;
 }
 
-/// A results file created under a default name: removed by a signal that comes before it holds anything.
-pub fn created(path: PathBuf) {
-    state().created.push(path);
+/// This process's own command line with `--resume FILE` in place of any it had: run again, it continues into
+/// `json`.
+pub fn resume_command(json: &Path) -> String {
+    let mut words = vec!["kvxfer".to_string()];
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--resume" {
+            args.next();
+        } else if !a.starts_with("--resume=") {
+            words.push(a);
+        }
+    }
+    words.push("--resume".into());
+    words.push(json.display().to_string());
+    words.iter().map(|w| shell_word(w)).collect::<Vec<_>>().join(" ")
+}
+
+/// `w` as a POSIX shell reads it back: bare when it holds only characters no shell treats specially, else in
+/// single quotes.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "_./:=,@%+-".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_come_back_as_the_shell_reads_them() {
+        assert_eq!(shell_word("--sizes"), "--sizes");
+        assert_eq!(shell_word("1MiB,2MiB"), "1MiB,2MiB");
+        assert_eq!(shell_word("NIC 25 GB/s=25"), "'NIC 25 GB/s=25'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn the_ignored_mask_is_read_per_signal() {

@@ -52,17 +52,30 @@ impl Recorder {
             out,
         )?;
         rec.cases_total = rec.results.cases.len() + cfg.cases.len();
+        rec.save()?;
         Ok(rec)
     }
 
-    /// What an interrupted run's files and line say: how many cases it measures in all, and how to resume it.
-    pub fn set_plan(&mut self, cases_total: usize, resume: Option<String>) {
+    /// What an interrupted run's files and line say: how many cases it measures in all, and (when the command
+    /// takes `--resume`) how to resume it into its results file.
+    pub fn set_plan(&mut self, cases_total: usize, resumable: bool) -> Result<()> {
         self.cases_total = cases_total;
-        self.resume = resume;
+        let json = self.exports.files().find(|(f, _)| *f == export::Format::Json).map(|(_, p)| p.to_path_buf());
+        self.resume = json.filter(|_| resumable).map(|p| interrupt::resume_command(&p));
+        self.save()
     }
 
-    /// A recorder whose progress bar counts `total` reps (warm-ups included).
+    /// A recorder whose progress bar counts `total` reps (warm-ups included). Unless `--json` named one, the
+    /// results file is created now, under a name of its own, and written at once (no case yet, not complete), so
+    /// a run killed before its first case still leaves a file that says so.
     pub fn with_total(results: Results, total: u64, verify: bool, out: &OutputArgs) -> Result<Recorder> {
+        let mut out = out.clone();
+        if let (None, Some(dir)) = (&out.json, &out.default_dir) {
+            let path = export::files::create_default(dir, "json")?;
+            out.created.push(path.clone());
+            out.json = Some(path);
+        }
+        let out = &out;
         let events = out.events.as_deref().map(EventsFile::create).transpose()?;
         let progress = Progress::new(total);
         progress.println(&table::live_header());

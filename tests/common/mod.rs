@@ -25,6 +25,8 @@ pub fn kvxfer() -> Command {
     let mut c = Command::new(bin());
     // A token in the environment would change what serve and send do.
     c.env_remove("KVXFER_TOKEN");
+    // A run given no --json or --out-dir writes its results file here, not into the checkout's results/.
+    c.env("KVXFER_OUT_DIR", std::env::temp_dir().join("kvxfer-test-results"));
     c.stdin(Stdio::null());
     c
 }
