@@ -114,6 +114,22 @@ fn pinned_host_to_gpu_and_back_verified() {
     }
 }
 
+/// Pageable host memory has no device-visible address, so the SM copy kernel cannot reach it: a paged layout
+/// (thousands of pieces, which would go to that kernel) from `host` to a GPU goes through the copy engine, piece by
+/// piece, and verifies; `--copy sm` with a `host` end is refused with one line.
+#[test]
+fn pageable_host_memory_to_a_gpu_never_meets_the_sm_kernel() {
+    let Some(_) = gpus() else { return };
+    let paged = ["--layout", "paged", "--model", "qwen3-30b-a3b", "--tokens", "1k", "--reps", "2"];
+    let r = verified_cuda_sweep("pageable-paged", &[&["--src", "host", "--dst", "gpu:0"][..], &paged[..]].concat());
+    assert_verified(&r, &[96 << 20], 2, 0.1);
+    let out =
+        kvxfer(&["sweep", "--transport", "cuda", "--copy", "sm", "--src", "host", "--dst", "gpu:0", "--sizes", "1MiB"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--copy sm needs device-visible memory") && err.contains("pinned"), "{err}");
+}
+
 /// `kvxfer serve --once --mem DST` on a free port, once it says it listens; returns it and its address.
 fn serve_once(dst: &str) -> (std::process::Child, String) {
     let port = {

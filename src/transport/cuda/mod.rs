@@ -207,7 +207,20 @@ impl CudaSource {
         };
         let staging = staging_dst.map(|d| staging::Staging::new(ordinal, d)).transpose()?;
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
-        let engine = copy_in_use(knobs.copy)?;
+        // The SM copy kernel reaches memory through device-visible addresses, which pageable host memory lacks (it
+        // faults with an illegal address): with a `host` end, pieces go through the copy engine instead.
+        let pageable = src.kind() == MemKind::Host || offer.mem == MemKind::Host.to_string();
+        let engine = match (copy_in_use(knobs.copy)?, pageable) {
+            (CopyMode::Sm, true) => {
+                return Err(crate::error::usage(format!(
+                    "--copy sm needs device-visible memory at both ends, but one end is pageable host memory (sender {}, receiver {}); use pinned (sweep --src/--dst, serve/send --mem) or --copy ce",
+                    src.kind(),
+                    offer.mem
+                )))
+            }
+            (CopyMode::Auto, true) => CopyMode::Ce,
+            (engine, _) => engine,
+        };
         if matches!(engine, CopyMode::Sm | CopyMode::Auto) {
             kernels::kernels(ordinal)?; // compile before the first timed rep
         }
