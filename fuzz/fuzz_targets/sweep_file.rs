@@ -1,7 +1,7 @@
 //! The sweep-file parser: any text is a sweep or one usage error, never a panic, and never more than the case
 //! limit.
 #![no_main]
-use kvxfer::plan::sweep_file::{SweepFile, MAX_CASES};
+use kvxfer::plan::{sweep_file::SweepFile, MAX_CASES};
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 
