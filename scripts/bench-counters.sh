@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What --counters auto costs against --counters off (issue K): the same loopback sweep with each, interleaved
+# What --counters auto costs against --counters off: the same loopback sweep with each, interleaved
 # PAIRS times so machine drift hits both alike. Prints, per pair and over all, the p50 of transfer_ms (the timed
 # interval, which the reads stay outside of) and the wall time per rep (which the reads add to), and their ratios.
 #   scripts/bench-counters.sh [PAIRS] [extra sweep flags...]     (default: 5 pairs of --sizes 1MiB --reps 300)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How report/predict and sweep planning scale (issue L): a 100,000-case results file reported and predicted from, a
+# How report/predict and sweep planning scale: a 100,000-case results file reported and predicted from, a
 # 100,000-case sweep file planned (--plan), a 10^6-case sweep file refused. Targets: each under 10 s. Prints seconds per step; the
 # files are made from results/tcp-loopback.json (its first case, copied with new sizes and rates).
 #   scripts/bench-scale.sh [N_CASES]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (issue L): one `kvxfer serve` on loopback takes N verified sessions of mixed sizes and layouts (default 1000)
+# Soak: one `kvxfer serve` on loopback takes N verified sessions of mixed sizes and layouts (default 1000)
 # while a second process throws 2N hostile connections at it (silence, garbage, oversized and truncated frames,
 # wrong-token handshakes, strangers on nothing at all), interleaved. serve's RSS and open fds are read after a
 # warm-up of N/10 sessions (with hostile connections already coming: the allocator's arenas for handshake threads

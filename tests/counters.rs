@@ -1,4 +1,4 @@
-//! Counters read around every rep (issue K), over real sockets and processes: what moved on the loopback
+//! Counters read around every rep, over real sockets and processes: what moved on the loopback
 //! interface and how much CPU each end used are kept per rep and summarized per case; `--counters off` reads none.
 
 mod common;

@@ -1,4 +1,4 @@
-//! `kvxfer doctor` and `devices --topo` (issue K) on sysfs trees: two captured from real machines
+//! `kvxfer doctor` and `devices --topo` on sysfs trees: two captured from real machines
 //! (`scripts/capture-sysfs`: the 2×H200 host through the device machine, and this VM), and small trees written
 //! here from the PCI Express config-space layout for what cannot be captured (a GPU and a NIC on different
 //! sockets, ACS redirection on the switch between them, relaxed ordering off, a link at x8 of x16, RoCE at MTU

@@ -357,7 +357,7 @@ fn auto_transport_picks_cuda_between_gpus_and_a_missing_gpu_is_named() {
     assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
 }
 
-/// Issue K: NVML's counters follow every rep on both ends. With `--counters full`, over NVLink, the sender GPU's
+/// NVML's counters follow every rep on both ends. With `--counters full`, over NVLink, the sender GPU's
 /// NVLink payload counter grows by the bytes moved (NVML counts whole KiB, so a rep reads within a few KiB of it), the
 /// receiver's by as much received, and the PCIe link and clocks read as gauges. The default (`auto`) leaves out the
 /// NVLink reads, which delay the copy that follows them.
@@ -420,7 +420,7 @@ fn mooncake_gpu_to_gpu_over_nvlink_intra_and_tcp_verified() {
     }
 }
 
-/// Issue K: `devices --topo` names each GPU's active NVLinks and where they lead (NVML). The 2×H200 machine's GPUs
+/// `devices --topo` names each GPU's active NVLinks and where they lead (NVML). The 2×H200 machine's GPUs
 /// are joined by NVLink (NV18): each has links, and some lead to the other GPU or to a switch between them.
 #[test]
 fn devices_topo_names_each_gpus_nvlinks() {

@@ -1,4 +1,4 @@
-//! `kvxfer serve` on a shared network (issue L): strangers that connect and stay silent, or trickle a huge length
+//! `kvxfer serve` on a shared network: strangers that connect and stay silent, or trickle a huge length
 //! prefix a byte at a time, cannot keep a real sender out, and a second sender is told at once that serve is busy
 //! (or, with `--max-sessions`, runs beside the first, its reps marked as sharing the receiver).
 

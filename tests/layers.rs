@@ -495,7 +495,7 @@ fn sources_of(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
     }
 }
 
-/// Violations another branch of issue H removes, each the first line of its message as printed. A listed violation
+/// Violations another branch removes, each the first line of its message as printed. A listed violation
 /// that no longer exists fails the test: delete its line. (The sweep commands' file cycle is gone: their shared
 /// helpers live in commands/common.rs.)
 const PENDING: &[&str] = &[];

@@ -1,4 +1,4 @@
-//! NUMA placement (`--numa`, issue K) over real runs: each end binds its thread to a node's CPUs before it
+//! NUMA placement (`--numa`) over real runs: each end binds its thread to a node's CPUs before it
 //! allocates, and the results record, per end, the node and the CPUs the kernel then reports for the thread. The
 //! host's NUMA nodes are read through `KVXFER_SYSFS_ROOT`, so a two-node host is a small tree here, and the binding
 //! itself is real (`sched_setaffinity` on this machine's CPUs).

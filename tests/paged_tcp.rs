@@ -1,4 +1,4 @@
-//! Issue F over real processes and loopback TCP: paged transfers (scattered pieces on both sides) verify with 0
+//! Paged transfers over real processes and loopback TCP: scattered pieces on both sides verify with 0
 //! mismatched bytes with and without --coalesce, a deliberately misplaced piece fails --verify, and the layout's
 //! mistakes are usage errors.
 

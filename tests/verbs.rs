@@ -298,7 +298,7 @@ fn devices_lists_ports_and_gid_tables() {
     assert!(gids.iter().any(|g| g["index"] == 1 && g["type"] == "RoCEv2"));
 }
 
-/// Issue F: scattered pieces on both sides, one RDMA WRITE each (or per coalesced run), verified by logical offset;
+/// Scattered pieces on both sides, one RDMA WRITE each (or per coalesced run), verified by logical offset;
 /// a misplaced piece must fail --verify.
 #[test]
 fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piece() {
@@ -364,7 +364,7 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
     let _ = serve.wait_timeout(Duration::from_secs(10));
 }
 
-/// Issue F with `--dst-placement sequential`: each region's destination pieces are back to back, so SGE lists
+/// With `--dst-placement sequential`: each region's destination pieces are back to back, so SGE lists
 /// gather several scattered source pieces into one RDMA WRITE (fewer work requests than writes), and every byte
 /// still lands verified; `--max-sge 1` posts one WRITE per piece again.
 #[test]
@@ -699,7 +699,7 @@ fn tc(args: &[&str]) {
     assert!(st.success(), "tc {args:?} failed");
 }
 
-/// Issue K: the last packet of every odd measured rep is lost on its way into the receiver, and the case's
+/// The last packet of every odd measured rep is lost on its way into the receiver, and the case's
 /// attribution names soft-RoCE's retransmission counters as what sets those reps apart. A tc filter on rxeA's
 /// netdev drops the rep's final packet (RDMA WRITE last/only with immediate, BTH opcode 0x09/0x0b) once and lets
 /// its retransmission through; `--prepare` installs it before the odd reps and removes it before the others, so

@@ -1,4 +1,4 @@
-//! Cluster runs (issue I): one kvxfer per rank, placed by the launcher the cluster already has (Slurm's srun,
+//! Cluster runs: one kvxfer per rank, placed by the launcher the cluster already has (Slurm's srun,
 //! OpenMPI's mpirun, torchrun, or N shells with `KVXFER_RANK` set). No MPI library is linked: [`launcher`] reads
 //! rank and world size from the launcher's environment, and [`rendezvous`] lets the ranks meet at rank 0 over plain
 //! TCP, learn each other's addresses and wait on barriers, as NCCL's bootstrap does.

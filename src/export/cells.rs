@@ -36,7 +36,7 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
         ms(c.transfer_ms.max),
         format!("{:.2}", c.gbps.p50),
         format!("{:.2}", c.gbps.max),
-        // Paged cases (issue F) are marked `p`: their block is one piece of one layer's K or V.
+        // Paged cases are marked `p`: their block is one piece of one layer's K or V.
         format!(
             "{}{}",
             format_size(c.block_size),

@@ -1,7 +1,7 @@
 //! KV-cache geometry: how many bytes one token of context occupies, from a preset or a Hugging Face config.json.
 //!
 //! Standard attention stores a K and a V vector per layer and KV head; MLA models (DeepSeek-V2/V3) store one
-//! compressed latent per layer (kv_lora_rank + qk_rope_head_dim elements) instead. Issue F's paged layout uses the
+//! compressed latent per layer (kv_lora_rank + qk_rope_head_dim elements) instead. The paged layout uses the
 //! per-region split, so the geometry is kept, not just the product.
 
 use crate::bail_usage;

@@ -11,7 +11,7 @@ use anyhow::Result;
 use clap::Args;
 use serde::{Deserialize, Deserializer};
 
-/// KV-cache layout (issue F): one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
+/// KV-cache layout: one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
 /// them.
 #[derive(Args, Debug, Clone, Deserialize)]
 #[serde(default)]

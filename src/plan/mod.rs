@@ -44,7 +44,7 @@ pub struct RunConfig {
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
     pub src_mem: String,
     pub cases: Vec<SizeCase>,
-    /// `--layout paged` (issue F); absent: contiguous, which is what older peers send.
+    /// `--layout paged`; absent: contiguous, which is what older peers send.
     pub paged: Option<PagedConfig>,
 }
 

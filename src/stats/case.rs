@@ -33,7 +33,7 @@ pub struct CaseResult {
     pub block_size: u64,
     pub block_clamped: bool,
     pub writes: usize,
-    /// `contiguous` or `paged` (issue F); files written before layouts existed read as contiguous.
+    /// `contiguous` or `paged`; files written before layouts existed read as contiguous.
     #[serde(default)]
     pub layout: Layout,
     /// Pieces per transfer (paged: layers × regions × blocks; contiguous: the blocks) and bytes of a full piece;
@@ -79,7 +79,7 @@ pub struct CaseResult {
     /// What makes this case's numbers less trustworthy (see `stats::warnings`); empty when nothing does.
     #[serde(default)]
     pub warnings: Vec<Warning>,
-    /// Sweep files (issue E): the case's index in the sweep's case list, its short name, and every parameter that
+    /// Sweep files: the case's index in the sweep's case list, its short name, and every parameter that
     /// defines it (what `--resume` matches on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub case_id: Option<usize>,
@@ -90,7 +90,7 @@ pub struct CaseResult {
     /// False while an interleaved sweep has measured only some of this case's reps.
     #[serde(default = "complete", skip_serializing_if = "is_true")]
     pub complete: bool,
-    /// Cluster runs (issue I): where the flow ran, in which pattern and step, and how many flows ran at once.
+    /// Cluster runs: where the flow ran, in which pattern and step, and how many flows ran at once.
     #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterFlow>,
 }
