@@ -210,7 +210,7 @@ fn bad_figure_arguments_are_usage_errors() {
     assert_eq!(kvxfer(&["report", &h200(), "--fig", s(&file)]).status.code(), Some(2));
 }
 
-/// A real soft-RoCE run whose odd reps lost their final packet (README, "Why is it slow?"): its reps figure fills
+/// A real soft-RoCE run whose odd reps lost their final packet (docs/why-slow.md): its reps figure fills
 /// the slow reps and names the counter that sets them apart, and the tables print the attribution.
 #[test]
 fn the_reps_figure_marks_the_slow_reps_an_attribution_names() {
