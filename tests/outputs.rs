@@ -196,6 +196,17 @@ fn two_outputs_naming_one_file_are_refused() {
 }
 
 #[test]
+fn dash_is_no_output_file_of_a_run() {
+    let dir = TempDir::new("dash");
+    for flag in ["--json", "--csv", "--md", "--events"] {
+        let out = run(&["sweep", "--sizes", "1MiB", "--reps", "1", flag, "-", "--out-dir", &dir.arg("")]);
+        out.expect_code(2);
+        assert!(out.one_error().contains("kvxfer report FILE.json"), "{flag}: {}", out.stderr);
+    }
+    assert!(!Path::new("-").exists() && files_in(dir.path()).is_empty(), "no file named '-', no results file");
+}
+
+#[test]
 fn a_fifo_nobody_reads_is_refused_at_once() {
     let dir = TempDir::new("fifo");
     let fifo = dir.join("out.csv");

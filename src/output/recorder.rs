@@ -32,6 +32,11 @@ impl Recorder {
         let named = [("--json", &out.json), ("--csv", &out.csv), ("--md", &out.md), ("--events", &out.events)];
         let named: Vec<(&str, &std::path::Path)> =
             named.iter().filter_map(|(f, p)| p.as_deref().map(|p| (*f, p))).collect();
+        if let Some((flag, _)) = named.iter().find(|(_, p)| *p == std::path::Path::new("-")) {
+            crate::bail_usage!(
+                "{flag} -: stdout carries the live table during a run; give a file, or print a saved run with kvxfer report FILE.json {flag} -"
+            );
+        }
         export::files::check_distinct(&named)?;
         ExportManager::for_run(out).check_writable()?;
         if let Some(p) = &out.events {
