@@ -42,9 +42,9 @@ pub fn continue_sweep(path: &Path, cfg: &mut RunConfig) -> Result<Results> {
     for c in &prev.cases {
         if !cfg.cases.iter().any(|k| k.size_bytes == c.size_bytes) {
             bail_usage!(
-                "--resume {}: it measured {} bytes, which --sizes/--tokens do not ask for; resume with the same sizes",
+                "--resume {}: it measured {}, which --sizes/--tokens do not ask for; resume with the same sizes",
                 path.display(),
-                c.size_bytes
+                crate::plan::sizes::format_size(c.size_bytes)
             );
         }
     }

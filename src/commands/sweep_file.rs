@@ -420,7 +420,7 @@ fn resumable(path: &Path, sweep: &SweepFile) -> Result<Results> {
     let prev = Results::read(path).context("--resume")?;
     if prev.sweep.is_none() {
         bail_usage!(
-            "--resume {}: not the results of a sweep file (no \"sweep\" key); --resume continues `kvxfer sweep FILE.toml`",
+            "--resume {}: not the results of a sweep file (no \"sweep\" key); a flag-driven sweep's results resume with that sweep's own flags (kvxfer sweep --sizes … --resume FILE)",
             path.display()
         );
     }
