@@ -339,7 +339,7 @@ pub fn gpus() -> Result<Vec<GpuInfo>> {
     let mut out = Vec::new();
     for i in 0..n {
         let dev = result::device::get(i).or_cuda("cuDeviceGet")?;
-        // SAFETY (all attribute reads): `dev` is a valid device handle and each attribute is a plain int.
+        // SAFETY: (every attribute read) `dev` is a valid device handle and each attribute is a plain int.
         let attr = |a| unsafe { result::device::get_attribute(dev, a) }.or_cuda("cuDeviceGetAttribute");
         let mut bus = [0 as std::ffi::c_char; 64];
         // SAFETY: `bus` has the 64 bytes the call is told it has.

@@ -70,6 +70,7 @@ fn compile(major: i32, minor: i32) -> Result<Ptx> {
             build(&format!("compute_{major}{minor}"))?;
             // SAFETY: `prog` compiled; the PTX buffer is NUL-terminated.
             let ptx = unsafe { nvrtc::get_ptx(prog) }.map_err(|e| anyhow!("nvrtcGetPTX: {e:?}"))?;
+            // SAFETY: the PTX buffer is NUL-terminated (nvrtcGetPTX writes the terminator) and outlives `text`.
             let text = unsafe { std::ffi::CStr::from_ptr(ptx.as_ptr()) }.to_string_lossy().into_owned();
             Ok(Ptx::from_src(text))
         }

@@ -128,12 +128,12 @@ pub fn gpu_counters(bus_id: &str, full: bool) -> Option<BTreeMap<String, u64>> {
         // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
         u32_of("mem_clock_mhz_now", &|v| Some(unsafe { (l.nvmlDeviceGetClockInfo.as_ref().ok()?)(dev, CLOCK_MEM, v) }));
         if full {
-            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
             u32_of("pcie_replay_count", &|v| {
+                // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
                 Some(unsafe { (l.nvmlDeviceGetPcieReplayCounter.as_ref().ok()?)(dev, v) })
             });
-            // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
             u32_of("pcie_gen_now", &|v| {
+                // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.
                 Some(unsafe { (l.nvmlDeviceGetCurrPcieLinkGeneration.as_ref().ok()?)(dev, v) })
             });
             // SAFETY: `dev` is a valid handle and the out-pointer points at a live u32.

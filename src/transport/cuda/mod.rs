@@ -248,9 +248,10 @@ impl CudaSource {
 
     fn enqueue(&self, stream: &CudaStream, dst: u64, src: u64, len: u64) -> Result<()> {
         match self.engine {
-            // SAFETY: both ranges were bounds-checked against their buffers by the caller; with unified addressing
-            // the driver resolves host, local and peer pointers; the stream belongs to the current context.
             CopyMode::Ce | CopyMode::Auto | CopyMode::Batch => {
+                // SAFETY: both ranges were bounds-checked against their buffers by the caller; with unified
+                // addressing the driver resolves host, local and peer pointers; the stream belongs to the current
+                // context.
                 check(unsafe { sys::cuMemcpyAsync(dst, src, len as usize, stream.cu_stream()) }, "cuMemcpyAsync")
             }
             CopyMode::Sm => kernels::kernels(self.ordinal)?.copy(stream, dst, src, len),

@@ -101,9 +101,9 @@ impl Staging {
         if s.sm_copy {
             ks.copy(s.stream, dst_stage, src_stage, total)?;
         } else {
-            // SAFETY: both staging buffers hold at least `total` bytes (reserved above); peer access between the
-            // GPUs was enabled at connect; the stream belongs to the current (source) context.
             check(
+                // SAFETY: both staging buffers hold at least `total` bytes (reserved above); peer access between
+                // the GPUs was enabled at connect; the stream belongs to the current (source) context.
                 unsafe { sys::cuMemcpyAsync(dst_stage, src_stage, total as usize, s.stream.cu_stream()) },
                 "cuMemcpyAsync(staging)",
             )?;

@@ -25,8 +25,8 @@ unsafe impl Send for Lander {}
 
 impl Lander {
     pub fn new(set: &QpSet) -> Result<Lander> {
-        // SAFETY: ibv_recv_wr is a plain C struct; zero = no scatter entries, no next.
         let mut l = Lander {
+            // SAFETY: ibv_recv_wr is a plain C struct; zero = no scatter entries, no next.
             recv: unsafe { std::mem::zeroed() },
             got: vec![false; set.qps.len()],
             expected: 0,
