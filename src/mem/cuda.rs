@@ -114,10 +114,10 @@ pub fn memory_info(ordinal: u32) -> Result<(u64, u64)> {
 /// Device memory: from cuMemAlloc here (IPC-exportable and dma-buf-exportable, freed on drop), or another
 /// process's allocation opened through its IPC handle (closed on drop).
 pub struct DeviceBuffer {
-    pub ptr: CUdeviceptr,
-    pub len: usize,
-    pub ordinal: u32,
-    pub ctx: Arc<CudaContext>,
+    ptr: CUdeviceptr,
+    len: usize,
+    ordinal: u32,
+    ctx: Arc<CudaContext>,
     origin: Origin,
 }
 
@@ -163,6 +163,29 @@ impl DeviceBuffer {
         Ok(DeviceBuffer { ptr, len, ordinal, ctx, origin: Origin::Imported { keeper } })
     }
 
+    /// The device address of the first byte (valid for [`DeviceBuffer::len`] bytes while `self` lives).
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The GPU the memory is on.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// The (primary) context the memory belongs to.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     /// What keeps an imported buffer's owner alive; None for memory allocated here.
     pub fn keeper(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
         match &self.origin {
@@ -201,7 +224,8 @@ impl DeviceBuffer {
 
     /// Export `[offset, offset+len)` as a dma-buf fd (for ibv_reg_dmabuf_mr). Both must be multiples of 4 KiB.
     pub fn dmabuf_fd(&self, offset: usize, len: usize) -> Result<OwnedFd> {
-        if offset % 4096 != 0 || len % 4096 != 0 || offset + len > self.len {
+        let inside = offset.checked_add(len).is_some_and(|end| end <= self.len);
+        if offset % 4096 != 0 || len % 4096 != 0 || !inside {
             bail!("dma-buf export needs a 4 KiB-aligned range inside the buffer (offset {offset}, length {len})");
         }
         self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
@@ -240,7 +264,7 @@ impl Drop for DeviceBuffer {
 /// Page-locked host memory (cuMemHostAlloc, portable to every context). Freed on drop.
 pub struct PinnedBuffer {
     ptr: *mut u8,
-    pub len: usize,
+    len: usize,
     ctx: Arc<CudaContext>,
 }
 
@@ -267,6 +291,14 @@ impl PinnedBuffer {
         self.ptr
     }
 
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The bytes, for the owner to fill (see `HostBuffer::as_mut_slice`).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` is `len` writable bytes owned by `self`; `&mut self` excludes other references and, by the
@@ -285,7 +317,7 @@ impl Drop for PinnedBuffer {
 
 /// Another process's device buffer mapped into this one through its IPC handle. Closed on drop.
 pub struct IpcMapping {
-    pub ptr: CUdeviceptr,
+    ptr: CUdeviceptr,
     ctx: Arc<CudaContext>,
 }
 
@@ -293,6 +325,11 @@ impl IpcMapping {
     pub fn open(ctx: &Arc<CudaContext>, handle: &[u8; 64]) -> Result<IpcMapping> {
         let ptr = open_ipc(ctx, handle, "cuIpcOpenMemHandle (the receiver's GPU buffer)")?;
         Ok(IpcMapping { ptr, ctx: ctx.clone() })
+    }
+
+    /// The mapped address in this process (valid while `self` lives).
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
     }
 }
 

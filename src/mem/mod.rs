@@ -88,15 +88,15 @@ impl Buffer {
         match self {
             Buffer::Host(_) => MemKind::Host,
             Buffer::Pinned(_) => MemKind::Pinned,
-            Buffer::Gpu(g) => MemKind::Gpu(g.ordinal),
+            Buffer::Gpu(g) => MemKind::Gpu(g.ordinal()),
         }
     }
 
     pub fn len(&self) -> usize {
         match self {
             Buffer::Host(h) => h.len(),
-            Buffer::Pinned(p) => p.len,
-            Buffer::Gpu(g) => g.len,
+            Buffer::Pinned(p) => p.len(),
+            Buffer::Gpu(g) => g.len(),
         }
     }
 
@@ -138,7 +138,7 @@ impl Buffer {
     /// The address CUDA copies use: the device pointer, or the host pointer (unified addressing).
     pub fn cuda_addr(&self) -> u64 {
         match self {
-            Buffer::Gpu(g) => g.ptr,
+            Buffer::Gpu(g) => g.ptr(),
             _ => self.host_ptr().expect("host kinds have a host pointer") as u64,
         }
     }
@@ -165,7 +165,7 @@ impl Buffer {
     pub fn fill_pattern(&mut self, len: u64, seed: u64, rep: u64) -> Result<()> {
         let range = self.range(0, len)?;
         match self {
-            Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.fill(g.ptr, len, seed, rep),
+            Buffer::Gpu(g) => kernels::kernels(g.ordinal())?.fill(g.ptr(), len, seed, rep),
             _ => {
                 crate::pattern::fill(&mut self.host_bytes_mut().expect("host kinds")[range], seed, rep);
                 Ok(())
@@ -198,7 +198,7 @@ impl Buffer {
     pub fn count_mismatches(&self, len: u64, seed: u64, rep: u64) -> Result<u64> {
         self.range(0, len)?;
         match self {
-            Buffer::Gpu(g) => kernels::kernels(g.ordinal)?.count_mismatches(g.ptr, len, seed, rep),
+            Buffer::Gpu(g) => kernels::kernels(g.ordinal())?.count_mismatches(g.ptr(), len, seed, rep),
             _ => self.count_mismatches_range(0, len, seed, rep),
         }
     }
@@ -208,8 +208,8 @@ impl Buffer {
     pub fn fill_spans(&mut self, spans: &[Span], seed: u64, rep: u64) -> Result<()> {
         match self {
             Buffer::Gpu(g) => {
-                crate::pattern::check_spans(spans, g.len as u64, true)?;
-                kernels::kernels(g.ordinal)?.fill_spans(g.ptr, spans, seed, rep)
+                crate::pattern::check_spans(spans, g.len() as u64, true)?;
+                kernels::kernels(g.ordinal())?.fill_spans(g.ptr(), spans, seed, rep)
             }
             _ => crate::pattern::fill_spans(self.host_bytes_mut().expect("host kinds"), spans, seed, rep),
         }
@@ -219,8 +219,8 @@ impl Buffer {
     pub fn count_span_mismatches(&self, spans: &[Span], seed: u64, rep: u64) -> Result<u64> {
         match self {
             Buffer::Gpu(g) => {
-                crate::pattern::check_spans(spans, g.len as u64, false)?;
-                kernels::kernels(g.ordinal)?.count_span_mismatches(g.ptr, spans, seed, rep)
+                crate::pattern::check_spans(spans, g.len() as u64, false)?;
+                kernels::kernels(g.ordinal())?.count_span_mismatches(g.ptr(), spans, seed, rep)
             }
             _ => crate::pattern::count_span_mismatches_in(&self.host_region().expect("host kinds"), spans, seed, rep),
         }

@@ -68,7 +68,7 @@ impl CudaTarget {
 impl Target for CudaTarget {
     fn offer(&self) -> serde_json::Value {
         let (ordinal, ipc) = match &*self.buf {
-            Buffer::Gpu(g) => (Some(g.ordinal), g.ipc_handle().ok().map(hex::encode)),
+            Buffer::Gpu(g) => (Some(g.ordinal()), g.ipc_handle().ok().map(hex::encode)),
             _ => (None, None),
         };
         serde_json::to_value(Offer {
@@ -203,7 +203,7 @@ impl CudaSource {
                 .map_err(|_| anyhow::anyhow!("IPC handle is not 64 bytes"))?;
             // Staged, the unpack kernel runs on the receiver's GPU: map its pool in that GPU's context.
             let m = IpcMapping::open(&context(staging_dst.unwrap_or(ordinal))?, &bytes)?;
-            (m.ptr, Some(m))
+            (m.ptr(), Some(m))
         };
         let staging = staging_dst.map(|d| staging::Staging::new(ordinal, d)).transpose()?;
         ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;

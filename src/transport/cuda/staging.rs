@@ -61,7 +61,7 @@ impl Staging {
 
     /// Grow the staging buffers to hold `bytes`.
     fn reserve(&mut self, bytes: u64) -> Result<(u64, u64)> {
-        let fits = |b: &Option<DeviceBuffer>| b.as_ref().is_some_and(|b| b.len as u64 >= bytes);
+        let fits = |b: &Option<DeviceBuffer>| b.as_ref().is_some_and(|b| b.len() as u64 >= bytes);
         if !fits(&self.src_buf) || !fits(&self.dst_buf) {
             // Free the old pair first: at 12 GiB transfers, holding both generations could exhaust the GPU.
             self.src_buf = None;
@@ -70,7 +70,7 @@ impl Staging {
             self.src_buf = Some(DeviceBuffer::alloc(self.src_ordinal, len)?);
             self.dst_buf = Some(DeviceBuffer::alloc(self.dst_ordinal, len)?);
         }
-        let ptr = |b: &Option<DeviceBuffer>| b.as_ref().map(|b| b.ptr).unwrap_or_default();
+        let ptr = |b: &Option<DeviceBuffer>| b.as_ref().map(|b| b.ptr()).unwrap_or_default();
         Ok((ptr(&self.src_buf), ptr(&self.dst_buf)))
     }
 

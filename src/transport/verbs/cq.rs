@@ -7,8 +7,10 @@ use rdma_mummy_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq, ibv_wc,
 };
 use std::ffi::c_void;
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BATCH: usize = 64;
@@ -18,22 +20,35 @@ pub struct Poller {
     channel: Option<(NonNull<ibv_comp_channel>, i32)>,
     armed: bool,
     wcs: Vec<ibv_wc>,
+    // The queue and channel the raw handles above point into, held so that they outlive this poller whatever the
+    // owner's field order (dropped after the fields above, which only copy pointers).
+    _cq_owner: Arc<BasicCompletionQueue>,
+    _channel_owner: Option<Arc<CompletionChannel>>,
 }
 
-// SAFETY: `cq` and `channel` are handles owned by a QpSet that its owner keeps alive longer (VerbsTarget and
-// VerbsSource declare the poller before the set, so it drops first); libibverbs' CQ and completion-channel calls are
-// thread-safe, so polling from whichever thread the owner moved to is fine. `wcs` holds plain C structs, no pointers.
+// SAFETY: `cq` and `channel` point into the queue and channel this value holds (`_cq_owner`, `_channel_owner`), so
+// they are live wherever the poller moves; libibverbs' CQ and completion-channel calls are thread-safe. `wcs` holds
+// plain C structs, no pointers.
 unsafe impl Send for Poller {}
 
 impl Poller {
     pub fn new(set: &QpSet) -> Poller {
         let channel = set.channel.as_ref().map(|ch| {
-            // SAFETY: the channel lives as long as the QpSet that owns it, which outlives this poller.
+            // SAFETY: the channel is held by the poller (`_channel_owner`) for as long as the pointer is used.
             (unsafe { ch.comp_channel() }, ch.as_raw_fd())
         });
+        // SAFETY: the completion queue is held by the poller (`_cq_owner`) for as long as the pointer is used.
+        let cq = unsafe { set.cq.cq() };
         // SAFETY: ibv_wc is a plain C struct; all-zero is a valid (empty) value.
         let wcs = vec![unsafe { std::mem::zeroed::<ibv_wc>() }; BATCH];
-        Poller { cq: set.raw_cq(), channel, armed: false, wcs }
+        Poller {
+            cq,
+            channel,
+            armed: false,
+            wcs,
+            _cq_owner: set.cq.clone(),
+            _channel_owner: set.channel.clone(),
+        }
     }
 
     fn poll_now(&mut self) -> Result<usize> {

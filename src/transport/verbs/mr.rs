@@ -92,7 +92,7 @@ fn register_piece(
             let dmabuf = g.dmabuf_fd(offset as usize, len as usize).and_then(|fd| {
                 // SAFETY: the fd exports exactly [offset, offset+len) of a live device allocation that outlives the
                 // MR (the owner drops registrations before buffers); iova = the device address of that range.
-                unsafe { pd.reg_dmabuf_mr(0, len as usize, g.ptr + offset, fd.as_raw_fd(), access) }
+                unsafe { pd.reg_dmabuf_mr(0, len as usize, g.ptr() + offset, fd.as_raw_fd(), access) }
                     .map_err(|e| anyhow!("ibv_reg_dmabuf_mr: {e}"))
             });
             match dmabuf {
@@ -100,7 +100,7 @@ fn register_piece(
                 Err(dma_err) => {
                     // nvidia-peermem path: the NIC driver resolves the device pointer itself.
                     // SAFETY: the range lies inside a live device allocation that outlives the MR.
-                    unsafe { pd.reg_mr((g.ptr + offset) as usize, len as usize, access) }
+                    unsafe { pd.reg_mr((g.ptr() + offset) as usize, len as usize, access) }
                         .map(|mr| (mr, "ibv_reg_mr on the device pointer (nvidia-peermem)"))
                         .map_err(|e| {
                             anyhow!(

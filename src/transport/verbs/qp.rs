@@ -6,7 +6,7 @@ use super::device::{gid_from, PortInfo};
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::address::AddressHandleAttribute;
-use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue, GenericCompletionQueue};
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, GenericCompletionQueue};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{GenericQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
@@ -157,10 +157,5 @@ impl QpSet {
     pub fn raw_qp(&self, i: usize) -> NonNull<rdma_mummy_sys::ibv_qp> {
         // SAFETY: the pointer is only used while `self` (and so the queue pair) is alive.
         unsafe { self.qps[i].qp() }
-    }
-
-    pub fn raw_cq(&self) -> NonNull<rdma_mummy_sys::ibv_cq> {
-        // SAFETY: as above, for the completion queue.
-        unsafe { self.cq.cq() }
     }
 }
