@@ -114,6 +114,11 @@ pub fn memory_info(ordinal: u32) -> Result<(u64, u64)> {
 /// Device memory: from cuMemAlloc here (IPC-exportable and dma-buf-exportable, freed on drop), or another
 /// process's allocation opened through its IPC handle (closed on drop).
 pub struct DeviceBuffer {
+    alloc: Arc<DeviceAlloc>,
+}
+
+/// The allocation itself, freed (or closed) when the buffer and every [`super::MemoryHold`] on it are gone.
+struct DeviceAlloc {
     ptr: CUdeviceptr,
     len: usize,
     ordinal: u32,
@@ -144,7 +149,7 @@ impl DeviceBuffer {
         }
         // SAFETY: the context is current; the returned pointer is owned by this value and freed once in Drop.
         let ptr = unsafe { result::malloc_sync(len) }.or_cuda(&format!("gpu:{ordinal}: cuMemAlloc({len})"))?;
-        let buf = DeviceBuffer { ptr, len, ordinal, ctx, origin: Origin::Allocated };
+        let buf = DeviceBuffer { alloc: Arc::new(DeviceAlloc { ptr, len, ordinal, ctx, origin: Origin::Allocated }) };
         buf.set_sync_memops()?;
         Ok(buf)
     }
@@ -160,35 +165,41 @@ impl DeviceBuffer {
     ) -> Result<DeviceBuffer> {
         let ctx = context(ordinal)?;
         let ptr = open_ipc(&ctx, handle, "cuIpcOpenMemHandle (a GPU buffer another process allocated)")?;
-        Ok(DeviceBuffer { ptr, len, ordinal, ctx, origin: Origin::Imported { keeper } })
+        let origin = Origin::Imported { keeper };
+        Ok(DeviceBuffer { alloc: Arc::new(DeviceAlloc { ptr, len, ordinal, ctx, origin }) })
     }
 
     /// The device address of the first byte (valid for [`DeviceBuffer::len`] bytes while `self` lives).
     pub fn ptr(&self) -> CUdeviceptr {
-        self.ptr
+        self.alloc.ptr
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.alloc.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.alloc.len == 0
     }
 
     /// The GPU the memory is on.
     pub fn ordinal(&self) -> u32 {
-        self.ordinal
+        self.alloc.ordinal
     }
 
     /// The (primary) context the memory belongs to.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        &self.alloc.ctx
+    }
+
+    /// Keeps the allocation alive, without access to its bytes (see [`super::MemoryHold`]).
+    pub fn hold(&self) -> super::MemoryHold {
+        super::MemoryHold { _owner: self.alloc.clone() }
     }
 
     /// What keeps an imported buffer's owner alive; None for memory allocated here.
     pub fn keeper(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
-        match &self.origin {
+        match &self.alloc.origin {
             Origin::Allocated => None,
             Origin::Imported { keeper } => Some(keeper.as_ref()),
         }
@@ -203,7 +214,7 @@ impl DeviceBuffer {
             sys::cuPointerSetAttribute(
                 &one as *const u32 as *const c_void,
                 sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
-                self.ptr,
+                self.alloc.ptr,
             )
         };
         check(r, "cuPointerSetAttribute(SYNC_MEMOPS)")
@@ -211,30 +222,33 @@ impl DeviceBuffer {
 
     /// The 64-byte CUDA IPC handle another process on this host opens with [`IpcMapping::open`].
     pub fn ipc_handle(&self) -> Result<[u8; 64]> {
-        if matches!(self.origin, Origin::Imported { .. }) {
-            bail!("gpu:{}: a buffer opened from another process's IPC handle cannot be exported again", self.ordinal);
+        if matches!(self.alloc.origin, Origin::Imported { .. }) {
+            bail!(
+                "gpu:{}: a buffer opened from another process's IPC handle cannot be exported again",
+                self.alloc.ordinal
+            );
         }
-        self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
+        self.alloc.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
         // SAFETY: CUipcMemHandle is a plain byte array; zeroed is a valid value and the call fills it.
         let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
         // SAFETY: `h` is a valid out-pointer; `ptr` came from cuMemAlloc in this process.
-        check(unsafe { sys::cuIpcGetMemHandle(&mut h, self.ptr) }, "cuIpcGetMemHandle")?;
+        check(unsafe { sys::cuIpcGetMemHandle(&mut h, self.alloc.ptr) }, "cuIpcGetMemHandle")?;
         Ok(h.reserved.map(|c| c as u8))
     }
 
     /// Export `[offset, offset+len)` as a dma-buf fd (for ibv_reg_dmabuf_mr). Both must be multiples of 4 KiB.
     pub fn dmabuf_fd(&self, offset: usize, len: usize) -> Result<OwnedFd> {
-        let inside = offset.checked_add(len).is_some_and(|end| end <= self.len);
+        let inside = offset.checked_add(len).is_some_and(|end| end <= self.alloc.len);
         if offset % 4096 != 0 || len % 4096 != 0 || !inside {
             bail!("dma-buf export needs a 4 KiB-aligned range inside the buffer (offset {offset}, length {len})");
         }
-        self.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
+        self.alloc.ctx.bind_to_thread().or_cuda("cuCtxSetCurrent")?;
         let mut fd: i32 = -1;
         // SAFETY: `fd` is a valid out-pointer for an int; the range lies inside our allocation (checked above).
         let r = unsafe {
             sys::cuMemGetHandleForAddressRange(
                 &mut fd as *mut i32 as *mut c_void,
-                self.ptr + offset as u64,
+                self.alloc.ptr + offset as u64,
                 len,
                 sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
                 0,
@@ -249,11 +263,11 @@ impl DeviceBuffer {
     }
 }
 
-impl Drop for DeviceBuffer {
+impl Drop for DeviceAlloc {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         match self.origin {
-            // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once.
+            // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once, after the buffer and its holds are gone.
             Origin::Allocated => drop(unsafe { result::free_sync(self.ptr) }),
             // SAFETY: `ptr` came from cuIpcOpenMemHandle and is closed exactly once (the keeper drops after).
             Origin::Imported { .. } => drop(unsafe { sys::cuIpcCloseMemHandle(self.ptr) }),
@@ -263,6 +277,11 @@ impl Drop for DeviceBuffer {
 
 /// Page-locked host memory (cuMemHostAlloc, portable to every context). Freed on drop.
 pub struct PinnedBuffer {
+    alloc: Arc<PinnedAlloc>,
+}
+
+/// The page-locked allocation, freed when the buffer and every [`super::MemoryHold`] on it are gone.
+struct PinnedAlloc {
     ptr: *mut u8,
     len: usize,
     ctx: Arc<CudaContext>,
@@ -270,9 +289,10 @@ pub struct PinnedBuffer {
 
 // SAFETY: page-locked host memory owned by this value (portable to every context, freed through the retained
 // context from any thread), so it may move between threads.
-unsafe impl Send for PinnedBuffer {}
-// SAFETY: as for `HostBuffer`: `&PinnedBuffer` yields the address and the length, never a reference to the bytes.
-unsafe impl Sync for PinnedBuffer {}
+unsafe impl Send for PinnedAlloc {}
+// SAFETY: as for host memory's mapping: `&PinnedAlloc` is only reachable in this module (holds are opaque) and
+// yields the address and the length, never a reference to the bytes.
+unsafe impl Sync for PinnedAlloc {}
 
 impl PinnedBuffer {
     pub fn alloc(len: usize) -> Result<PinnedBuffer> {
@@ -284,30 +304,35 @@ impl PinnedBuffer {
         // Touch every page now so the first rep does not pay for it (cuMemHostAlloc pins, but be explicit).
         // SAFETY: `ptr` is `len` writable bytes owned by us.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Ok(PinnedBuffer { ptr, len, ctx })
+        Ok(PinnedBuffer { alloc: Arc::new(PinnedAlloc { ptr, len, ctx }) })
+    }
+
+    /// Keeps the allocation alive, without access to its bytes (see [`super::MemoryHold`]).
+    pub fn hold(&self) -> super::MemoryHold {
+        super::MemoryHold { _owner: self.alloc.clone() }
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr
+        self.alloc.ptr
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.alloc.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.alloc.len == 0
     }
 
     /// The bytes, for the owner to fill (see `HostBuffer::as_mut_slice`).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` is `len` writable bytes owned by `self`; `&mut self` excludes other references and, by the
         // rule of `Buffer::host_ptr`, every writer outside Rust.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr, self.alloc.len) }
     }
 }
 
-impl Drop for PinnedBuffer {
+impl Drop for PinnedAlloc {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
         // SAFETY: `ptr` came from cuMemHostAlloc and is freed exactly once.

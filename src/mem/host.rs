@@ -7,25 +7,32 @@ use nix::sys::mman::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// A page-aligned buffer owned by this process.
 pub struct HostBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
+    map: Arc<Mapping>,
     /// Whether the mapping really uses huge pages (`--hugepages` may fall back to normal pages).
     pub huge: bool,
+}
+
+/// The mapping itself, unmapped when the buffer and every [`super::MemoryHold`] on it are gone.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
     /// The memory file behind a shared mapping (see [`HostBuffer::shared`]).
     memfd: Option<OwnedFd>,
 }
 
 // SAFETY: the value owns its mapping outright (no thread-local state), so it may move to, and be unmapped on, any
 // thread.
-unsafe impl Send for HostBuffer {}
-// SAFETY: `&HostBuffer` yields the address and the length, never a reference to the bytes (slices need `&mut`). The
-// bytes are touched only through that address, by writers outside Rust (the kernel, a NIC, each bound to a shared
-// borrow of the owner: see `Buffer::host_ptr`) and by volatile loads (`mem::region`), so sharing the value between
-// threads creates no Rust reference that a concurrent write could invalidate, whatever the writers overlap.
-unsafe impl Sync for HostBuffer {}
+unsafe impl Send for Mapping {}
+// SAFETY: `&Mapping` is only reachable inside this module (holds are opaque) and yields the address and the length,
+// never a reference to the bytes (slices need `&mut HostBuffer`). The bytes are touched only through that address,
+// by writers outside Rust (the kernel, a NIC, each bound to a shared borrow of the owner: see `Buffer::host_ptr`)
+// and by volatile loads (`mem::region`), so sharing it between threads creates no Rust reference that a concurrent
+// write could invalidate, whatever the writers overlap.
+unsafe impl Sync for Mapping {}
 
 impl HostBuffer {
     /// Map `len` bytes, populated up front. With `hugepages`, try MAP_HUGETLB first and report the fallback in `huge`.
@@ -37,13 +44,13 @@ impl HostBuffer {
         if hugepages {
             // SAFETY: an anonymous private mapping aliases no existing memory; the result is checked.
             if let Ok(p) = unsafe { mmap_anonymous(None, nz, prot, base | MapFlags::MAP_HUGETLB) } {
-                return Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: true, memfd: None });
+                return Ok(HostBuffer::owning(p.cast(), len_usize, true, None));
             }
         }
         // SAFETY: as above.
         let p = unsafe { mmap_anonymous(None, nz, prot, base) }
             .map_err(|e| anyhow::anyhow!("cannot map {} of host memory: {e}", crate::plan::sizes::format_size(len)))?;
-        Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: false, memfd: None })
+        Ok(HostBuffer::owning(p.cast(), len_usize, false, None))
     }
 
     /// Map `len` bytes of a memory file, populated up front, that a helper process can map too (through
@@ -61,39 +68,49 @@ impl HostBuffer {
         // SAFETY: a new shared mapping of a file only this process has opened so far; the result is checked.
         let p = unsafe { mmap(None, nz, prot, MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE, &fd, 0) }
             .map_err(|e| anyhow!("cannot map {} of shared host memory: {e}", what()))?;
-        Ok(HostBuffer { ptr: p.cast(), len: len_usize, huge: false, memfd: Some(fd) })
+        Ok(HostBuffer::owning(p.cast(), len_usize, false, Some(fd)))
+    }
+
+    fn owning(ptr: NonNull<u8>, len: usize, huge: bool, memfd: Option<OwnedFd>) -> HostBuffer {
+        HostBuffer { map: Arc::new(Mapping { ptr, len, memfd }), huge }
+    }
+
+    /// Keeps the mapping alive, without access to its bytes (see [`super::MemoryHold`]).
+    pub fn hold(&self) -> super::MemoryHold {
+        super::MemoryHold { _owner: self.map.clone() }
     }
 
     /// Where another process of this user opens the same pages (`/proc/PID/fd/N`), for a shared buffer.
     pub fn share_path(&self) -> Option<String> {
-        self.memfd.as_ref().map(|fd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))
+        self.map.memfd.as_ref().map(|fd| format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.map.len == 0
     }
 
     /// Raw base pointer, for transports that hand the memory to the kernel or a NIC.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.map.ptr.as_ptr()
     }
 
     /// The bytes, for the owner to fill. There is no shared-borrow counterpart: see the `Sync` note above.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is `len` readable and writable bytes that live as long as `self`; `&mut self` excludes
-        // every other Rust reference, and writers outside Rust only write while they hold a shared borrow of the
-        // owning buffer (`Buffer::host_ptr`), which `&mut` excludes too.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        // every other Rust reference (a hold gives none), and writers outside Rust only write while they hold a
+        // shared borrow of the owning buffer (`Buffer::host_ptr`), which `&mut` excludes too.
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr(), self.map.len) }
     }
 }
 
-impl Drop for HostBuffer {
+impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` describe exactly the mapping created in `new`, unmapped once.
+        // SAFETY: `ptr`/`len` describe exactly the mapping created in `new` or `shared`, unmapped once, after the
+        // buffer and every hold on it are gone.
         let _ = unsafe { munmap(self.ptr.cast(), self.len) };
     }
 }
@@ -117,6 +134,24 @@ mod tests {
         assert!(b.as_mut_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[12292] = 7;
         assert_eq!(b.as_mut_slice()[12292], 7);
+    }
+
+    /// Whether a mapping starts at `addr` in this process (/proc/self/maps).
+    fn mapped_at(addr: usize) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|l| l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()) == Some(addr))
+    }
+
+    #[test]
+    fn a_hold_keeps_the_mapping_after_the_buffer_is_gone() {
+        // An odd size, so the kernel does not merge this mapping with a neighbour of the same protection.
+        let b = HostBuffer::new(5 * 4096 + 123, false).unwrap();
+        let addr = b.as_ptr() as usize;
+        let hold = b.hold();
+        drop(b);
+        assert!(mapped_at(addr), "the mapping went with the buffer while a hold lived");
+        drop(hold);
+        assert!(!mapped_at(addr), "the mapping outlived its last owner");
     }
 
     #[test]

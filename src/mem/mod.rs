@@ -50,6 +50,14 @@ impl std::str::FromStr for MemKind {
     }
 }
 
+/// Keeps a buffer's memory allocated (mapped, pinned, on the GPU) for as long as it lives, without any access to
+/// the bytes: what a registration with a device keeps, so that the device's view of the memory cannot outlive the
+/// memory whatever order its owners drop in.
+#[derive(Clone)]
+pub struct MemoryHold {
+    _owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+}
+
 /// A buffer of one of the kinds.
 pub enum Buffer {
     Host(HostBuffer),
@@ -102,6 +110,15 @@ impl Buffer {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Keeps this buffer's memory allocated while the hold lives (see [`MemoryHold`]).
+    pub fn hold(&self) -> MemoryHold {
+        match self {
+            Buffer::Host(h) => h.hold(),
+            Buffer::Pinned(p) => p.hold(),
+            Buffer::Gpu(g) => g.hold(),
+        }
     }
 
     /// Base pointer of host-accessible memory (host or pinned); None for GPU memory.

@@ -6,8 +6,8 @@ use anyhow::{bail, Result};
 use rdma_mummy_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq, ibv_wc,
 };
-use std::ffi::c_void;
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue};
+use std::ffi::c_void;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -41,14 +41,7 @@ impl Poller {
         let cq = unsafe { set.cq.cq() };
         // SAFETY: ibv_wc is a plain C struct; all-zero is a valid (empty) value.
         let wcs = vec![unsafe { std::mem::zeroed::<ibv_wc>() }; BATCH];
-        Poller {
-            cq,
-            channel,
-            armed: false,
-            wcs,
-            _cq_owner: set.cq.clone(),
-            _channel_owner: set.channel.clone(),
-        }
+        Poller { cq, channel, armed: false, wcs, _cq_owner: set.cq.clone(), _channel_owner: set.channel.clone() }
     }
 
     fn poll_now(&mut self) -> Result<usize> {

@@ -138,7 +138,8 @@ fn check_rails(sender: usize, receiver: usize) -> Result<()> {
 
 /// One device of the receiver: its queue pairs, the region registered on it, and its landing watch.
 struct RecvRail {
-    // Drop order: the queue pairs and registrations before the buffer they point into.
+    // Drop order: the queue pairs before the registration they write into (the registration and the poller hold
+    // the memory and the completion queue they use themselves).
     lander: Lander,
     poller: Poller,
     reg: Registration,

@@ -3,7 +3,7 @@
 //! "large MR" cliff. GPU buffers register through a dma-buf (GPUDirect RDMA without nvidia-peermem), falling
 //! back to the device pointer (nvidia-peermem); which one worked is recorded.
 
-use crate::mem::Buffer;
+use crate::mem::{Buffer, MemoryHold};
 use crate::plan::sizes::format_size;
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
@@ -29,8 +29,10 @@ pub struct Piece {
 }
 
 pub struct Registration {
-    // Dropped before the buffer they cover (the owner keeps the buffer alive longer).
     _mrs: Vec<Arc<MemoryRegion>>,
+    /// The memory the regions cover, kept allocated until they are deregistered (fields drop in order: `_mrs`
+    /// first), however the owner orders its own fields.
+    _memory: MemoryHold,
     pub pieces: Vec<Piece>,
     pub method: &'static str,
     pub reg_ms: f64,
@@ -47,7 +49,8 @@ pub fn chunk_size(requested: Option<u64>, max_mr_size: u64) -> u64 {
     }
 }
 
-/// Register the first `len` bytes of `buf` in pieces of `chunk` bytes.
+/// Register the first `len` bytes of `buf` in pieces of `chunk` bytes. The registration holds the memory (not the
+/// buffer's contents): the regions cannot outlive it.
 pub fn register(
     pd: &Arc<ProtectionDomain>,
     buf: &Buffer,
@@ -55,6 +58,14 @@ pub fn register(
     chunk: u64,
     remote_write: bool,
 ) -> Result<Registration> {
+    if len > buf.len() as u64 || chunk == 0 {
+        anyhow::bail!(
+            "cannot register {} of a {} buffer in pieces of {}",
+            format_size(len),
+            format_size(buf.len() as u64),
+            format_size(chunk)
+        );
+    }
     let access =
         if remote_write { AccessFlags::LocalWrite | AccessFlags::RemoteWrite } else { AccessFlags::LocalWrite };
     let t = Instant::now();
@@ -75,7 +86,8 @@ pub fn register(
         mrs.push(mr);
         offset += n;
     }
-    Ok(Registration { _mrs: mrs, pieces, method, reg_ms: t.elapsed().as_secs_f64() * 1e3 })
+    let reg_ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(Registration { _mrs: mrs, _memory: buf.hold(), pieces, method, reg_ms })
 }
 
 fn register_piece(
@@ -90,8 +102,8 @@ fn register_piece(
         Buffer::Gpu(g) => {
             // GPUDirect RDMA, preferred: a dma-buf of the range (needs a 4 KiB-aligned range).
             let dmabuf = g.dmabuf_fd(offset as usize, len as usize).and_then(|fd| {
-                // SAFETY: the fd exports exactly [offset, offset+len) of a live device allocation that outlives the
-                // MR (the owner drops registrations before buffers); iova = the device address of that range.
+                // SAFETY: the fd exports exactly [offset, offset+len) of a live device allocation (`register`
+                // checked the range) that the Registration holds until the MR is gone; iova = the range's address.
                 unsafe { pd.reg_dmabuf_mr(0, len as usize, g.ptr() + offset, fd.as_raw_fd(), access) }
                     .map_err(|e| anyhow!("ibv_reg_dmabuf_mr: {e}"))
             });
@@ -99,7 +111,8 @@ fn register_piece(
                 Ok(mr) => Ok((mr, "ibv_reg_dmabuf_mr (dma-buf)")),
                 Err(dma_err) => {
                     // nvidia-peermem path: the NIC driver resolves the device pointer itself.
-                    // SAFETY: the range lies inside a live device allocation that outlives the MR.
+                    // SAFETY: the range lies inside a live device allocation (checked by `register`), held by the
+                    // Registration until the MR is gone.
                     unsafe { pd.reg_mr((g.ptr() + offset) as usize, len as usize, access) }
                         .map(|mr| (mr, "ibv_reg_mr on the device pointer (nvidia-peermem)"))
                         .map_err(|e| {
@@ -113,9 +126,10 @@ fn register_piece(
         }
         _ => {
             let base = buf.host_ptr().expect("host kinds have a host pointer");
-            // SAFETY: [base+offset, +len) lies inside the live mapping, which outlives the MR. With `remote_write`
-            // the peer's NIC writes there: the target holds an `Arc` of the buffer until its MRs are gone (the rule
-            // of `Buffer::host_ptr`), and the receiver reads the bytes only through volatile loads.
+            // SAFETY: [base+offset, +len) lies inside the live mapping (`register` checked the range), which the
+            // Registration holds until the MR is gone. With `remote_write` the peer's NIC writes there: the target
+            // holds an `Arc` of the buffer until its MRs are gone (the rule of `Buffer::host_ptr`), and the
+            // receiver reads the bytes only through volatile loads.
             unsafe { pd.reg_mr(base as usize + offset as usize, len as usize, access) }
                 .map(|mr| (mr, "ibv_reg_mr"))
                 .map_err(|e| anyhow!("{}: ibv_reg_mr: {e} (is the memlock limit high enough? see ulimit -l)", what()))

@@ -50,7 +50,8 @@ pub(super) struct RailTimes {
 /// One device of the sender: its queue pairs, the buffer registered on it, the receiver's pieces on the matching
 /// rail, and the hot loop's arrays.
 pub(super) struct SendRail {
-    // Drop order: the poster, poller and registration before the set whose protection domain they use.
+    // Drop order: the poster and registration before the set whose protection domain they use (the poller holds
+    // its completion queue, the registration its memory).
     poster: Poster,
     poller: Poller,
     reg: Option<Registration>,
