@@ -127,9 +127,12 @@ fn flow_addresses(members: &[Member], loopback: bool) -> Vec<Member> {
 
 /// Every step in order; rank 0 records each and fails the group (telling every rank why) when a flow failed.
 fn run_steps(group: &mut Group, steps: &[Step], job: &FlowJob, mut collector: Option<&mut Collector>) -> Result<()> {
+    if let Some(c) = collector.as_deref_mut() {
+        c.plan(steps);
+    }
     for (i, step) in steps.iter().enumerate() {
-        if collector.is_some() {
-            crate::errln!("step {}/{}: {}", i + 1, steps.len(), describe(step, &job.cfg));
+        if let Some(c) = collector.as_deref_mut() {
+            c.starting(i, steps.len(), step, &job.cfg);
         }
         let at = || format!("step {}/{}", i + 1, steps.len());
         let outcomes = run_step(group, step, job).with_context(at)?;
@@ -216,6 +219,9 @@ struct Collector {
     exports: ExportManager,
     pattern: Pattern,
     fig: crate::export::args::FigArgs,
+    /// Few enough links for a line per step and a row per flow (see `cluster_out::full`); else one progress line.
+    full: bool,
+    progress: Option<crate::output::progress::StepProgress>,
 }
 
 impl Collector {
@@ -243,7 +249,34 @@ impl Collector {
             steps_done: 0,
             aggregates: Vec::new(),
         });
-        Collector { results, exports, pattern: a.pattern, fig: a.out.fig.clone() }
+        Collector { results, exports, pattern: a.pattern, fig: a.out.fig.clone(), full: true, progress: None }
+    }
+
+    /// Choose the console's form from the links the steps will measure.
+    fn plan(&mut self, steps: &[Step]) {
+        let links: std::collections::BTreeSet<(usize, usize)> =
+            steps.iter().flat_map(|s| s.flows.iter().map(|f| (f.src, f.dst))).collect();
+        self.full = cluster_out::full(links.len());
+        if !self.full {
+            let what = format!(
+                "{} steps over {} links; more than {} links, so no row per flow here (every flow is in the results files)",
+                steps.len(),
+                links.len(),
+                cluster_out::FULL_UP_TO_LINKS
+            );
+            self.progress = Some(crate::output::progress::StepProgress::new(steps.len(), &what));
+        }
+    }
+
+    /// Step `i` (0-based) of `total` begins: its line, or the progress line's update.
+    fn starting(&mut self, i: usize, total: usize, step: &Step, cfg: &RunConfig) {
+        match &mut self.progress {
+            None => crate::errln!("step {}/{}: {}", i + 1, total, describe(step, cfg)),
+            Some(p) => {
+                let flows = self.results.cases.iter().filter(|c| c.cluster.is_some()).count();
+                p.update(i, &format!("{flows} flow rows recorded; next: {} flows at once", step.flows.len()));
+            }
+        }
     }
 
     fn cluster(&mut self) -> &mut ClusterJson {
@@ -325,7 +358,7 @@ impl Collector {
                 }
             }
         }
-        for agg in &aggregates {
+        for agg in aggregates.iter().filter(|_| self.full) {
             let pair = agg.pair.map(|[a, b]| format!(" ({a}⇄{b})")).unwrap_or_default();
             crate::errln!(
                 "step {number}: {} flows of {} at once{pair}: aggregate p50 {:.2} GB/s",
@@ -338,6 +371,9 @@ impl Collector {
     }
 
     fn print_rows(&self, first_new: usize) {
+        if !self.full {
+            return;
+        }
         for c in &self.results.cases[first_new..] {
             let Some(f) = &c.cluster else { continue };
             let verified = match c.verified {
@@ -359,6 +395,11 @@ impl Collector {
 
     /// The end of the run at rank 0: the error (if any) kept in the files, the matrix and the rows on the console.
     fn finish(mut self, outcome: Result<()>) -> Result<()> {
+        let done = self.results.cluster.as_ref().map_or(0, |c| c.steps_done);
+        if let Some(p) = &mut self.progress {
+            p.update(done, if outcome.is_ok() { "all steps done" } else { "stopped" });
+            p.finish();
+        }
         match &outcome {
             Err(e) => self.results.error = Some(format!("{e:#}")),
             Ok(()) => self.results.complete = true,

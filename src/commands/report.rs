@@ -91,6 +91,10 @@ fn warn_transport_choices(all: &[Results], files: &[PathBuf]) {
 /// Each run's boxed table and notes on the console, and the side-by-side table of several series.
 fn print_tables(all: &[Results], parts: &[Results]) {
     for r in all {
+        if let Some(cl) = &r.cluster {
+            print_cluster(r, cl);
+            continue;
+        }
         crate::outln!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
         crate::outln!("{}", table::render(&r.cases));
         for note in export::cells::notes(&r.cases) {
@@ -105,6 +109,22 @@ fn print_tables(all: &[Results], parts: &[Results]) {
         crate::outln!("Side by side (p50; X/A = run X's GB/s divided by run A's):\n{}\n", compare::render(parts));
     }
     crate::outln!("Bandwidth in GB/s = 10^9 bytes/s; times in ms; * = block size clamped to the transfer size.");
+}
+
+/// A cluster run as its rank 0 showed it: every row naming its link, in full or, past
+/// [`export::cluster::FULL_UP_TO_LINKS`] links, the summary; the per-case notes only in full (thousands of flows
+/// would give thousands of notes), their count of warned cases always.
+fn print_cluster(r: &Results, cl: &crate::stats::cluster::ClusterJson) {
+    crate::outln!("{}", export::cluster::markdown(r, cl).trim_end());
+    let notes = export::cells::notes(&r.cases);
+    if export::cluster::full(crate::stats::cluster::link_count(&r.cases)) {
+        for note in notes {
+            crate::outln!("{note}");
+        }
+    } else {
+        crate::outln!("{}", export::cells::warning_summary(&r.cases));
+    }
+    crate::outln!();
 }
 
 /// The figures' series: a sweep file's configurations each on their own, other runs under [`series_names`].

@@ -41,3 +41,81 @@ impl Progress {
         self.bar.finish_and_clear();
     }
 }
+
+/// How far a long run of steps is, on one line of stderr: on a terminal the line is rewritten in place (indicatif,
+/// as [`Progress`]); when stderr is a log or a pipe, a line at every tenth of the steps and at least every
+/// [`StepProgress::QUIET_FOR`] otherwise, so a run of thousands of flows leaves a dozen lines, not thousands.
+pub struct StepProgress {
+    total: usize,
+    bar: Option<ProgressBar>,
+    started: std::time::Instant,
+    last_line: std::time::Instant,
+    last_tenth: usize,
+    /// Lines printed (off a terminal).
+    printed: usize,
+}
+
+impl StepProgress {
+    /// Longest silence between two lines when stderr is not a terminal.
+    pub const QUIET_FOR: Duration = Duration::from_secs(30);
+
+    /// Progress over `total` steps; `what` says what they are ("62 steps, 992 flows").
+    pub fn new(total: usize, what: &str) -> StepProgress {
+        use std::io::IsTerminal;
+        let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+        let bar = (std::io::stderr().is_terminal() && !dumb).then(|| {
+            let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("[{elapsed_precise}] {bar:30} step {pos}/{len}  {msg}")
+                    .expect("static template")
+                    .progress_chars("=> "),
+            );
+            bar
+        });
+        if bar.is_none() {
+            crate::errln!("progress: {what}; a line every tenth of the steps");
+        }
+        let now = std::time::Instant::now();
+        StepProgress { total, bar, started: now, last_line: now, last_tenth: 0, printed: 0 }
+    }
+
+    /// `done` steps of the total are done; `msg` says what the last one did.
+    pub fn update(&mut self, done: usize, msg: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done as u64);
+            bar.set_message(msg.to_string());
+            return;
+        }
+        let tenth = done * 10 / self.total.max(1);
+        if tenth > self.last_tenth || self.last_line.elapsed() >= Self::QUIET_FOR {
+            self.last_tenth = tenth;
+            self.last_line = std::time::Instant::now();
+            self.printed += 1;
+            let pct = done * 100 / self.total.max(1);
+            let secs = self.started.elapsed().as_secs_f64();
+            crate::errln!("step {done}/{} ({pct}%, {secs:.1} s): {msg}", self.total);
+        }
+    }
+
+    /// Clear the line (a terminal) before the run's last words.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_a_terminal_a_long_run_prints_about_a_line_per_tenth() {
+        // Tests run with stderr captured (not a terminal): count the lines the sparse mode decides to print.
+        let mut p = StepProgress { bar: None, ..StepProgress::new(1000, "test") };
+        for done in 1..=1000 {
+            p.update(done, "x");
+        }
+        assert_eq!(p.printed, 10);
+    }
+}

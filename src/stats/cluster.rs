@@ -64,52 +64,190 @@ impl StepAggregate {
     }
 }
 
-/// Mark the cases of a cluster run whose link looks wrong: p50 below [`OUTLIER_FRACTION`] of the median p50 of
-/// all links at the same size (with at least three links to compare), or bimodal reps. Earlier marks are replaced.
-pub fn flag_outliers(cases: &mut [CaseResult]) {
-    let mut sizes: Vec<u64> = cases.iter().filter(|c| c.cluster.is_some()).map(|c| c.size_bytes).collect();
-    sizes.sort();
-    sizes.dedup();
-    for size in sizes {
-        let p50s: Vec<f64> =
-            cases.iter().filter(|c| c.cluster.is_some() && c.size_bytes == size).map(|c| c.gbps.p50).collect();
-        let median = Summary::of(&p50s).p50;
-        for c in cases.iter_mut().filter(|c| c.size_bytes == size) {
-            let (p50, bimodal, modes) = (c.gbps.p50, c.bimodal.is_bimodal, c.bimodal.modes_gbps.clone());
-            let Some(flow) = c.cluster.as_mut() else { continue };
-            let pair = format!("{}→{}", flow.src.rank, flow.dst.rank);
-            flow.outlier = if p50s.len() >= 3 && p50 < OUTLIER_FRACTION * median {
-                Some(format!(
-                    "{pair} at {}: p50 {:.2} GB/s is below {OUTLIER_FRACTION}× the median of all {} links ({:.2} GB/s)",
-                    format_size(size),
-                    p50,
-                    p50s.len(),
-                    median
-                ))
-            } else if bimodal {
-                let modes: Vec<String> = modes.iter().map(|g| format!("{g:.2}")).collect();
-                Some(format!("{pair} at {}: bimodal reps ({} GB/s)", format_size(size), modes.join(" and ")))
-            } else {
-                None
-            };
-        }
+/// Why a link is marked: its p50 is below [`OUTLIER_FRACTION`] of the median p50 of all links at that size (with
+/// at least three links to compare), or its reps fall in two clusters. A link can be both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Marks {
+    pub slow: bool,
+    pub bimodal: bool,
+}
+
+impl Marks {
+    pub fn any(self) -> bool {
+        self.slow || self.bimodal
     }
 }
 
+/// The links compared at one size: how many, and the median of their p50 GB/s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SizeMedian {
+    pub size_bytes: u64,
+    pub links: usize,
+    pub median_gbps: f64,
+}
+
+impl SizeMedian {
+    /// The cluster cases at `size` (None when there is none).
+    pub fn of(cases: &[CaseResult], size: u64) -> Option<SizeMedian> {
+        let p50s: Vec<f64> =
+            cases.iter().filter(|c| c.cluster.is_some() && c.size_bytes == size).map(|c| c.gbps.p50).collect();
+        (!p50s.is_empty()).then(|| SizeMedian {
+            size_bytes: size,
+            links: p50s.len(),
+            median_gbps: Summary::of(&p50s).p50,
+        })
+    }
+
+    /// Whether a p50 counts as slow here: too few links to compare never does.
+    pub fn is_slow(&self, p50: f64) -> bool {
+        self.links >= 3 && p50 < OUTLIER_FRACTION * self.median_gbps
+    }
+}
+
+/// The sizes of a cluster run's cases, ascending, each once.
+pub fn cluster_sizes(cases: &[CaseResult]) -> Vec<u64> {
+    let mut sizes: Vec<u64> = cases.iter().filter(|c| c.cluster.is_some()).map(|c| c.size_bytes).collect();
+    sizes.sort();
+    sizes.dedup();
+    sizes
+}
+
+/// Per size of a cluster run, ascending: the links compared there.
+pub fn medians(cases: &[CaseResult]) -> Vec<SizeMedian> {
+    cluster_sizes(cases).into_iter().filter_map(|s| SizeMedian::of(cases, s)).collect()
+}
+
+/// Each case's marks, in the order of `cases` (a case of another command has none). Computed from the numbers, so
+/// files written before the marks were told apart read the same way.
+pub fn marks(cases: &[CaseResult]) -> Vec<Marks> {
+    let medians = medians(cases);
+    cases
+        .iter()
+        .map(|c| {
+            let Some(m) = c.cluster.as_ref().and(medians.iter().find(|m| m.size_bytes == c.size_bytes)) else {
+                return Marks::default();
+            };
+            Marks { slow: m.is_slow(c.gbps.p50), bimodal: c.bimodal.is_bimodal }
+        })
+        .collect()
+}
+
+/// Mark the cases of a cluster run whose link looks wrong (see [`Marks`]): `outlier` says why, naming the link, for
+/// each reason that holds. Earlier marks are replaced.
+pub fn flag_outliers(cases: &mut [CaseResult]) {
+    let (marks, medians) = (marks(cases), medians(cases));
+    for (c, m) in cases.iter_mut().zip(marks) {
+        let (size, p50, modes) = (c.size_bytes, c.gbps.p50, c.bimodal.modes_gbps.clone());
+        let Some(flow) = c.cluster.as_mut() else { continue };
+        let mut why: Vec<String> = Vec::new();
+        if let (true, Some(med)) = (m.slow, medians.iter().find(|s| s.size_bytes == size)) {
+            why.push(format!(
+                "p50 {p50:.2} GB/s is below {OUTLIER_FRACTION}× the median of all {} links ({:.2} GB/s)",
+                med.links, med.median_gbps
+            ));
+        }
+        if m.bimodal {
+            let modes: Vec<String> = modes.iter().map(|g| format!("{g:.2}")).collect();
+            why.push(format!("bimodal reps ({} GB/s)", modes.join(" and ")));
+        }
+        flow.outlier = (!why.is_empty())
+            .then(|| format!("{}→{} at {}: {}", flow.src.rank, flow.dst.rank, format_size(size), why.join("; ")));
+    }
+}
+
+/// The links of a cluster run: its distinct (source rank, destination rank) pairs.
+pub fn link_count(cases: &[CaseResult]) -> usize {
+    let links: std::collections::BTreeSet<(usize, usize)> =
+        cases.iter().filter_map(|c| c.cluster.as_ref().map(|f| (f.src.rank, f.dst.rank))).collect();
+    links.len()
+}
+
+/// The links from one host to another (or to itself) at one size, over each link's p50 GB/s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostPair {
+    pub src_host: String,
+    pub dst_host: String,
+    pub size_bytes: u64,
+    /// Flows measured (a link measured twice at a size, under bidir or all, counts twice).
+    pub links: usize,
+    pub median_gbps: f64,
+    pub min_gbps: f64,
+    pub max_gbps: f64,
+    pub slow: usize,
+    pub bimodal: usize,
+}
+
+/// Per (source host, destination host) and size: hosts in the order of `ranks` (a host only the cases name comes
+/// after them), sizes ascending.
+pub fn host_pairs(cases: &[CaseResult], ranks: &[crate::cluster::Endpoint]) -> Vec<HostPair> {
+    let mut hosts: Vec<&str> = Vec::new();
+    let named = ranks.iter().map(|e| e.host.as_str());
+    for h in named.chain(cases.iter().filter_map(|c| c.cluster.as_ref()).flat_map(|f| [&*f.src.host, &*f.dst.host])) {
+        if !hosts.contains(&h) {
+            hosts.push(h);
+        }
+    }
+    let marks = marks(cases);
+    let mut out = Vec::new();
+    for size in cluster_sizes(cases) {
+        for src in &hosts {
+            for dst in &hosts {
+                let (p50s, marks): (Vec<f64>, Vec<Marks>) = cases
+                    .iter()
+                    .zip(&marks)
+                    .filter(|(c, _)| c.size_bytes == size)
+                    .filter(|(c, _)| c.cluster.as_ref().is_some_and(|f| f.src.host == *src && f.dst.host == *dst))
+                    .map(|(c, m)| (c.gbps.p50, *m))
+                    .unzip();
+                if p50s.is_empty() {
+                    continue;
+                }
+                let s = Summary::of(&p50s);
+                out.push(HostPair {
+                    src_host: src.to_string(),
+                    dst_host: dst.to_string(),
+                    size_bytes: size,
+                    links: p50s.len(),
+                    median_gbps: s.p50,
+                    min_gbps: s.min,
+                    max_gbps: s.max,
+                    slow: marks.iter().filter(|m| m.slow).count(),
+                    bimodal: marks.iter().filter(|m| m.bimodal).count(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The indices of the `k` cluster cases of lowest p50 GB/s at `size`, slowest first.
+pub fn slowest(cases: &[CaseResult], size: u64, k: usize) -> Vec<usize> {
+    let mut at: Vec<usize> =
+        (0..cases.len()).filter(|i| cases[*i].cluster.is_some() && cases[*i].size_bytes == size).collect();
+    at.sort_by(|a, b| cases[*a].gbps.p50.total_cmp(&cases[*b].gbps.p50));
+    at.truncate(k);
+    at
+}
+
+/// Cluster cases as `kvxfer cluster` records them, built from rep times, for the tests of stats and export.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_flows {
     use super::*;
     use crate::cluster::{Endpoint, Pattern};
     use crate::stats::case::ClusterFlow;
 
-    fn end(rank: usize) -> Endpoint {
+    pub fn end(rank: usize) -> Endpoint {
         Endpoint { rank, host: format!("h{rank}"), gpu: None, nic: None, local_rank: 0, numa: None }
     }
 
-    /// A flow src→dst of 1 MiB whose reps took `ms`.
-    fn flow(src: usize, dst: usize, ms: &[f64]) -> CaseResult {
+    /// A flow src→dst of 1 MiB whose reps took `ms` (an incast step of 3 flows; each rank on its own host).
+    pub fn flow(src: usize, dst: usize, ms: &[f64]) -> CaseResult {
+        flow_of(src, dst, 1 << 20, ms)
+    }
+
+    /// A flow src→dst of `size` bytes whose reps took `ms`.
+    pub fn flow_of(src: usize, dst: usize, size: u64, ms: &[f64]) -> CaseResult {
         let summary = |v: &[f64]| serde_json::to_value(Summary::of(v)).unwrap();
-        let size = 1u64 << 20;
         let gbps: Vec<f64> = ms.iter().map(|m| crate::units::gbps(size, *m)).collect();
         let reps: Vec<serde_json::Value> = ms
             .iter()
@@ -135,6 +273,12 @@ mod tests {
         });
         c
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_flows::{flow, flow_of};
+    use super::*;
 
     #[test]
     fn the_aggregate_is_all_bytes_over_the_slowest_flow_per_rep() {
@@ -156,5 +300,58 @@ mod tests {
         assert!(marks[..3].iter().all(Option::is_none), "{marks:?}");
         let slow = marks[3].as_deref().unwrap();
         assert!(slow.starts_with("3→1 at 1 MiB: p50") && slow.contains("median of all 4 links"), "{slow}");
+    }
+
+    #[test]
+    fn slow_and_bimodal_are_told_apart_and_a_link_can_be_both() {
+        // Four links at 1 MiB: one 4× slower and bimodal, one only bimodal (9 reps, two clusters), two steady.
+        let two_paths = [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0];
+        let slow_two_paths: Vec<f64> = two_paths.iter().map(|m| m * 4.0).collect();
+        let mut cases =
+            vec![flow(1, 0, &[1.0; 9]), flow(2, 0, &[1.0; 9]), flow(3, 0, &two_paths), flow(4, 0, &slow_two_paths)];
+        flag_outliers(&mut cases);
+        let m = marks(&cases);
+        assert_eq!(m[0], Marks::default());
+        assert_eq!(m[2], Marks { slow: false, bimodal: true });
+        assert_eq!(m[3], Marks { slow: true, bimodal: true });
+        let both = cases[3].cluster.as_ref().unwrap().outlier.clone().unwrap();
+        assert!(both.starts_with("4→0 at 1 MiB: p50") && both.contains("; bimodal reps ("), "{both}");
+        let only = cases[2].cluster.as_ref().unwrap().outlier.clone().unwrap();
+        assert!(only.starts_with("3→0 at 1 MiB: bimodal reps"), "{only}");
+    }
+
+    #[test]
+    fn host_pairs_summarise_each_pair_of_hosts_per_size_and_slowest_lists_the_lowest_p50_first() {
+        let mut cases: Vec<CaseResult> = Vec::new();
+        for (s, d, ms) in [(0, 1, 1.0), (1, 0, 2.0), (0, 2, 1.0), (2, 0, 8.0), (1, 2, 1.0), (2, 1, 1.0)] {
+            let mut c = flow_of(s, d, 1 << 20, &[ms; 3]);
+            let f = c.cluster.as_mut().unwrap();
+            // Ranks 0 and 1 on host a, rank 2 on host b.
+            for e in [&mut f.src, &mut f.dst] {
+                e.host = if e.rank < 2 { "a".into() } else { "b".into() };
+            }
+            cases.push(c);
+        }
+        let ranks: Vec<crate::cluster::Endpoint> = (0..3)
+            .map(|r| {
+                cases
+                    .iter()
+                    .find_map(|c| {
+                        let f = c.cluster.as_ref()?;
+                        [&f.src, &f.dst].into_iter().find(|e| e.rank == r).cloned()
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let pairs = host_pairs(&cases, &ranks);
+        let names: Vec<(&str, &str, usize)> =
+            pairs.iter().map(|p| (p.src_host.as_str(), p.dst_host.as_str(), p.links)).collect();
+        assert_eq!(names, [("a", "a", 2), ("a", "b", 2), ("b", "a", 2)]);
+        let ba = &pairs[2];
+        assert!((ba.min_gbps - crate::units::gbps(1 << 20, 8.0)).abs() < 1e-9, "{ba:?}");
+        // 2→0 (8 ms) and 1→0 (2 ms) are below 0.8× the median of all six links (1 ms); nothing else is.
+        assert_eq!((ba.slow, pairs[0].slow, pairs[1].slow), (1, 1, 0));
+        assert_eq!(slowest(&cases, 1 << 20, 2), [3, 1]);
+        assert_eq!(link_count(&cases), 6);
     }
 }

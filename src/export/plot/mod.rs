@@ -3,7 +3,7 @@
 //! - `bandwidth-vs-size`: p50 and max GB/s vs size, each run's ceiling, and the user's `--line`s;
 //! - `reps-bandwidth`: every rep's GB/s per size (strip plot), bimodal sizes marked;
 //! - a cluster run: `cluster-heatmap` (p50 GB/s per link at the largest size), and the three above with one
-//!   series per link (`src→dst`).
+//!   series per link (`src→dst`; above 64 links, the 10 slowest).
 //!
 //! Runs differ by colour, marker and dash, so the figures still read in greyscale; reference lines are grey, a colour
 //! no run has. Legends sit above the plot, and say what every line and mark is. Labels on a plot never overprint each
@@ -132,7 +132,10 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
         return Ok(());
     };
     let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
-    for f in save(&heatmap::HeatmapFigure { size_bytes, cells, names }, dir, "cluster-heatmap")? {
+    let hosts = cl.ranks.iter().map(|e| e.host.clone()).collect();
+    let median = crate::stats::cluster::SizeMedian::of(&results.cases, size_bytes);
+    let heatmap = heatmap::HeatmapFigure { size_bytes, cells, names, hosts, median };
+    for f in save(&heatmap, dir, "cluster-heatmap")? {
         crate::errln!("figure: {}", f.display());
     }
     let mut links: Vec<(usize, usize)> = Vec::new();
@@ -140,6 +143,19 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
         if !links.contains(&(f.src.rank, f.dst.rank)) {
             links.push((f.src.rank, f.dst.rank));
         }
+    }
+    // Hundreds of series would be one smear with a legend longer than the plot: past the full text's bound, the
+    // slowest links at the largest size stand for the rest.
+    if !super::cluster::full(links.len()) {
+        let shown = super::cluster::summary::SLOWEST;
+        crate::errln!(
+            "figures: one series per link for the {shown} slowest of {} links at the largest size",
+            links.len()
+        );
+        links = crate::stats::cluster::slowest(&results.cases, size_bytes, shown)
+            .into_iter()
+            .filter_map(|i| results.cases[i].cluster.as_ref().map(|f| (f.src.rank, f.dst.rank)))
+            .collect();
     }
     let series: Vec<(String, Results)> = links
         .into_iter()
@@ -157,6 +173,11 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
 /// go through `labels`, whose notes its legend shows.
 trait Figure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, labels: &mut Labels) -> Drawn<DB>;
+
+    /// The canvas in pixels; a figure whose content grows (a heatmap of many ranks) asks for more.
+    fn size(&self) -> (u32, u32) {
+        style::SIZE
+    }
 }
 
 /// The legend notes of the labels `fig` cannot place: drawn on a backend that draws nothing, with each pass's new
@@ -166,7 +187,7 @@ fn settle(fig: &impl Figure) -> Vec<labels::Note> {
     let mut notes = Vec::new();
     loop {
         let mut labels = Labels::with_notes(notes.clone());
-        let root = raster::TextFix::new(raster::Measure(style::SIZE), style::FONT_BYTES, raster::TextMode::Svg)
+        let root = raster::TextFix::new(raster::Measure(fig.size()), style::FONT_BYTES, raster::TextMode::Svg)
             .into_drawing_area();
         // The measuring backend cannot fail; a figure that does fails again when drawn for real, and says so there.
         if fig.draw(&root, &mut labels).is_err() {
@@ -186,11 +207,11 @@ fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
     let png = dir.join(format!("{stem}.png"));
     // Drawn in memory and encoded here, so writing it fails as any results file does: one line naming the file
     // and the system's reason (a full disk), never the image library's nested error values.
-    let (w, h) = style::SIZE;
+    let (w, h) = fig.size();
     let mut pixels = vec![0u8; w as usize * h as usize * 3];
     {
         let backend = raster::TextFix::new(
-            BitMapBackend::with_buffer(&mut pixels, style::SIZE),
+            BitMapBackend::with_buffer(&mut pixels, (w, h)),
             style::FONT_BYTES,
             raster::TextMode::Raster,
         );
@@ -208,11 +229,8 @@ fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
     let svg = dir.join(format!("{stem}.svg"));
     let mut text = String::new();
     {
-        let backend = raster::TextFix::new(
-            SVGBackend::with_string(&mut text, style::SIZE),
-            style::FONT_BYTES,
-            raster::TextMode::Svg,
-        );
+        let backend =
+            raster::TextFix::new(SVGBackend::with_string(&mut text, (w, h)), style::FONT_BYTES, raster::TextMode::Svg);
         let root = backend.into_drawing_area();
         fig.draw(&root, &mut Labels::with_notes(notes))
             .map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
