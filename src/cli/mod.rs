@@ -76,9 +76,11 @@ pub enum Command {
     #[command(after_help = "Examples:\n  srun -n 4 kvxfer cluster --pattern pairs --sizes 96MiB,1GiB --verify --json pairs.json\n  \
                             mpirun -np 4 kvxfer cluster --pattern incast --coordinator head:18600 --json incast.json\n  \
                             RANK=0 WORLD_SIZE=2 MASTER_ADDR=head MASTER_PORT=29500 kvxfer cluster --pattern bidir\n\n\
-                            Patterns: pairs (every ordered pair alone), incast (1..N-1 into 0 at once), fanout (0 into \
-                            all at once), bidir (each pair both ways at once), ring (i into i+1 at once), all (every \
-                            rank into every other at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
+                            Patterns (what runs at once): pairs (every ordered pair, disjoint pairs at once: no rank \
+                            in two flows), alone (every ordered pair, one flow at a time: the uncontended baseline), \
+                            incast (1..N-1 into 0 at once), fanout (0 into all at once), bidir (each pair both ways at \
+                            once, disjoint pairs at once), ring (i into i+1 at once), all (every rank into every other \
+                            at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
     Cluster(ClusterArgs),
     /// Show what this host offers: CPUs, memory, huge pages, RDMA devices (ports, GIDs) and GPUs.
     #[command(after_help = "Example:\n  kvxfer devices --json\n  kvxfer devices --topo")]
@@ -232,7 +234,7 @@ pub struct SendArgs {
 
 #[derive(Args, Debug)]
 pub struct ClusterArgs {
-    /// Which flows run, and which at once: pairs, incast, fanout, bidir, ring or all
+    /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring or all (see below)
     #[arg(long, default_value = "pairs")]
     pub pattern: crate::cluster::Pattern,
     /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else the first host
