@@ -1,5 +1,7 @@
-//! `kvxfer cluster` patterns and ranks' arguments, as real processes on loopback: the `alone` pattern runs every
-//! ordered pair in a step of its own, and `--help` says what each pattern runs at once.
+//! `kvxfer cluster` ranks started with different arguments, as real processes on loopback: a rank whose
+//! measurement differs (sizes, reps) fails the whole group within seconds with rank 0's one line naming the flag and
+//! the ranks, while ranks that differ only in what each may choose itself (its device, its output files) run.
+//! Also the `alone` pattern: every ordered pair in a step of its own.
 
 mod common;
 
@@ -30,6 +32,70 @@ fn launch(args: &[Vec<String>]) -> (Vec<Out>, Duration) {
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
+}
+
+const BASE: &[&str] = &["--pattern", "pairs", "--sizes", "1MiB", "--reps", "2", "--transport", "tcp"];
+
+/// Four ranks, rank `odd` with `flag value` where the others have BASE's: every rank fails within seconds, rank 0
+/// with a usage error (exit 2) that names the flag, the odd rank and both values; the others with rank 0's line.
+fn refused(odd: usize, flag: &str, value: &str, expect: &str) {
+    let dir = TempDir::new("cluster-args");
+    let json = dir.arg("r.json");
+    let args: Vec<Vec<String>> = (0..4)
+        .map(|r| {
+            let mut a = strings(BASE);
+            if r == odd {
+                let at = a.iter().position(|x| x == flag).expect("a flag of BASE");
+                a[at + 1] = value.to_string();
+            }
+            a.extend(strings(&["--json", &json]));
+            a
+        })
+        .collect();
+    let (outs, took) = launch(&args);
+    let line = outs[0].expect_code(2).one_error().to_string();
+    assert!(line.contains(expect), "rank 0: {line}");
+    assert!(line.contains("run every rank with the same arguments"), "{line}");
+    for o in &outs[1..] {
+        assert!(o.code.is_some_and(|c| c != 0), "{}: exit {:?}\n{}", o.what, o.code, o.stderr);
+        o.no_panic();
+        assert!(o.one_error().contains(expect), "{}: {}", o.what, o.stderr);
+    }
+    assert!(took < Duration::from_secs(20), "the ranks took {took:?} to fail");
+    // Nothing was measured: rank 0 refused before the first step.
+    assert!(!Path::new(&json).exists() || read_json(Path::new(&json))["cases"].as_array().is_none_or(Vec::is_empty));
+}
+
+#[test]
+fn a_rank_with_other_sizes_fails_every_rank_naming_the_flag_and_the_ranks() {
+    refused(2, "--sizes", "2MiB", "ranks disagree on --sizes: rank 0 and 1, 3 have 1MiB; rank 2 has 2MiB");
+}
+
+#[test]
+fn a_rank_with_other_reps_fails_every_rank_naming_the_flag_and_the_ranks() {
+    refused(1, "--reps", "3", "ranks disagree on --reps: rank 0 and 2, 3 have 2; rank 1 has 3");
+}
+
+#[test]
+fn ranks_differing_only_in_their_device_and_output_files_run() {
+    let dir = TempDir::new("cluster-args-ok");
+    let args: Vec<Vec<String>> = (0..4)
+        .map(|r| {
+            let mut a = strings(BASE);
+            let json = dir.arg(&format!("rank{r}.json"));
+            let device = if r % 2 == 0 { "mlx5_0,mlx5_1" } else { "rxe0" };
+            a.extend(strings(&["--json", &json, "-d", device, "--label", &format!("rank {r}")]));
+            a
+        })
+        .collect();
+    let (outs, _) = launch(&args);
+    for o in &outs {
+        o.expect_code(0);
+    }
+    // Rank 0 writes the results, under its own --json; the others' paths are theirs to ignore.
+    let r = read_json(&dir.join("rank0.json"));
+    assert_eq!((r["cluster"]["steps_done"].as_u64(), r["cases"].as_array().map(Vec::len)), (Some(6), Some(12)));
+    assert!(!dir.join("rank1.json").exists());
 }
 
 #[test]

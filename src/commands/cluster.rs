@@ -89,6 +89,9 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         numa: rank_numa(mem, &device),
     };
     let mut group = cluster::rendezvous(&rv)?;
+    // Before any rank computes a schedule from its own arguments: a rank started with others would measure
+    // something else, or wait at a barrier the others never reach.
+    super::cluster_args::check_same_args(&mut group, &a)?;
     group.set_timeout(a.step_timeout);
     let steps = cluster::schedule(a.pattern, group.world_size(), cfg.cases.len());
     let members = flow_addresses(group.members(), loopback);
