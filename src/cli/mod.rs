@@ -8,7 +8,7 @@ use crate::plan::TransportKind;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -76,9 +76,11 @@ pub enum Command {
     #[command(after_help = "Examples:\n  srun -n 4 kvxfer cluster --pattern pairs --sizes 96MiB,1GiB --verify --json pairs.json\n  \
                             mpirun -np 4 kvxfer cluster --pattern incast --coordinator head:18600 --json incast.json\n  \
                             RANK=0 WORLD_SIZE=2 MASTER_ADDR=head MASTER_PORT=29500 kvxfer cluster --pattern bidir\n\n\
-                            Patterns: pairs (every ordered pair alone), incast (1..N-1 into 0 at once), fanout (0 into \
-                            all at once), bidir (each pair both ways at once), ring (i into i+1 at once), all (every \
-                            rank into every other at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
+                            Patterns (what runs at once): pairs (every ordered pair, disjoint pairs at once: no rank \
+                            in two flows), alone (every ordered pair, one flow at a time: the uncontended baseline), \
+                            incast (1..N-1 into 0 at once), fanout (0 into all at once), bidir (each pair both ways at \
+                            once, disjoint pairs at once), ring (i into i+1 at once), all (every rank into every other \
+                            at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
     Cluster(ClusterArgs),
     /// Show what this host offers: CPUs, memory, huge pages, RDMA devices (ports, GIDs) and GPUs.
     #[command(after_help = "Example:\n  kvxfer devices --json\n  kvxfer devices --topo")]
@@ -156,6 +158,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// As `--transport` reads it: `auto` or the transport's name.
+impl Serialize for TransportChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TransportChoice::Auto => s.serialize_str("auto"),
+            TransportChoice::Named(kind) => kind.serialize(s),
+        }
+    }
+}
+
 impl std::str::FromStr for TransportChoice {
     type Err = String;
 
@@ -230,9 +242,11 @@ pub struct SendArgs {
     pub out_dir: PathBuf,
 }
 
-#[derive(Args, Debug)]
+/// Serialized, every flag but the output ones and the token is a rank's description of its run, which rank 0
+/// compares across ranks (`commands::cluster_args`); flattened, so each key is a flag's field name.
+#[derive(Args, Debug, Serialize)]
 pub struct ClusterArgs {
-    /// Which flows run, and which at once: pairs, incast, fanout, bidir, ring or all
+    /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring or all (see below)
     #[arg(long, default_value = "pairs")]
     pub pattern: crate::cluster::Pattern,
     /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else the first host
@@ -241,6 +255,7 @@ pub struct ClusterArgs {
     pub coordinator: Option<String>,
     /// Shared secret of the ranks; required unless the coordinator is on loopback
     #[arg(long, env = "KVXFER_TOKEN", hide_env_values = true)]
+    #[serde(skip_serializing)]
     pub token: Option<String>,
     /// Where each rank's buffers live: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
@@ -256,12 +271,17 @@ pub struct ClusterArgs {
     pub step_timeout: Duration,
     /// -d may list devices, comma-separated: each rank uses the one at its local rank (modulo the list)
     #[command(flatten)]
+    #[serde(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
+    #[serde(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]
+    #[serde(flatten)]
     pub run: RunArgs,
+    // Where the results go: rank 0 alone writes them, so each rank's are its own.
     #[command(flatten)]
+    #[serde(skip_serializing)]
     pub out: OutputArgs,
 }
 

@@ -9,7 +9,7 @@ use crate::plan::{
     CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, NumaMode, Staging,
 };
 use clap::Args;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 
 text::defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, DeviceArgs);
 
-#[derive(Args, Debug, Clone, Deserialize)]
+#[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 #[command(next_help_heading = "Sizes")]
 pub struct SizeArgs {
@@ -78,7 +78,7 @@ pub struct SizeArgs {
 
 // Every flattened group names its own heading and comes after the flags of the struct that flattens it: a heading
 // set inside a group stays in force for the flags declared after it.
-#[derive(Args, Debug, Clone, Deserialize)]
+#[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 #[command(next_help_heading = "Run")]
 pub struct RunArgs {
@@ -178,7 +178,7 @@ pub struct RunArgs {
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
-#[derive(Args, Debug, Clone, Deserialize)]
+#[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 #[command(next_help_heading = "RDMA verbs (--transport verbs)")]
 pub struct VerbsArgs {
@@ -221,7 +221,7 @@ pub struct VerbsArgs {
 }
 
 /// Which RDMA device and port this end uses (`--transport verbs`).
-#[derive(Args, Debug, Clone, Deserialize)]
+#[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 #[command(next_help_heading = "RDMA device")]
 pub struct DeviceArgs {

@@ -1,7 +1,7 @@
 //! What a cluster run measures: the steps of flows every rank computes the same way from the pattern and the world
 //! size, so no schedule travels over the wire. A step's flows run at once between two barriers; a step either runs
-//! every size (each flow alone on its link: `pairs`) or one size (concurrent flows start together, so each size's
-//! aggregate is over flows that overlapped).
+//! every size (`alone`: its one flow; `pairs`: disjoint pairs, no rank in two flows) or one size (concurrent flows
+//! start together, so each size's aggregate is over flows that overlapped).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -10,13 +10,15 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pattern {
-    /// Every ordered pair alone, in rounds of disjoint pairs: each link's uncontended number.
+    /// Every ordered pair, in rounds of disjoint pairs at once (no rank in two flows): every link in few steps.
     Pairs,
+    /// Every ordered pair strictly alone, one flow per step: the baseline a contended pattern is compared with.
+    Alone,
     /// Ranks 1..N-1 into rank 0 at once: the decode host's view.
     Incast,
     /// Rank 0 into every other rank at once.
     Fanout,
-    /// Each pair both ways at once, in rounds of disjoint pairs.
+    /// Each pair both ways at once, in rounds of disjoint pairs that run together.
     Bidir,
     /// Rank i into rank i+1 (mod N), all at once.
     Ring,
@@ -28,12 +30,21 @@ impl fmt::Display for Pattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Pattern::Pairs => "pairs",
+            Pattern::Alone => "alone",
             Pattern::Incast => "incast",
             Pattern::Fanout => "fanout",
             Pattern::Bidir => "bidir",
             Pattern::Ring => "ring",
             Pattern::All => "all",
         })
+    }
+}
+
+impl Pattern {
+    /// Whether each flow of a step is its own link's measurement (no rank in two flows of a step), so its reps need
+    /// not start together with the other flows' and the step has no aggregate.
+    pub fn flows_apart(self) -> bool {
+        matches!(self, Pattern::Pairs | Pattern::Alone)
     }
 }
 
@@ -97,6 +108,10 @@ pub fn schedule(pattern: Pattern, world_size: usize, n_cases: usize) -> Vec<Step
                 .map(|flows| Step { flows, cases: all_cases.clone() })
                 .collect()
         }
+        Pattern::Alone => (0..n)
+            .flat_map(|src| (0..n).filter(move |dst| *dst != src).map(move |dst| Flow { src, dst }))
+            .map(|flow| Step { flows: vec![flow], cases: (0..n_cases).collect() })
+            .collect(),
         Pattern::Incast => every_size((1..n).map(|s| Flow { src: s, dst: 0 }).collect()),
         Pattern::Fanout => every_size((1..n).map(|d| Flow { src: 0, dst: d }).collect()),
         Pattern::Bidir => rounds(n)
@@ -164,6 +179,27 @@ mod tests {
         }
         assert_eq!(schedule(Pattern::Pairs, 4, 2).len(), 6);
         assert!(schedule(Pattern::Pairs, 1, 2).is_empty());
+    }
+
+    #[test]
+    fn alone_runs_every_ordered_pair_by_itself_at_every_size() {
+        for n in 2..=6 {
+            let steps = schedule(Pattern::Alone, n, 3);
+            assert_eq!(steps.len(), n * (n - 1), "n={n}");
+            let mut seen = HashSet::new();
+            for step in &steps {
+                assert_eq!(step.flows.len(), 1, "n={n}: {step:?}");
+                assert_eq!(step.cases, vec![0, 1, 2]);
+                let f = step.flows[0];
+                assert!(f.src != f.dst && f.src < n && f.dst < n, "n={n}: {f:?}");
+                assert!(seen.insert(f), "n={n}: {f:?} twice");
+            }
+        }
+        let order: Vec<(usize, usize)> =
+            schedule(Pattern::Alone, 3, 1).iter().map(|s| (s.flows[0].src, s.flows[0].dst)).collect();
+        assert_eq!(order, [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]);
+        assert!(schedule(Pattern::Alone, 1, 2).is_empty());
+        assert_eq!(Pattern::Alone.to_string(), "alone");
     }
 
     #[test]

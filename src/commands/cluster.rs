@@ -89,6 +89,9 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         numa: rank_numa(mem, &device),
     };
     let mut group = cluster::rendezvous(&rv)?;
+    // Before any rank computes a schedule from its own arguments: a rank started with others would measure
+    // something else, or wait at a barrier the others never reach.
+    super::cluster_args::check_same_args(&mut group, &a)?;
     group.set_timeout(a.step_timeout);
     let steps = cluster::schedule(a.pattern, group.world_size(), cfg.cases.len());
     let members = flow_addresses(group.members(), loopback);
@@ -96,7 +99,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         let ranks: Vec<Endpoint> = members.iter().map(|m| endpoint(&a, m)).collect();
         Collector::new(&a, &info, &cfg, model, &coordinator.address(), ranks, steps.len(), exports)
     });
-    let sync_reps = a.pattern != Pattern::Pairs;
+    let sync_reps = !a.pattern.flows_apart();
     let job = FlowJob { cfg, token, timeouts, device, src: mem, members, sync_reps };
     let outcome = run_steps(&mut group, &steps, &job, collector.as_mut());
     match collector {
@@ -329,10 +332,10 @@ impl Collector {
         }
     }
 
-    /// Flows that ran at once (every pattern but pairs, whose flows are each measured alone): per size, bytes of
-    /// all flows over the slowest one's time; for bidir also per pair (its two directions).
+    /// Flows that ran at once (every pattern but pairs and alone, whose flows are each a link's own measurement):
+    /// per size, bytes of all flows over the slowest one's time; for bidir also per pair (its two directions).
     fn add_aggregates(&mut self, number: usize, step: &Step, first_new: usize) {
-        if self.pattern == Pattern::Pairs || step.flows.len() < 2 {
+        if self.pattern.flows_apart() || step.flows.len() < 2 {
             return;
         }
         let new = &self.results.cases[first_new..];

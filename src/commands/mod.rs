@@ -3,6 +3,7 @@
 //! lives in `common`, which imports no subcommand.
 
 pub mod cluster;
+pub mod cluster_args;
 pub mod cluster_flows;
 pub mod common;
 pub mod devices;

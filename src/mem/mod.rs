@@ -34,6 +34,13 @@ impl fmt::Display for MemKind {
     }
 }
 
+/// As users write it (`gpu:0`).
+impl serde::Serialize for MemKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// As `--mem`, `--src` and `--dst` take it (clap parses those flags with this).
 impl std::str::FromStr for MemKind {
     type Err = String;

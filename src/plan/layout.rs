@@ -9,11 +9,11 @@ use super::SizeCase;
 use crate::bail_usage;
 use anyhow::Result;
 use clap::Args;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// KV-cache layout: one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
 /// them.
-#[derive(Args, Debug, Clone, Deserialize)]
+#[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 #[command(next_help_heading = "KV layout")]
 pub struct PagedArgs {

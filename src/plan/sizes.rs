@@ -181,6 +181,13 @@ fn parse_list(text: &str, flag: &str, parse: fn(&str) -> Result<u64>) -> Result<
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeList(pub Vec<u64>);
 
+/// As the sizes read back exactly (`1MiB,96MiB`): two spellings of the same sizes serialize alike.
+impl serde::Serialize for SizeList {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(&self.0.iter().map(|b| size_text(*b)).collect::<Vec<_>>().join(","))
+    }
+}
+
 impl std::str::FromStr for SizeList {
     type Err = anyhow::Error;
 
@@ -192,6 +199,13 @@ impl std::str::FromStr for SizeList {
 /// `--tokens`: a comma-separated list of token counts, parsed by clap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenList(pub Vec<u64>);
+
+/// As token counts read back exactly (`1k,32k`).
+impl serde::Serialize for TokenList {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(&self.0.iter().map(|t| format_tokens(*t)).collect::<Vec<_>>().join(","))
+    }
+}
 
 impl std::str::FromStr for TokenList {
     type Err = anyhow::Error;

@@ -19,7 +19,7 @@ pub struct ClusterJson {
     pub steps_total: usize,
     /// Steps whose flows are all in `cases` (the file is rewritten after each).
     pub steps_done: usize,
-    /// Per step of flows that ran at once (every pattern but `pairs`), per size.
+    /// Per step of flows that ran at once (every pattern but `pairs` and `alone`), per size.
     #[serde(default)]
     pub aggregates: Vec<StepAggregate>,
 }
