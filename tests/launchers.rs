@@ -222,7 +222,11 @@ fn a_wrong_token_is_turned_away() {
     }
     let coordinator = procs.remove(0);
     all_fail_naming(procs, Duration::from_secs(10), "wrong token");
-    all_fail_naming(vec![coordinator], Duration::from_secs(10), "turned away: rank 1 on ");
+    all_fail_naming(
+        vec![coordinator],
+        Duration::from_secs(10),
+        "turned away 1 connection: 127.0.0.1: its proof does not match",
+    );
 }
 
 #[test]

@@ -2,18 +2,21 @@
 //! table; then release barriers. One thread polls the listener and every connection, so a rank whose connection
 //! closes is noticed while rank 0 still waits for others, and every remaining rank is told why at once.
 
+use super::admission::{self, missing_ranks, Pending, Progress, Refusal, TurnedAway, MAX_PENDING};
 use super::group::{Group, Link, Links, Member, RendezvousConfig};
-use super::wire::{self, Wire};
-use crate::control::auth::{self, Nonces, NONCE_LEN};
+use super::wire::{self, JoinDecode, Wire};
+use crate::console::printable;
+use crate::control::auth::{self, Nonces};
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::collections::BTreeMap;
 use std::io::ErrorKind;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-/// How long one message may take to arrive once its first byte has (a rank that connects and stalls mid-message
-/// must not hold up the others for the whole rendezvous timeout).
+/// How long one message may take to arrive once its first byte has, from a rank that has joined (a rank that
+/// stalls mid-message must not hold up the others for the whole rendezvous timeout).
 const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest single wait in poll: bounds how late the deadline is noticed.
 const POLL_SLICE_MS: u16 = 1000;
@@ -22,14 +25,10 @@ const POLL_SLICE_MS: u16 = 1000;
 /// connected is told the reason before this returns it.
 pub(super) fn gather(cfg: &RendezvousConfig) -> Result<Group> {
     let listener = listen(cfg)?;
-    let mut state = Gathering {
-        cfg,
-        joined: (0..cfg.info.world_size).map(|_| None).collect(),
-        proofs: vec![String::new(); cfg.info.world_size],
-        refused: Vec::new(),
-    };
+    let mut state = Gathering { cfg, joined: BTreeMap::new(), turned_away: TurnedAway::default() };
     let outcome = state.run(&listener).and_then(|()| state.send_table());
-    let links: Vec<Link> = state.joined.into_iter().flatten().map(|(link, _)| link).collect();
+    // In rank order: the map's order.
+    let links: Vec<Link> = state.joined.into_values().map(|j| j.link).collect();
     match outcome {
         Ok(members) => {
             Ok(Group { rank: 0, members, timeout: cfg.timeout, links: Links::Coordinator(links), barriers: 0 })
@@ -53,135 +52,208 @@ fn listen(cfg: &RendezvousConfig) -> Result<TcpListener> {
     Ok(listener)
 }
 
+/// A rank that joined: its connection, its row of the table, and rank 0's proof for its nonces (sent with the
+/// table).
+struct Joined {
+    link: Link,
+    member: Member,
+    proof: String,
+}
+
 struct Gathering<'a> {
     cfg: &'a RendezvousConfig,
-    /// By rank; rank 0 (this one) stays None.
-    joined: Vec<Option<(Link, Member)>>,
-    /// By rank: rank 0's proof for that rank's nonces, sent with the table.
-    proofs: Vec<String>,
-    /// Connections turned away (wrong token, not kvxfer), for the timeout's message.
-    refused: Vec<String>,
+    /// The ranks in so far, by rank: one entry per rank that joined, never one per rank that might.
+    joined: BTreeMap<usize, Joined>,
+    turned_away: TurnedAway,
 }
 
 impl Gathering<'_> {
     fn run(&mut self, listener: &TcpListener) -> Result<()> {
         let deadline = Instant::now() + self.cfg.timeout;
-        // Accepted connections, each with the nonce it was challenged with, until their Join arrives.
-        let mut pending: Vec<(TcpStream, [u8; NONCE_LEN])> = Vec::new();
+        // Accepted connections whose Join has not arrived whole, oldest first.
+        let mut pending: Vec<Pending> = Vec::new();
         loop {
-            let missing: Vec<usize> = (1..self.joined.len()).filter(|r| self.joined[*r].is_none()).collect();
-            if missing.is_empty() {
+            if self.joined.len() + 1 >= self.cfg.info.world_size {
+                if self.turned_away.count() > 0 {
+                    let n = self.turned_away.count();
+                    crate::errln!(
+                        "rendezvous: every rank joined; {n} connection{} turned away (not ranks of this run)",
+                        if n == 1 { " was" } else { "s were" }
+                    );
+                }
                 return Ok(());
             }
-            if Instant::now() >= deadline {
-                bail!("{}", self.missing_message(&missing));
+            let now = Instant::now();
+            if now >= deadline {
+                bail!("{}", self.missing_message());
             }
-            let joined_ranks: Vec<usize> = (1..self.joined.len()).filter(|r| self.joined[*r].is_some()).collect();
+            pending = self.cut_slow(pending, now);
+            // Wake for the first pending connection's deadline too, so a slow one is cut on time.
+            let wake = pending.iter().map(|p| p.deadline).fold(deadline, Instant::min);
+            let joined_ranks: Vec<usize> = self.joined.keys().copied().collect();
             let ready = {
                 let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-                fds.extend(pending.iter().map(|(s, _)| PollFd::new(s.as_fd(), PollFlags::POLLIN)));
-                fds.extend(self.joined.iter().flatten().map(|(l, _)| PollFd::new(l.stream.as_fd(), PollFlags::POLLIN)));
-                wait_ready(&mut fds, deadline)?
+                fds.extend(pending.iter().map(|p| PollFd::new(p.stream.as_fd(), PollFlags::POLLIN)));
+                fds.extend(self.joined.values().map(|j| PollFd::new(j.link.stream.as_fd(), PollFlags::POLLIN)));
+                wait_ready(&mut fds, wake)?
             };
             let (listener_ready, rest) = ready.split_first().expect("the listener is polled");
             let (pending_ready, joined_ready) = rest.split_at(pending.len());
             if let Some(pos) = joined_ready.iter().position(|r| *r) {
-                let rank = joined_ranks[pos];
-                let link = self.link(rank);
-                bail!("{}", early_message(&mut link.stream, rank, &link.host));
+                let link = &mut self.joined.get_mut(&joined_ranks[pos]).expect("a joined rank").link;
+                bail!("{}", early_message(&mut link.stream, link.rank, &link.host));
             }
-            for i in (0..pending.len()).rev().filter(|i| pending_ready[*i]) {
-                let (stream, challenge) = pending.swap_remove(i);
-                self.admit(stream, challenge)?;
-            }
+            pending = self.read_pending(pending, pending_ready)?;
             if *listener_ready {
-                accept_all(listener, &mut pending)?;
+                self.accept_all(listener, &mut pending)?;
             }
         }
     }
 
-    fn link(&mut self, rank: usize) -> &mut Link {
-        &mut self.joined[rank].as_mut().expect("a joined rank").0
+    /// Turn away the pending connections past their deadline.
+    fn cut_slow(&mut self, pending: Vec<Pending>, now: Instant) -> Vec<Pending> {
+        let (slow, kept): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| now >= p.deadline);
+        for p in slow {
+            self.turned_away.add(&p.from, Refusal::Slow { got: p.received() });
+        }
+        kept
     }
 
-    /// Read a new connection's `Join` and check it. A stranger (closed, not kvxfer, wrong token) is turned away
-    /// and noted; an inconsistent rank (wrong world size, duplicate rank) fails the rendezvous.
-    fn admit(&mut self, mut stream: TcpStream, challenge: [u8; NONCE_LEN]) -> Result<()> {
-        let from = stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|_| "?".into());
-        let Ok(Wire::Join(join)) = wire::recv(&mut stream) else {
-            self.refused.push(format!("a connection from {from} that did not join"));
-            return Ok(());
-        };
-        let wire::Join { magic, protocol, nonce, proof, rank, world_size, local_rank, host, addr, numa } = join;
-        let refuse = |stream: &mut TcpStream, message: String| {
-            let _ = wire::send(stream, &Wire::Error { message: message.clone() });
-            message
-        };
-        if magic != wire::MAGIC || protocol != wire::PROTOCOL {
-            let why = format!("rank {rank} on {host} speaks rendezvous protocol {protocol}, rank 0 speaks {}; run the same kvxfer on every rank", wire::PROTOCOL);
-            bail!(refuse(&mut stream, why));
+    /// Read the ready pending connections without waiting; admit or turn away those whose first message is whole.
+    fn read_pending(&mut self, pending: Vec<Pending>, ready: &[bool]) -> Result<Vec<Pending>> {
+        let mut kept = Vec::with_capacity(pending.len());
+        for (mut p, ready) in pending.into_iter().zip(ready) {
+            if !*ready {
+                kept.push(p);
+                continue;
+            }
+            match p.read_some() {
+                Progress::Waiting | Progress::Done(JoinDecode::Incomplete { .. }) => kept.push(p),
+                Progress::Closed => self.turned_away.add(&p.from, Refusal::Closed),
+                Progress::Done(JoinDecode::Refused(why)) => self.turned_away.add(&p.from, Refusal::NotAJoin(why)),
+                Progress::Done(JoinDecode::Join(join)) => self.admit(p, *join)?,
+            }
         }
-        let nonces = auth::parse_nonce(&nonce).map(|sender| Nonces { sender, receiver: challenge });
+        Ok(kept)
+    }
+
+    /// Accept every waiting connection and challenge it with a fresh nonce (a connection that cannot take the few
+    /// bytes is dropped: it is not a rank waiting to join). Past [`MAX_PENDING`] waiting, the oldest is cut.
+    fn accept_all(&mut self, listener: &TcpListener, pending: &mut Vec<Pending>) -> Result<()> {
+        loop {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(true)?;
+                    stream.set_nodelay(true)?;
+                    let challenge = auth::nonce()?;
+                    // A few dozen bytes into a fresh socket's buffer: never blocks.
+                    if wire::send(&mut stream, &Wire::Challenge { nonce: hex::encode(challenge) }).is_ok() {
+                        if pending.len() >= MAX_PENDING {
+                            let oldest = pending.remove(0);
+                            self.turned_away.add(&oldest.from, Refusal::Crowded);
+                        }
+                        pending.push(Pending::new(stream, challenge, Instant::now()));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::ConnectionAborted => {}
+                Err(e) => return Err(e).context("accepting a rank's connection"),
+            }
+        }
+    }
+
+    /// Check a whole Join: its proof first. One that fails it is turned away and counted, whatever it claims. A
+    /// proven one speaks for a rank of this run: another protocol, world size or rank numbering fails the
+    /// rendezvous, naming what differs.
+    fn admit(&mut self, pending: Pending, join: wire::Join) -> Result<()> {
+        let Pending { mut stream, challenge, from, .. } = pending;
+        let nonces = auth::parse_nonce(&join.nonce).map(|sender| Nonces { sender, receiver: challenge });
         let proven =
-            nonces.as_ref().is_some_and(|n| auth::proof_matches(&auth::sender_proof(&self.cfg.token, n), &proof));
+            nonces.as_ref().is_some_and(|n| auth::proof_matches(&auth::sender_proof(&self.cfg.token, n), &join.proof));
         let (true, Some(nonces)) = (proven, nonces) else {
+            // A real rank given another token learns why; a stranger learns nothing it did not send.
             let why = "wrong token; every rank needs rank 0's KVXFER_TOKEN".to_string();
-            self.refused.push(format!("rank {rank} on {host}: {}", refuse(&mut stream, why)));
+            let _ = wire::send(&mut stream, &Wire::Error { message: why });
+            self.turned_away.add(&from, Refusal::wrong_token(&join));
             return Ok(());
         };
-        let size = self.joined.len();
-        if world_size != size {
-            bail!(refuse(
-                &mut stream,
-                format!(
-                    "rank {rank} on {host} was launched with a world size of {world_size}, rank 0 on {} with {size}",
-                    self.cfg.host
-                )
-            ));
+        if join.magic != wire::MAGIC {
+            self.turned_away.add(&from, Refusal::WrongMagic { magic: printable(&join.magic) });
+            return Ok(());
         }
-        if rank == 0 || rank >= size {
-            bail!(refuse(&mut stream, format!("two processes claim rank 0: {} and {host}", self.cfg.host)));
+        let host = printable(&join.host);
+        let size = self.cfg.info.world_size;
+        if let Some(why) = self.inconsistency(&join, &host) {
+            let _ = wire::send(&mut stream, &Wire::Error { message: why.clone() });
+            bail!(why);
         }
-        if let Some((first, _)) = &self.joined[rank] {
-            let why = format!(
-                "rank {rank} joined twice: from {} and from {host}; check the launcher's environment",
-                first.host
-            );
-            bail!(refuse(&mut stream, why));
-        }
-        let member = Member { rank, local_rank, host: host.clone(), addr, numa };
+        let rank = join.rank;
         // Rank 0, the ranks in before this one, and this one.
-        let ranks_in = 2 + self.joined.iter().filter(|j| j.is_some()).count();
+        let ranks_in = 2 + self.joined.len();
         // A progress line per rank: a launch that hangs here shows who is missing (and tests wait on it).
         crate::errln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
-        self.joined[rank] = Some((Link { rank, host, stream }, member));
-        self.proofs[rank] = hex::encode(auth::receiver_proof(&self.cfg.token, &nonces));
+        // Joined ranks are read only after poll says so, with a bound per message.
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(MESSAGE_TIMEOUT))?;
+        stream.set_write_timeout(Some(MESSAGE_TIMEOUT))?;
+        let wire::Join { local_rank, host: raw_host, addr, numa, .. } = join;
+        let member = Member { rank, local_rank, host: raw_host, addr, numa };
+        let proof = hex::encode(auth::receiver_proof(&self.cfg.token, &nonces));
+        self.joined.insert(rank, Joined { link: Link { rank, host, stream }, member, proof });
         Ok(())
     }
 
-    fn missing_message(&self, missing: &[usize]) -> String {
-        let list: Vec<String> = missing.iter().map(usize::to_string).collect();
-        let mut text = format!(
-            "rendezvous at {}: rank{} {} of {} did not join within {:.0} s",
+    /// What is wrong with a proven Join, if anything: each mistake named for itself (`host` is its escaped host).
+    fn inconsistency(&self, join: &wire::Join, host: &str) -> Option<String> {
+        let (rank, size, me) = (join.rank, self.cfg.info.world_size, &self.cfg.host);
+        let why = if join.protocol != wire::PROTOCOL {
+            format!(
+                "rank {rank} on {host} speaks rendezvous protocol {}, rank 0 on {me} speaks {}; run the same kvxfer on every rank",
+                join.protocol,
+                wire::PROTOCOL
+            )
+        } else if join.world_size != size {
+            format!(
+                "rank {rank} on {host} was launched with a world size of {}, rank 0 on {me} with {size}",
+                join.world_size
+            )
+        } else if rank == 0 {
+            format!("two processes claim rank 0: {me} and {host}; check the launcher's environment")
+        } else if rank >= size {
+            format!(
+                "{host} claims rank {rank}, not below the world size {size} (ranks are 0-{}); check the launcher's environment",
+                size - 1
+            )
+        } else if let Some(first) = self.joined.get(&rank) {
+            format!(
+                "rank {rank} joined twice: from {} and from {host}; check the launcher's environment",
+                first.link.host
+            )
+        } else {
+            return None;
+        };
+        Some(why)
+    }
+
+    fn missing_message(&self) -> String {
+        let size = self.cfg.info.world_size;
+        let (count, list) = missing_ranks(self.joined.keys().copied(), size);
+        format!(
+            "rendezvous at {}: rank{} {list} of {size} did not join within {:.0} s{}",
             self.cfg.coordinator,
-            if missing.len() == 1 { "" } else { "s" },
-            list.join(", "),
-            self.joined.len(),
-            self.cfg.timeout.as_secs_f64()
-        );
-        if !self.refused.is_empty() {
-            text += &format!(" (turned away: {})", self.refused.join("; "));
-        }
-        text
+            if count == 1 { "" } else { "s" },
+            self.cfg.timeout.as_secs_f64(),
+            self.turned_away.suffix()
+        )
     }
 
     /// Everyone joined: the table (rank 0 first), sent to every rank.
     fn send_table(&mut self) -> Result<Vec<Member>> {
-        let first_link = self.joined.iter().flatten().next();
+        let first_link = self.joined.values().next();
         // Rank 0 advertises the address the others reached it on; alone, the coordinator's host.
-        let ip = first_link.and_then(|(link, _)| link.stream.local_addr().ok()).map(|a| a.ip());
+        let ip = first_link.and_then(|j| j.link.stream.local_addr().ok()).map(|a| a.ip());
         let addr = match ip {
-            Some(ip) => SocketAddr::new(unmap(ip), self.cfg.listen_port).to_string(),
+            Some(ip) => SocketAddr::new(admission::unmap(ip), self.cfg.listen_port).to_string(),
             None => format!("{}:{}", self.cfg.coordinator.host, self.cfg.listen_port),
         };
         let me = Member {
@@ -191,44 +263,13 @@ impl Gathering<'_> {
             addr,
             numa: self.cfg.numa,
         };
-        let members: Vec<Member> =
-            std::iter::once(me).chain(self.joined.iter().flatten().map(|(_, m)| m.clone())).collect();
-        for (link, _) in self.joined.iter_mut().flatten() {
-            let proof = self.proofs[link.rank].clone();
+        let members: Vec<Member> = std::iter::once(me).chain(self.joined.values().map(|j| j.member.clone())).collect();
+        for j in self.joined.values_mut() {
+            let (link, proof) = (&mut j.link, j.proof.clone());
             wire::send(&mut link.stream, &Wire::Table { members: members.clone(), proof })
                 .map_err(|e| anyhow!("rank {} on {} left before it got the table ({e})", link.rank, link.host))?;
         }
         Ok(members)
-    }
-}
-
-/// An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d; the others should see a.b.c.d.
-fn unmap(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
-    }
-}
-
-/// Accept every waiting connection and challenge it with a fresh nonce (a connection that cannot take the few
-/// bytes is dropped: it is not a rank waiting to join).
-fn accept_all(listener: &TcpListener, pending: &mut Vec<(TcpStream, [u8; NONCE_LEN])>) -> Result<()> {
-    loop {
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                stream.set_nonblocking(false)?;
-                stream.set_nodelay(true)?;
-                stream.set_read_timeout(Some(MESSAGE_TIMEOUT))?;
-                stream.set_write_timeout(Some(MESSAGE_TIMEOUT))?;
-                let challenge = auth::nonce()?;
-                if wire::send(&mut stream, &Wire::Challenge { nonce: hex::encode(challenge) }).is_ok() {
-                    pending.push((stream, challenge));
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::ConnectionAborted => {}
-            Err(e) => return Err(e).context("accepting a rank's connection"),
-        }
     }
 }
 

@@ -60,6 +60,10 @@ pub struct RankInfo {
     pub local_rank: usize,
 }
 
+/// The most ranks a cluster run takes: far past any cluster kvxfer meets, and a bound on what a world size read
+/// from the environment can make rank 0 wait for.
+pub const MAX_WORLD_SIZE: usize = 1 << 16;
+
 /// Port of the rendezvous when the coordinator comes from the Slurm nodelist (no port there): 18600 plus the job id
 /// modulo 1000, so two jobs whose first node is the same host meet on different ports unless their ids are equal
 /// modulo 1000. Without `SLURM_JOB_ID`, 18600.
@@ -116,6 +120,11 @@ fn read_rank(
     let world_size = number(env, size_var)?;
     if world_size == 0 {
         crate::bail_usage!("{size_var}=0: the world size must be at least 1");
+    }
+    if world_size > MAX_WORLD_SIZE {
+        crate::bail_usage!(
+            "{size_var}={world_size}: kvxfer cluster runs at most {MAX_WORLD_SIZE} ranks; check the launcher's environment"
+        );
     }
     if rank >= world_size {
         crate::bail_usage!("{rank_var}={rank} is not below {size_var}={world_size}; ranks count from 0");

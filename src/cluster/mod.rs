@@ -3,6 +3,7 @@
 //! rank and world size from the launcher's environment, and [`rendezvous`] lets the ranks meet at rank 0 over plain
 //! TCP, learn each other's addresses and wait on barriers, as NCCL's bootstrap does.
 
+mod admission;
 mod coordinator;
 mod group;
 pub mod launcher;
@@ -14,3 +15,4 @@ pub use group::{Group, Member, RendezvousConfig};
 pub use launcher::{discover, resolve_coordinator, Coordinator, CoordinatorSource, EnvMap, Launcher, RankInfo};
 pub use rendezvous::rendezvous;
 pub use schedule::{schedule, Endpoint, Flow, Pattern, Step};
+pub use wire::{decode_join, Join, JoinDecode, NotAJoin, MAX_JOIN_FRAME};

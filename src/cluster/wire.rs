@@ -16,13 +16,16 @@
 //! captured Join proves nothing on the next connection (a fresh nonce S each time).
 
 use super::group::Member;
-use crate::control::frame::{read_frame, write_frame, FrameError};
+use crate::control::frame::{read_frame, write_frame, FrameError, MAX_HELLO_FRAME};
 use serde::{Deserialize, Serialize};
 use std::net::TcpStream;
 
 pub(super) const MAGIC: &str = "kvxfer-cluster";
 /// 2: challenge–response instead of the token in Join.
 pub(super) const PROTOCOL: u32 = 2;
+/// The largest Join rank 0 reads from a connection that has not proven it holds the token: a Join is a few hundred
+/// bytes, and nothing a stranger sends may make rank 0 allocate more (serve's Hello has the same bound).
+pub const MAX_JOIN_FRAME: usize = MAX_HELLO_FRAME;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -65,9 +68,9 @@ impl Wire {
     }
 }
 
-/// A rank's introduction to rank 0.
+/// A rank's introduction to rank 0. Until its proof is checked, every field is a stranger's word.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Join {
+pub struct Join {
     pub magic: String,
     pub protocol: u32,
     /// This rank's nonce, hex (absent from protocol 1, which sent the token instead: refused by its protocol).
@@ -85,6 +88,67 @@ pub(super) struct Join {
     /// The NUMA node of this rank's buffer, when the rank knows it.
     #[serde(default)]
     pub numa: Option<u32>,
+}
+
+/// What the bytes a connection sent so far make of its Join (see [`decode_join`]).
+#[derive(Debug)]
+pub enum JoinDecode {
+    /// Not all of it yet: the Join ends `wanted` bytes into the connection (the 4-byte length included).
+    Incomplete { wanted: usize },
+    /// A whole Join, not yet authenticated.
+    Join(Box<Join>),
+    /// Not a Join rank 0 will read; the connection is turned away.
+    Refused(NotAJoin),
+}
+
+/// Why a connection's first message is not a Join. Peer text in these is already escaped and cut for a log line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAJoin {
+    #[error("announced a {0}-byte message (a Join is at most {MAX_JOIN_FRAME} bytes)")]
+    TooLarge(usize),
+    #[error("sent a {0} instead of a Join")]
+    OtherMessage(&'static str),
+    /// A Join of another rendezvous protocol, whose fields this kvxfer cannot read.
+    #[error("speaks rendezvous protocol {0}, rank 0 speaks {PROTOCOL}, in a Join this kvxfer cannot read")]
+    OtherProtocol(u64),
+    #[error("sent something that is not a kvxfer rendezvous message ({0})")]
+    Garbled(String),
+}
+
+/// Rank 0's reading of a new connection's first message, from `bytes`: everything the connection sent so far
+/// (rank 0 calls this after every read, so only the 4-byte length is looked at until the whole frame is there).
+/// Never allocates past [`MAX_JOIN_FRAME`]: a longer length is refused as soon as it arrives. Bytes after the
+/// frame are not looked at.
+pub fn decode_join(bytes: &[u8]) -> JoinDecode {
+    let Some(len) = bytes.get(..4) else { return JoinDecode::Incomplete { wanted: 4 } };
+    let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+    if len > MAX_JOIN_FRAME {
+        return JoinDecode::Refused(NotAJoin::TooLarge(len));
+    }
+    let Some(body) = bytes.get(4..4 + len) else { return JoinDecode::Incomplete { wanted: 4 + len } };
+    match serde_json::from_slice::<Wire>(body) {
+        Ok(Wire::Join(join)) => JoinDecode::Join(Box::new(join)),
+        Ok(other) => JoinDecode::Refused(NotAJoin::OtherMessage(other.name())),
+        Err(e) => JoinDecode::Refused(not_a_join(body, &e)),
+    }
+}
+
+/// Why `body` is not a Join: a Join of another protocol when it says so, else serde's reason (which may quote the
+/// peer's text: escaped and cut).
+fn not_a_join(body: &[u8], e: &serde_json::Error) -> NotAJoin {
+    #[derive(Deserialize)]
+    struct Header {
+        #[serde(rename = "type")]
+        kind: String,
+        magic: String,
+        protocol: u64,
+    }
+    match serde_json::from_slice::<Header>(body) {
+        Ok(h) if h.kind == "Join" && h.magic == MAGIC && h.protocol != u64::from(PROTOCOL) => {
+            NotAJoin::OtherProtocol(h.protocol)
+        }
+        _ => NotAJoin::Garbled(crate::console::printable(&e.to_string())),
+    }
 }
 
 /// Why a message could not be read.
