@@ -131,6 +131,24 @@ pub fn schedule(pattern: Pattern, world_size: usize, n_cases: usize) -> Vec<Step
     }
 }
 
+/// The most flows `rank` takes part in (sends or receives) in one step of `pattern` over `world_size` ranks: how
+/// many buffers it holds at once. Computed without building the schedule, whose size grows with the square of the
+/// world size (a launcher may claim tens of thousands of ranks before any of them has joined). 0 without a flow.
+pub fn peak_flows(pattern: Pattern, world_size: usize, rank: usize) -> usize {
+    let n = world_size;
+    if n < 2 {
+        return 0;
+    }
+    match pattern {
+        Pattern::Pairs | Pattern::Alone => 1,
+        Pattern::Incast | Pattern::Fanout if rank == 0 => n - 1,
+        Pattern::Incast | Pattern::Fanout => 1,
+        // One pair both ways; a ring sends one flow and receives one (two ranks: 0→1 and 1→0).
+        Pattern::Bidir | Pattern::Ring => 2,
+        Pattern::All => 2 * (n - 1),
+    }
+}
+
 /// Rounds of disjoint unordered pairs covering every pair once (the circle method): rank 0 stays, the others rotate;
 /// an odd count gets a ghost rank, and whoever meets it sits the round out. Pairs are (lower, higher).
 pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
@@ -158,6 +176,24 @@ pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn peak_flows_is_the_schedules_busiest_step_for_every_rank() {
+        use clap::ValueEnum;
+        for pattern in Pattern::value_variants() {
+            for n in 1..10 {
+                let steps = schedule(*pattern, n, 2);
+                for rank in 0..n {
+                    let busiest = steps
+                        .iter()
+                        .map(|s| s.flows.iter().filter(|f| f.src == rank || f.dst == rank).count())
+                        .max()
+                        .unwrap_or(0);
+                    assert_eq!(peak_flows(*pattern, n, rank), busiest, "{pattern} over {n} ranks, rank {rank}");
+                }
+            }
+        }
+    }
+
     use super::*;
     use std::collections::HashSet;
 

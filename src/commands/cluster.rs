@@ -49,14 +49,13 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     if info.rank == 0 {
         crate::output::Recorder::check_outputs(&a.out)?;
     }
-    let planned = cluster::schedule(a.pattern, info.world_size, cfg.cases.len());
-    if planned.is_empty() {
+    let peak = cluster::schedule::peak_flows(a.pattern, info.world_size, info.rank);
+    if peak == 0 {
         bail_usage!("--pattern {} over {} rank(s) has no flow; launch at least 2 ranks", a.pattern, info.world_size);
     }
     // Every flow of a step has its own buffers on both ends: under fanout, ring or all a rank holds one per flow it
     // sends or receives at once, so refuse sizes that fit once but not that many times.
-    let peak = planned.iter().map(|s| s.flows.iter().filter(|f| f.src == info.rank || f.dst == info.rank).count());
-    check_memory(&cfg, &vec![mem; peak.max().unwrap_or(1).max(2)]).map_err(|e| {
+    check_memory(&cfg, &vec![mem; peak.max(2)]).map_err(|e| {
         e.context(format!("--pattern {}: rank {} holds that many buffers at once", a.pattern, info.rank))
     })?;
     let token = a.token.clone().unwrap_or_default();
