@@ -61,12 +61,8 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     })?;
     let token = a.token.clone().unwrap_or_default();
     let loopback = resolves_to_loopback(&coordinator.address());
-    if !loopback && token.is_empty() {
-        bail_usage!(
-            "the coordinator {} is not on loopback: set KVXFER_TOKEN (the same on every rank), so that only the ranks of this run can write into each rank's memory",
-            coordinator.address()
-        );
-    }
+    let place = format!("the coordinator {}", coordinator.address());
+    crate::control::auth::check_token(&place, loopback, &token, "KVXFER_TOKEN or --token T, the same on every rank")?;
     let listener = bind(SocketAddr::new(if loopback { Ipv4Addr::LOCALHOST } else { Ipv4Addr::UNSPECIFIED }.into(), 0))?;
     let listen_port = listener.local_addr()?.port();
     let limits = ReceiverLimits {
