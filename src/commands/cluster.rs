@@ -27,6 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 pub fn run(a: ClusterArgs) -> Result<()> {
     let env = launcher::process_env();
     let info = cluster::discover(&env)?;
+    crate::console::set_cluster_rank(info.rank);
     let coordinator = cluster::resolve_coordinator(a.coordinator.as_deref(), &env, launcher::scontrol_hostnames)?;
     let host = crate::env::hostname();
     crate::errln!(
