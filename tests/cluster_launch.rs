@@ -1,13 +1,17 @@
-//! What the stderr of `kvxfer cluster` ranks looks like when a launcher merges it (`mpirun -np 4`: every line whole
-//! and naming its rank, the tcp calibration's verdict once per run), and the token rule a cluster shares with
-//! `serve`. mpirun skips, saying why, when missing, and fails instead under `KVXFER_REQUIRE_SLURM=1`.
+//! How the ranks of `kvxfer cluster` find rank 0 when nothing names it, and what their stderr looks like when a
+//! launcher merges it: `mpirun -np 4` and `srun --mpi=pmix -n 4` with no `--coordinator` (rank 0 publishes its
+//! address through the launcher's PMIx server); `mpirun` with PMIx switched off (every rank on this host: loopback, at
+//! a port derived from the job); two runs that derive the same port; and the token rule a cluster shares with
+//! `serve`. mpirun and srun skip, saying why, when missing, and fail instead under `KVXFER_REQUIRE_SLURM=1`.
 
 mod common;
 
-use common::launch::{clean, mpirun_ready};
-use common::{free_port, read_json, Out, Proc, TempDir};
+use common::launch::{clean, mpirun_ready, slurm_ready};
+use common::{read_json, Out, Proc, TempDir};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 const RANKS: usize = 4;
 const MPIRUN: &[&str] = &[
@@ -70,17 +74,74 @@ fn mpirun(json: &str, options: &[&str], args: &[&str]) -> Command {
 }
 
 #[test]
-fn mpirun_ranks_write_whole_lines_each_naming_its_rank() {
+fn mpirun_needs_no_coordinator_flag_ranks_meet_through_pmix_and_every_line_names_its_rank() {
     if !mpirun_ready() {
         return;
     }
-    let dir = TempDir::new("launch-mpirun-lines");
+    let dir = TempDir::new("launch-mpirun-pmix");
     let json = dir.arg("pairs.json");
-    let coordinator = format!("127.0.0.1:{}", free_port());
-    let out =
-        launch(mpirun(&json, &[], &["--coordinator", &coordinator]), "mpirun -np 4 kvxfer cluster --pattern pairs");
+    let out = launch(mpirun(&json, &[], &[]), "mpirun -np 4 kvxfer cluster --pattern pairs (no --coordinator)");
     check_results(Path::new(&json), "openmpi");
-    check_stderr(&out.stderr, "(from --coordinator)");
+    check_stderr(&out.stderr, "(from PMIx");
+}
+
+#[test]
+fn mpirun_without_pmix_meets_on_loopback_when_every_rank_is_local() {
+    if !mpirun_ready() {
+        return;
+    }
+    let dir = TempDir::new("launch-mpirun-local");
+    let json = dir.arg("pairs.json");
+    let out = launch(mpirun(&json, &["-x", "KVXFER_PMIX=off"], &[]), "mpirun -np 4 -x KVXFER_PMIX=off kvxfer cluster");
+    check_results(Path::new(&json), "openmpi");
+    check_stderr(&out.stderr, "every rank on this host");
+    assert!(out.stderr.contains("ranks meet at 127.0.0.1:"), "{}", out.stderr);
+    assert!(out.stderr.contains("KVXFER_PMIX=off"), "the first line says why not PMIx: {}", out.stderr);
+}
+
+#[test]
+fn srun_with_pmix_needs_no_coordinator_flag_either() {
+    let Some(conf) = slurm_ready() else { return };
+    let dir = TempDir::new("launch-srun-pmix");
+    let json = dir.arg("pairs.json");
+    let mut cmd = clean(Command::new("srun"));
+    cmd.env("SLURM_CONF", &conf).args(["--mpi=pmix", "-n", "4", "--time", "2"]);
+    cmd.arg(common::bin()).args(PAIRS).args(["--json", &json]);
+    let out = launch(cmd, "srun --mpi=pmix -n 4 kvxfer cluster --pattern pairs");
+    check_results(Path::new(&json), "slurm");
+    check_stderr(&out.stderr, "(from PMIx");
+}
+
+/// One rank 0 of a 2-rank OpenMPI job whose environment has no PMIx server, as mpirun would start it (the job id is
+/// what every rank shares).
+fn local_rank_0(job: &str, what: &str) -> Proc {
+    let mut cmd = clean(Command::new(common::bin()));
+    cmd.args(["cluster", "--sizes", "1MiB", "--rendezvous-timeout", "30s"]);
+    cmd.env("OMPI_COMM_WORLD_RANK", "0").env("OMPI_COMM_WORLD_SIZE", "2").env("OMPI_COMM_WORLD_LOCAL_RANK", "0");
+    cmd.env("OMPI_COMM_WORLD_LOCAL_SIZE", "2").env("OMPI_MCA_ess_base_jobid", job);
+    Proc::start(&mut cmd, what.to_string())
+}
+
+#[test]
+fn two_local_runs_that_derive_the_same_port_fail_the_second_naming_the_port_and_the_flag() {
+    let job = format!("{}", 4_000_000 + std::process::id());
+    let mut first = local_rank_0(&job, "rank 0 of the first run");
+    let meet = "ranks meet at 127.0.0.1:";
+    assert!(first.stderr.wait_for(meet, Duration::from_secs(30)), "{}", first.stderr.text());
+    let text = first.stderr.text();
+    let port: u16 = text.split(meet).nth(1).and_then(|t| t.split(' ').next()).and_then(|p| p.parse().ok()).unwrap();
+    // Rank 0 of the first run listens once it has checked its flags: wait until it accepts.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline && first.is_running(), "rank 0 never listened: {}", first.stderr.text());
+        std::thread::yield_now();
+    }
+    let second = local_rank_0(&job, "rank 0 of a second run with the same job id").finish();
+    second.expect_code(1);
+    let error = second.stderr.lines().find(|l| l.contains("error:")).unwrap_or_default();
+    assert!(error.starts_with("[rank 0] error: "), "{}", second.stderr);
+    assert!(error.contains(&format!("port {port}")) && error.contains("--coordinator"), "{error}");
+    assert!(first.is_running(), "the first run is unharmed: {}", first.stderr.text());
 }
 
 #[test]

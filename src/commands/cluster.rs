@@ -28,7 +28,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let env = launcher::process_env();
     let info = cluster::discover(&env)?;
     crate::console::set_cluster_rank(info.rank);
-    let coordinator = cluster::resolve_coordinator(a.coordinator.as_deref(), &env, launcher::scontrol_hostnames)?;
+    let coordinator = cluster::find_coordinator(a.coordinator.as_deref(), &env, &info, a.rendezvous_timeout)?;
     let host = crate::env::hostname();
     crate::errln!(
         "cluster: rank {} of {} on {host} (launcher: {}, local rank {}); ranks meet at {} (from {})",
@@ -37,7 +37,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         info.launcher,
         info.local_rank,
         coordinator.address(),
-        source_name(coordinator.source)
+        source_name(&coordinator.source)
     );
     let mem = rank_mem(&a, info.local_rank)?;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[mem, mem])?;
@@ -102,11 +102,16 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     }
 }
 
-fn source_name(source: cluster::CoordinatorSource) -> &'static str {
+/// What said where the ranks meet, for the first line.
+fn source_name(source: &cluster::CoordinatorSource) -> String {
     match source {
-        cluster::CoordinatorSource::Flag => "--coordinator",
-        cluster::CoordinatorSource::MasterAddr => "MASTER_ADDR:MASTER_PORT",
-        cluster::CoordinatorSource::SlurmNodelist => "the first host of SLURM_JOB_NODELIST",
+        cluster::CoordinatorSource::Flag => "--coordinator".into(),
+        cluster::CoordinatorSource::MasterAddr => "MASTER_ADDR:MASTER_PORT".into(),
+        cluster::CoordinatorSource::Pmix => "PMIx: rank 0 published it through the launcher".into(),
+        cluster::CoordinatorSource::SlurmNodelist => "the first host of SLURM_JOB_NODELIST".into(),
+        cluster::CoordinatorSource::LocalLoopback { no_pmix } => {
+            format!("every rank on this host, port from the job id; no PMIx: {no_pmix}; --coordinator to choose")
+        }
     }
 }
 
