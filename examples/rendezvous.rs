@@ -43,7 +43,7 @@ fn run() -> Result<()> {
     let args = parse_args()?;
     let env = launcher::process_env();
     let info = cluster::discover(&env)?;
-    let coordinator = cluster::resolve_coordinator(args.coordinator.as_deref(), &env, launcher::scontrol_hostnames)?;
+    let coordinator = cluster::find_coordinator(args.coordinator.as_deref(), &env, &info, args.timeout)?;
     // The address this rank would take transfers on; the table carries it to every other rank.
     let own = TcpListener::bind("0.0.0.0:0")?;
     let cfg = RendezvousConfig {

@@ -6,9 +6,24 @@
 use std::fmt;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
 static STDERR_GONE: AtomicBool = AtomicBool::new(false);
+/// Put before every stderr line (see [`set_cluster_rank`]); none until set.
+static LINE_PREFIX: OnceLock<String> = OnceLock::new();
+/// Set on cluster ranks other than 0: [`note_line`] prints nothing.
+static NOTES_QUIET: AtomicBool = AtomicBool::new(false);
+
+/// This process is rank `rank` of a cluster run. Every stderr line from now on starts with `[rank N] `, rank 0's
+/// too: mpirun and srun merge every rank's stderr, and their own messages, into one stream, where a line without
+/// its rank cannot be told apart from another rank's or the launcher's; with every line prefixed, `grep '^\[rank 0\]'`
+/// gives one rank's story and the launcher's own lines stand out. Notes (what the run chose, which every rank
+/// would say alike) are left to rank 0.
+pub fn set_cluster_rank(rank: usize) {
+    let _ = LINE_PREFIX.set(format!("[rank {rank}] "));
+    NOTES_QUIET.store(rank != 0, Ordering::Relaxed);
+}
 
 /// Write one line (the arguments and a newline) to stdout, unless stdout is gone.
 pub fn out_line(args: fmt::Arguments) {
@@ -37,14 +52,36 @@ pub fn err_bytes(bytes: &[u8]) {
     }
 }
 
-/// Write one line to stderr, unless stderr is gone.
+/// Write one line to stderr, unless stderr is gone. The line, its prefix and its newline leave in one write(2):
+/// processes that share the stream (the ranks under mpirun) interleave whole lines, never pieces of them.
 pub fn err_line(args: fmt::Arguments) {
     if !STDERR_GONE.load(Ordering::Relaxed) {
-        let mut e = std::io::stderr().lock();
-        if e.write_fmt(args).and_then(|_| e.write_all(b"\n")).is_err() {
+        let text = framed(LINE_PREFIX.get().map_or("", String::as_str), &args.to_string());
+        if std::io::stderr().lock().write_all(text.as_bytes()).is_err() {
             STDERR_GONE.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// A line about what the run chose (its transport, its block size, the tcp paths a calibration kept), not about
+/// what went wrong: on stderr like [`err_line`], except on a cluster rank other than 0, where every rank would say
+/// the same.
+pub fn note_line(args: fmt::Arguments) {
+    if !NOTES_QUIET.load(Ordering::Relaxed) {
+        err_line(args);
+    }
+}
+
+/// `text` as lines for stderr: `prefix` before each of its lines (a message may hold several), each ended by a
+/// newline.
+fn framed(prefix: &str, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + prefix.len() + 1);
+    for line in text.split('\n') {
+        out.push_str(prefix);
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Text a peer sent, made safe for one log line: control characters (newlines that would forge lines, ANSI
@@ -110,9 +147,22 @@ macro_rules! errln {
     ($($arg:tt)*) => { $crate::console::err_line(format_args!($($arg)*)) };
 }
 
+/// [`note_line`] as a macro, like [`errln!`].
+#[macro_export]
+macro_rules! noteln {
+    ($($arg:tt)*) => { $crate::console::note_line(format_args!($($arg)*)) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_line_of_a_message_gets_the_prefix_and_its_newline() {
+        assert_eq!(framed("[rank 2] ", "cluster: rank 2 of 4"), "[rank 2] cluster: rank 2 of 4\n");
+        assert_eq!(framed("[rank 1] ", "a\nb"), "[rank 1] a\n[rank 1] b\n");
+        assert_eq!(framed("", ""), "\n");
+    }
 
     #[test]
     fn peer_text_cannot_forge_lines_or_flood_the_log() {

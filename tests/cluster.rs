@@ -276,7 +276,7 @@ fn a_rank_killed_mid_run_fails_the_others_naming_it_and_rank_0_keeps_the_complet
         let status = status.unwrap_or_else(|| panic!("{} still running {limit:?} after the kill\n{err}", p.what));
         assert_eq!(status.code(), Some(1), "{}: {err}", p.what);
         let line =
-            err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("{}: no error:\n{err}", p.what));
+            err.lines().find(|l| l.contains("] error:")).unwrap_or_else(|| panic!("{}: no error:\n{err}", p.what));
         assert!(line.contains("rank 3 on "), "{}: the error does not name rank 3: {line}", p.what);
     }
     let r = read_json(Path::new(&json));

@@ -249,11 +249,12 @@ pub struct ClusterArgs {
     /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring or all (see below)
     #[arg(long, default_value = "pairs")]
     pub pattern: crate::cluster::Pattern,
-    /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else the first host
-    /// of SLURM_JOB_NODELIST)
+    /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else rank 0's address
+    /// through the launcher's PMIx server (mpirun, srun --mpi=pmix), else the first host of SLURM_JOB_NODELIST, else
+    /// loopback when every rank is on this host)
     #[arg(long, value_name = "HOST:PORT")]
     pub coordinator: Option<String>,
-    /// Shared secret of the ranks; required unless the coordinator is on loopback
+    /// Shared secret of the ranks, at least 16 characters; required unless the coordinator is on loopback
     #[arg(long, env = "KVXFER_TOKEN", hide_env_values = true)]
     #[serde(skip_serializing)]
     pub token: Option<String>,

@@ -41,6 +41,10 @@ pub(super) fn gather(cfg: &RendezvousConfig) -> Result<Group> {
 }
 
 fn listen(cfg: &RendezvousConfig) -> Result<TcpListener> {
+    if let Some(listener) = cfg.coordinator.bound.take() {
+        listener.set_nonblocking(true)?;
+        return Ok(listener);
+    }
     let port = cfg.coordinator.port;
     // All addresses (dual-stack where IPv6 exists): rank 0 does not know which of its names the others resolve.
     let listener = TcpListener::bind(("::", port)).or_else(|_| TcpListener::bind(("0.0.0.0", port))).map_err(|e| {

@@ -12,7 +12,9 @@
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::TcpListener;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 /// Environment variables by name: a snapshot of the process environment, or a test's own map.
 pub type EnvMap = BTreeMap<String, String>;
@@ -68,6 +70,15 @@ pub const MAX_WORLD_SIZE: usize = 1 << 16;
 /// modulo 1000, so two jobs whose first node is the same host meet on different ports unless their ids are equal
 /// modulo 1000. Without `SLURM_JOB_ID`, 18600.
 pub const SLURM_BASE_PORT: u16 = 18600;
+
+/// Port of the rendezvous when every rank is on this host and no PMIx server answered: 17600 plus the FNV-1a hash of
+/// the job's id (the first of [`JOB_ID_VARS`] set) modulo 1000, a port every rank computes alike without talking to
+/// the others. Two runs on one host derive the same port 1 time in 1000: the second one's rank 0 cannot listen and
+/// says so, naming the port and `--coordinator`. Below Linux's ephemeral ports (32768..), beside Slurm's.
+pub const LOCAL_BASE_PORT: u16 = 17600;
+
+/// What every rank of a job started by mpirun shares: PMIx's namespace (OpenMPI 4 and 5), else ORTE's job id.
+pub const JOB_ID_VARS: &[&str] = &["PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri"];
 
 /// Find the launcher and read rank, world size and local rank from its variables. Inconsistent values (rank not
 /// below the size, a non-number) are usage errors naming the variable; no launcher at all is a usage error listing
@@ -148,21 +159,53 @@ fn number(env: &EnvMap, var: &str) -> Result<usize> {
 }
 
 /// Where the ranks meet, and what said so.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Coordinator {
     pub host: String,
     pub port: u16,
     pub source: CoordinatorSource,
+    /// Rank 0's rendezvous listener when finding the address bound it (PMIx: rank 0 publishes the port it got);
+    /// empty otherwise, and then the rendezvous binds the port.
+    pub bound: BoundListener,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoordinatorSource {
     /// `--coordinator HOST:PORT`.
     Flag,
     /// `MASTER_ADDR` and `MASTER_PORT` (torchrun sets them; sbatch scripts often export them).
     MasterAddr,
+    /// Rank 0 published its address through the launcher's PMIx server (`mpirun`, `srun --mpi=pmix`).
+    Pmix,
     /// The first host of `SLURM_JOB_NODELIST`, port [`SLURM_BASE_PORT`] + job id modulo 1000.
     SlurmNodelist,
+    /// Every rank on this host and no PMIx server answered (why not: `no_pmix`): 127.0.0.1 at
+    /// [`LOCAL_BASE_PORT`] + the job id's hash.
+    LocalLoopback { no_pmix: String },
+}
+
+/// A listener bound before the rendezvous, taken by it once (and closed when the ranks have met, as one the
+/// rendezvous binds itself would be). Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct BoundListener(Arc<Mutex<Option<TcpListener>>>);
+
+impl BoundListener {
+    pub fn put(&self, listener: TcpListener) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(listener);
+    }
+
+    /// The listener, the first time (None after, or when none was bound).
+    pub fn take(&self) -> Option<TcpListener> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// What the launcher's PMIx server said about rank 0's address.
+pub enum PmixReply {
+    /// Rank 0 published it and this rank read it.
+    Met(Coordinator),
+    /// There is no PMIx server to ask, or it cannot be reached: why, for the message of whatever comes next.
+    Unreachable(String),
 }
 
 impl Coordinator {
@@ -182,18 +225,33 @@ impl fmt::Display for Coordinator {
     }
 }
 
-/// The coordinator's address: `flag` (`--coordinator HOST:PORT`) if given, else `MASTER_ADDR:MASTER_PORT`, else the
-/// first host of `SLURM_JOB_NODELIST` as `expand_nodelist` expands it (in production [`scontrol_hostnames`]), else
-/// a usage error naming `--coordinator`.
+/// The coordinator's address, from the first of these that gives one:
+/// 1. `flag` (`--coordinator HOST:PORT`);
+/// 2. `MASTER_ADDR:MASTER_PORT`;
+/// 3. the launcher's PMIx server, through `pmix` (in production `pmix::exchange`): rank 0 publishes where
+///    it listens, so this comes before the nodelist, whose first host may not be rank 0's and whose port two steps
+///    of one job share;
+/// 4. the first host of `SLURM_JOB_NODELIST` as `expand_nodelist` expands it (in production [`scontrol_hostnames`]);
+/// 5. loopback at a port derived from the job id (see [`LOCAL_BASE_PORT`]), when the launcher says every rank is on
+///    this host.
+///
+/// Else a usage error naming `--coordinator` and what was tried.
 pub fn resolve_coordinator(
     flag: Option<&str>,
     env: &EnvMap,
     expand_nodelist: impl FnOnce(&str) -> Result<Vec<String>>,
+    pmix: impl FnOnce() -> Result<PmixReply>,
 ) -> Result<Coordinator> {
+    let at = |host: String, port: u16, source: CoordinatorSource| Coordinator {
+        host,
+        port,
+        source,
+        bound: BoundListener::default(),
+    };
     if let Some(text) = flag {
         let (host, port) = split_host_port(text)
             .ok_or_else(|| crate::error::usage(format!("--coordinator {text:?}: expected HOST:PORT")))?;
-        return Ok(Coordinator { host, port, source: CoordinatorSource::Flag });
+        return Ok(at(host, port, CoordinatorSource::Flag));
     }
     if let Some(host) = env.get("MASTER_ADDR").filter(|h| !h.is_empty()) {
         let Some(port_text) = env.get("MASTER_PORT") else {
@@ -204,8 +262,12 @@ pub fn resolve_coordinator(
                 crate::error::usage(format!("MASTER_PORT={port_text:?} is not a port number (1-65535)"))
             })?;
         let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
-        return Ok(Coordinator { host, port, source: CoordinatorSource::MasterAddr });
+        return Ok(at(host, port, CoordinatorSource::MasterAddr));
     }
+    let no_pmix = match pmix()? {
+        PmixReply::Met(coordinator) => return Ok(coordinator),
+        PmixReply::Unreachable(why) => why,
+    };
     if let Some(nodelist) = env.get("SLURM_JOB_NODELIST").or_else(|| env.get("SLURM_NODELIST")) {
         let hosts = expand_nodelist(nodelist)?;
         let Some(first) = hosts.into_iter().next() else {
@@ -213,15 +275,63 @@ pub fn resolve_coordinator(
         };
         let job_id = if env.contains_key("SLURM_JOB_ID") { number(env, "SLURM_JOB_ID")? } else { 0 };
         let port = SLURM_BASE_PORT + (job_id % 1000) as u16;
-        return Ok(Coordinator { host: first, port, source: CoordinatorSource::SlurmNodelist });
+        return Ok(at(first, port, CoordinatorSource::SlurmNodelist));
     }
-    crate::bail_usage!(
-        "no coordinator: pass --coordinator HOST:PORT (rank 0's host), or set MASTER_ADDR and MASTER_PORT, or run under srun"
-    )
+    match local_port(env) {
+        Ok(port) => Ok(at("127.0.0.1".into(), port, CoordinatorSource::LocalLoopback { no_pmix })),
+        Err(no_local) => crate::bail_usage!(
+            "no coordinator: pass --coordinator HOST:PORT (rank 0's host), or set MASTER_ADDR and MASTER_PORT, or launch with mpirun or srun --mpi=pmix (tried PMIx: {no_pmix}; SLURM_JOB_NODELIST: unset; loopback: {no_local})"
+        ),
+    }
+}
+
+/// Whether to ask a PMIx server: None (yes), or why not: `KVXFER_PMIX=off`, or no server in the environment (a
+/// PMIx launcher gives each process `PMIX_NAMESPACE` and `PMIX_RANK`). `KVXFER_PMIX` other than `on`/`off` is a
+/// usage error.
+pub fn pmix_skipped(env: &EnvMap) -> Result<Option<String>> {
+    match env.get("KVXFER_PMIX").map(|v| v.trim()) {
+        None | Some("") | Some("on") => {}
+        Some("off") => return Ok(Some("KVXFER_PMIX=off".into())),
+        Some(other) => {
+            crate::bail_usage!("KVXFER_PMIX={other:?}: expected off (skip the launcher's PMIx server) or on")
+        }
+    }
+    let missing: Vec<&str> = ["PMIX_NAMESPACE", "PMIX_RANK"].into_iter().filter(|v| !env.contains_key(*v)).collect();
+    Ok((!missing.is_empty()).then(|| format!("no PMIx server in the environment ({} unset)", missing.join(", "))))
+}
+
+/// Whether the launcher says every rank of the job is on this host: OpenMPI's local size is its world size, the
+/// Slurm step spans one node, or torchrun's local world size is its world size.
+pub fn all_ranks_local(env: &EnvMap) -> bool {
+    let same = |local: &str, world: &str| {
+        env.get(local).zip(env.get(world)).is_some_and(|(l, w)| !l.trim().is_empty() && l.trim() == w.trim())
+    };
+    same("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE")
+        || env.get("SLURM_STEP_NUM_NODES").is_some_and(|n| n.trim() == "1")
+        || same("LOCAL_WORLD_SIZE", "WORLD_SIZE")
+}
+
+/// The loopback port of [`LOCAL_BASE_PORT`], or why there is none (ranks on other hosts, or no job id).
+fn local_port(env: &EnvMap) -> std::result::Result<u16, String> {
+    if !all_ranks_local(env) {
+        return Err(
+            "the launcher does not say that every rank is on this host (OMPI_COMM_WORLD_LOCAL_SIZE = OMPI_COMM_WORLD_SIZE)"
+                .into(),
+        );
+    }
+    let Some(id) = JOB_ID_VARS.iter().find_map(|v| env.get(*v).filter(|id| !id.is_empty())) else {
+        return Err(format!("no job id to derive a port from (none of {} is set)", JOB_ID_VARS.join(", ")));
+    };
+    Ok(LOCAL_BASE_PORT + (fnv1a(id.as_bytes()) % 1000) as u16)
+}
+
+/// 64-bit FNV-1a: a fixed hash (std's is seeded per process, and every rank must get the same).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// Split `HOST:PORT` (or `[V6]:PORT`); None when the port is missing, zero or not a number, or the host is empty.
-fn split_host_port(text: &str) -> Option<(String, u16)> {
+pub fn split_host_port(text: &str) -> Option<(String, u16)> {
     let (host, port) = text.rsplit_once(':')?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;

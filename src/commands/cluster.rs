@@ -27,7 +27,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 pub fn run(a: ClusterArgs) -> Result<()> {
     let env = launcher::process_env();
     let info = cluster::discover(&env)?;
-    let coordinator = cluster::resolve_coordinator(a.coordinator.as_deref(), &env, launcher::scontrol_hostnames)?;
+    crate::console::set_cluster_rank(info.rank);
+    let coordinator = cluster::find_coordinator(a.coordinator.as_deref(), &env, &info, a.rendezvous_timeout)?;
     let host = crate::env::hostname();
     crate::errln!(
         "cluster: rank {} of {} on {host} (launcher: {}, local rank {}); ranks meet at {} (from {})",
@@ -36,7 +37,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         info.launcher,
         info.local_rank,
         coordinator.address(),
-        source_name(coordinator.source)
+        source_name(&coordinator.source)
     );
     let mem = rank_mem(&a, info.local_rank)?;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[mem, mem])?;
@@ -60,12 +61,8 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     })?;
     let token = a.token.clone().unwrap_or_default();
     let loopback = resolves_to_loopback(&coordinator.address());
-    if !loopback && token.is_empty() {
-        bail_usage!(
-            "the coordinator {} is not on loopback: set KVXFER_TOKEN (the same on every rank), so that only the ranks of this run can write into each rank's memory",
-            coordinator.address()
-        );
-    }
+    let place = format!("the coordinator {}", coordinator.address());
+    crate::control::auth::check_token(&place, loopback, &token, "KVXFER_TOKEN or --token T, the same on every rank")?;
     let listener = bind(SocketAddr::new(if loopback { Ipv4Addr::LOCALHOST } else { Ipv4Addr::UNSPECIFIED }.into(), 0))?;
     let listen_port = listener.local_addr()?.port();
     let limits = ReceiverLimits {
@@ -107,11 +104,16 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     }
 }
 
-fn source_name(source: cluster::CoordinatorSource) -> &'static str {
+/// What said where the ranks meet, for the first line.
+fn source_name(source: &cluster::CoordinatorSource) -> String {
     match source {
-        cluster::CoordinatorSource::Flag => "--coordinator",
-        cluster::CoordinatorSource::MasterAddr => "MASTER_ADDR:MASTER_PORT",
-        cluster::CoordinatorSource::SlurmNodelist => "the first host of SLURM_JOB_NODELIST",
+        cluster::CoordinatorSource::Flag => "--coordinator".into(),
+        cluster::CoordinatorSource::MasterAddr => "MASTER_ADDR:MASTER_PORT".into(),
+        cluster::CoordinatorSource::Pmix => "PMIx: rank 0 published it through the launcher".into(),
+        cluster::CoordinatorSource::SlurmNodelist => "the first host of SLURM_JOB_NODELIST".into(),
+        cluster::CoordinatorSource::LocalLoopback { no_pmix } => {
+            format!("every rank on this host, port from the job id; no PMIx: {no_pmix}; --coordinator to choose")
+        }
     }
 }
 

@@ -61,12 +61,12 @@ pub fn resolve_cases_from(a: &SizeArgs, bpt_source: &str) -> Result<(Vec<SizeCas
     };
     let bpt = match &geometry {
         Some(g) => {
-            crate::errln!("kv bytes/token: {}", g.describe());
+            crate::noteln!("kv bytes/token: {}", g.describe());
             g.bytes_per_token()
         }
         None => {
             let n = a.kv_bytes_per_token.expect("matched above");
-            crate::errln!("kv bytes/token: {n} B/token (from {bpt_source})");
+            crate::noteln!("kv bytes/token: {n} B/token (from {bpt_source})");
             n
         }
     };
@@ -133,7 +133,7 @@ fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind 
     }
     let (kind, why) = auto_transport(ends);
     let names = crate::transport::TRANSPORTS.join("|");
-    crate::errln!("transport: {kind} ({why}; --transport {names} to choose)");
+    crate::noteln!("transport: {kind} ({why}; --transport {names} to choose)");
     kind
 }
 
@@ -182,7 +182,7 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
         paged: None,
     };
     if r.block_size.is_none() && block_size < 1 << 40 && r.paged.layout == Layout::Contiguous {
-        crate::errln!("block size: {} ({} default; --block-size to change)", format_size(block_size), transport);
+        crate::noteln!("block size: {} ({} default; --block-size to change)", format_size(block_size), transport);
     }
     Ok(cfg)
 }

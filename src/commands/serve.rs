@@ -10,7 +10,7 @@ use crate::cli::ServeArgs;
 use crate::control::peer::is_stranger;
 use crate::control::Msg;
 use crate::run::receiver::{authenticate, run_session, ReceiverLimits, RunGauge};
-use crate::{bail_usage, transport};
+use crate::transport;
 use anyhow::{anyhow, Context, Result};
 use std::collections::VecDeque;
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -22,18 +22,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         .parse()
         .map_err(|_| crate::error::usage(format!("--listen {:?}: expected ADDR:PORT like 0.0.0.0:18515", a.listen)))?;
     let token = a.token.clone().unwrap_or_default();
-    if !addr.ip().is_loopback() && token.is_empty() {
-        bail_usage!(
-            "--listen {addr}: a non-loopback address needs a token (--token T or KVXFER_TOKEN; `kvxfer token` makes one), so that only your sender can write into this host's memory"
-        );
-    }
-    let min = crate::control::auth::MIN_TOKEN_LEN;
-    if !addr.ip().is_loopback() && token.chars().count() < min {
-        bail_usage!(
-            "--listen {addr}: the token has {} characters; a non-loopback address needs at least {min} (`kvxfer token` makes one)",
-            token.chars().count()
-        );
-    }
+    let place = format!("--listen {addr}");
+    crate::control::auth::check_token(&place, addr.ip().is_loopback(), &token, "--token T or KVXFER_TOKEN")?;
     let gauge = Arc::new(RunGauge::default());
     let limits = ReceiverLimits {
         max_size: a.max_size,

@@ -94,8 +94,27 @@ pub fn data_proof_matches(key: &SessionKey, stream: u32, given: &[u8]) -> bool {
     bool::from(given.ct_eq(&data_proof(key, stream)))
 }
 
-/// The shortest token `serve` accepts for a listen address other than loopback.
+/// The shortest token accepted for an address other than loopback (`serve`'s listener, a cluster's coordinator).
 pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The rule for a token that guards an address other than loopback: `serve --listen` and a cluster's coordinator
+/// both let whoever holds it write into this host's memory, so neither may go without one, nor with one shorter than
+/// [`MIN_TOKEN_LEN`] characters. `place` names the address for the message (`--listen 0.0.0.0:18515`, `the
+/// coordinator node1:18600`), `how` the ways this command takes a token. Loopback needs none.
+pub fn check_token(place: &str, loopback: bool, token: &str, how: &str) -> Result<()> {
+    let chars = token.chars().count();
+    if loopback || chars >= MIN_TOKEN_LEN {
+        return Ok(());
+    }
+    if chars == 0 {
+        crate::bail_usage!(
+            "{place}: a non-loopback address needs a token ({how}; `kvxfer token` makes one), so that only holders of the token can write into this host's memory"
+        );
+    }
+    crate::bail_usage!(
+        "{place}: the token has {chars} characters; a non-loopback address needs at least {MIN_TOKEN_LEN} (`kvxfer token` makes one)"
+    )
+}
 
 /// A new random token for `kvxfer token`: 32 hex digits (128 bits).
 pub fn new_token() -> Result<String> {
@@ -110,6 +129,18 @@ mod tests {
 
     fn n() -> Nonces {
         Nonces { sender: [1; NONCE_LEN], receiver: [2; NONCE_LEN] }
+    }
+
+    #[test]
+    fn a_token_off_loopback_must_be_long_enough() {
+        let check = |loopback, token: &str| check_token("--listen 0.0.0.0:1", loopback, token, "--token T");
+        assert!(check(true, "").is_ok() && check(true, "abc").is_ok(), "loopback needs none");
+        assert!(check(false, &"x".repeat(MIN_TOKEN_LEN)).is_ok());
+        let short = check(false, "abcdef").unwrap_err();
+        assert_eq!(crate::error::exit_code(&short), 2);
+        assert!(short.to_string().starts_with("--listen 0.0.0.0:1: the token has 6 characters"), "{short}");
+        let none = check(false, "").unwrap_err().to_string();
+        assert!(none.contains("needs a token (--token T;"), "{none}");
     }
 
     #[test]

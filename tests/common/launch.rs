@@ -31,6 +31,14 @@ pub const LAUNCHER_VARS: &[&str] = &[
     "SLURM_JOB_NODELIST",
     "SLURM_NODELIST",
     "SLURM_JOB_ID",
+    // What says every rank is on this host, what the ranks share, and PMIx's server: they choose how rank 0 is found.
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_MCA_ess_base_jobid",
+    "OMPI_MCA_orte_hnp_uri",
+    "PMIX_NAMESPACE",
+    "SLURM_STEP_NUM_NODES",
+    "LOCAL_WORLD_SIZE",
+    "KVXFER_PMIX",
 ];
 
 /// `cmd` with no launcher variable and no stdin.

@@ -116,6 +116,15 @@ const CALIBRATION_ROUNDS: usize = 6;
 /// Stop calibrating after the first round when a round takes longer than this (a slow link).
 const CALIBRATION_BUDGET: Duration = Duration::from_secs(1);
 
+/// Whether a calibration that kept `kept` should say so: the first of this process, and one that kept other paths
+/// than the last one said. A sweep's sessions and a cluster rank's flows each calibrate, mostly to the same verdict,
+/// and every case's results record its own paths and rates.
+fn say_paths(kept: Combo) -> bool {
+    static SAID: std::sync::Mutex<Option<Combo>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    said.replace(kept) != Some(kept)
+}
+
 /// `KVXFER_TCP_SPLICE` and `KVXFER_TCP_RECV`, when set.
 fn forced_paths() -> Result<(Option<SendPath>, Option<RecvPath>)> {
     let send = forced(
@@ -302,13 +311,15 @@ impl Source for TcpSource {
         (self.paths.send, self.paths.recv) = kept;
         let forced = forced_reason(&self.paths);
         let reason = if forced.is_empty() { why } else { format!("{why}; {forced}") };
-        crate::errln!(
-            "tcp paths: send {}, receive {}: {reason} (trials of {} each, {:.0} ms; KVXFER_TCP_SPLICE=0|1 and KVXFER_TCP_RECV=direct|bounce force them)",
-            kept.0.name(),
-            kept.1.name(),
-            crate::plan::sizes::format_size(bytes),
-            started.elapsed().as_secs_f64() * 1e3
-        );
+        if say_paths(kept) {
+            crate::noteln!(
+                "tcp paths: send {}, receive {}: {reason} (trials of {} each, {:.0} ms; KVXFER_TCP_SPLICE=0|1 and KVXFER_TCP_RECV=direct|bounce force them)",
+                kept.0.name(),
+                kept.1.name(),
+                crate::plan::sizes::format_size(bytes),
+                started.elapsed().as_secs_f64() * 1e3
+            );
+        }
         self.paths.rates = rates.iter().map(|&((s, r), rate)| (s, r, rate.median)).collect();
         self.paths.reason = reason;
         Ok(())
