@@ -127,8 +127,12 @@ fn thirty_two_ranks_keep_the_console_the_report_and_the_heatmap_readable_and_eve
 
     // Rank 0's console: a page, with one progress line every tenth of the steps instead of a line per step.
     assert!(lines(zero) <= 200, "rank 0 printed {} lines:\n{}\n{}", lines(zero), zero.stdout, zero.stderr);
-    let progress = zero.stderr.lines().filter(|l| l.starts_with("step ")).count();
+    let said = |what: &str| zero.stderr.lines().filter(|l| l.trim_start_matches("[rank 0] ").starts_with(what)).count();
+    let progress = said("step ");
     assert!((5..=30).contains(&progress), "{progress} progress lines:\n{}", zero.stderr);
+    // The rendezvous too: a line per tenth of the ranks, not one per rank.
+    let arrivals = said("rendezvous: rank ");
+    assert!((1..=11).contains(&arrivals), "{arrivals} rendezvous lines:\n{}", zero.stderr);
     assert!(zero.stdout.contains("| src host | dst host |"), "{}", zero.stdout);
 
     let r = read_json(&json);

@@ -91,7 +91,7 @@ fn nth_turned_away(rank0: &Proc, n: usize) -> String {
     let seen = rank0.stderr.wait_until(ARRIVES, |t| t.matches(TURNED_AWAY).count() >= n);
     let text = rank0.stderr.text();
     assert!(seen, "rank 0 did not turn away connection {n}:\n{text}");
-    text.lines().filter(|l| l.starts_with(TURNED_AWAY)).nth(n - 1).unwrap().to_string()
+    text.lines().map(common::unprefixed).filter(|l| l.starts_with(TURNED_AWAY)).nth(n - 1).unwrap().to_string()
 }
 
 /// Rank 1 joins after the strangers; both ranks exit 0 and rank 0 wrote both flows, verified.
@@ -249,7 +249,8 @@ fn twenty_thousand_ranks_nobody_joins_time_out_in_bounded_memory_with_a_short_su
     let err = rank0.stderr.text();
     assert!(status.is_some(), "rank 0 of 20000 still running after {:?}:\n{err}", start.elapsed());
     assert_eq!(status.unwrap().code(), Some(1), "{err}");
-    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line:\n{err}"));
+    let line = err.lines().map(common::unprefixed).find(|l| l.starts_with("error:"));
+    let line = line.unwrap_or_else(|| panic!("no error line:\n{err}"));
     assert!(line.contains("ranks 1-19999 of 20000 did not join within 1 s"), "{line}");
     assert!(line.len() < 300, "{} characters: {line}", line.len());
     let peak = children_peak_rss_kib();

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 /// How long one message may take to arrive once its first byte has, from a rank that has joined (a rank that
 /// stalls mid-message must not hold up the others for the whole rendezvous timeout).
 const MESSAGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Up to this world size rank 0 says each rank's arrival; above, every tenth of them.
+const PER_RANK_LINES_UP_TO: usize = 16;
 /// Longest single wait in poll: bounds how late the deadline is noticed.
 const POLL_SLICE_MS: u16 = 1000;
 
@@ -194,8 +196,11 @@ impl Gathering<'_> {
         let rank = join.rank;
         // Rank 0, the ranks in before this one, and this one.
         let ranks_in = 2 + self.joined.len();
-        // A progress line per rank: a launch that hangs here shows who is missing (and tests wait on it).
-        crate::errln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
+        // A progress line per rank in a small run (a launch that hangs here shows who is missing; tests wait on
+        // it); past a few dozen ranks a line per tenth of them, which is what a reader of a log follows.
+        if size <= PER_RANK_LINES_UP_TO || ranks_in % size.div_ceil(10) == 0 || ranks_in == size {
+            crate::errln!("rendezvous: rank {rank} joined from {host} ({ranks_in} of {size} ranks in)");
+        }
         // Joined ranks are read only after poll says so, with a bound per message.
         stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(MESSAGE_TIMEOUT))?;

@@ -467,9 +467,9 @@ impl Out {
         self
     }
 
-    /// The `error:` lines on stderr.
+    /// The `error:` lines on stderr (a cluster rank's after its `[rank N] ` prefix).
     pub fn error_lines(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|l| l.starts_with("error:")).collect()
+        self.stderr.lines().map(unprefixed).filter(|l| l.starts_with("error:")).collect()
     }
 
     /// Exactly one `error:` line; returns it.
@@ -477,6 +477,14 @@ impl Out {
         let lines = self.error_lines();
         assert_eq!(lines.len(), 1, "{}: expected exactly one error: line on stderr, got:\n{}", self.what, self.stderr);
         lines[0]
+    }
+}
+
+/// A stderr line without the `[rank N] ` a cluster rank starts each of its lines with.
+pub fn unprefixed(line: &str) -> &str {
+    match line.strip_prefix("[rank ").and_then(|rest| rest.split_once("] ")) {
+        Some((rank, text)) if rank.bytes().all(|b| b.is_ascii_digit()) => text,
+        _ => line,
     }
 }
 
