@@ -161,3 +161,34 @@ fn a_short_token_is_refused_off_loopback_as_serve_refuses_it() {
     assert!(out.stderr.contains(&rule), "cluster does not give serve's rule {rule:?}:\n{}", out.stderr);
     assert!(out.stderr.contains("the coordinator 10.255.255.1:18600"), "{}", out.stderr);
 }
+
+/// A rank of a 2-rank OpenMPI job `job` on this host, meeting at `port` on loopback without a token.
+fn job_rank(job: &str, rank: usize, port: u16, json: &str, what: &str) -> Proc {
+    let mut cmd = clean(Command::new(common::bin()));
+    cmd.args(["cluster", "--sizes", "1MiB", "--reps", "2", "--verify", "--rendezvous-timeout", "30s"]);
+    cmd.args(["--coordinator", &format!("127.0.0.1:{port}"), "--json", json]);
+    cmd.env("OMPI_COMM_WORLD_RANK", rank.to_string()).env("OMPI_COMM_WORLD_SIZE", "2");
+    cmd.env("OMPI_COMM_WORLD_LOCAL_RANK", rank.to_string()).env("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+    cmd.env("OMPI_MCA_ess_base_jobid", job).env("KVXFER_PMIX", "off");
+    Proc::start(&mut cmd, what.to_string())
+}
+
+#[test]
+fn a_rank_of_another_job_meeting_at_the_same_port_is_turned_away_not_joined() {
+    let dir = TempDir::new("cluster-two-jobs");
+    let (json, other_json) = (dir.arg("r.json"), dir.arg("other.json"));
+    let port = common::free_port();
+    let mut zero = job_rank("1111", 0, port, &json, "rank 0 of job 1111");
+    // Rank 1 of another job comes first; without a token of its own it would take rank 1's place in this run.
+    let mut stranger = job_rank("2222", 1, port, &other_json, "rank 1 of job 2222");
+    let turned_away = zero.stderr.wait_for("turned away", Duration::from_secs(30));
+    assert!(turned_away, "rank 0 let job 2222's rank 1 in:\n{}", zero.stderr.text());
+    let stranger_status = stranger.wait_timeout(Duration::from_secs(30)).expect("job 2222's rank 1 gave up");
+    assert_ne!(stranger_status.code(), Some(0), "{}", stranger.stderr.text());
+    let one = job_rank("1111", 1, port, &dir.arg("r1.json"), "rank 1 of job 1111").finish();
+    one.expect_code(0);
+    let status = zero.wait_timeout(Duration::from_secs(60)).expect("rank 0 finished");
+    assert_eq!(status.code(), Some(0), "{}", zero.stderr.text());
+    let r = read_json(Path::new(&json));
+    assert_eq!(r["cases"].as_array().unwrap().len(), 2, "both flows of job 1111: {}", r["cases"]);
+}

@@ -319,10 +319,15 @@ fn local_port(env: &EnvMap) -> std::result::Result<u16, String> {
                 .into(),
         );
     }
-    let Some(id) = JOB_ID_VARS.iter().find_map(|v| env.get(*v).filter(|id| !id.is_empty())) else {
+    let Some(id) = job_id(env) else {
         return Err(format!("no job id to derive a port from (none of {} is set)", JOB_ID_VARS.join(", ")));
     };
     Ok(LOCAL_BASE_PORT + (fnv1a(id.as_bytes()) % 1000) as u16)
+}
+
+/// The launcher's id of this job (the first of [`JOB_ID_VARS`] set), the same on every rank of it.
+pub fn job_id(env: &EnvMap) -> Option<&str> {
+    JOB_ID_VARS.iter().find_map(|v| env.get(*v).map(String::as_str).filter(|id| !id.is_empty()))
 }
 
 /// 64-bit FNV-1a: a fixed hash (std's is seeded per process, and every rank must get the same).

@@ -63,6 +63,12 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let loopback = resolves_to_loopback(&coordinator.address());
     let place = format!("the coordinator {}", coordinator.address());
     crate::control::auth::check_token(&place, loopback, &token, "KVXFER_TOKEN or --token T, the same on every rank")?;
+    // On loopback no token is asked for, but two jobs on this host may meet at one port (a derived one, or the same
+    // --coordinator): the job's id as the token turns the other job's ranks away instead of letting them join.
+    let token = match launcher::job_id(&env) {
+        Some(id) if token.is_empty() => format!("job {id}"),
+        _ => token,
+    };
     let listener = bind(SocketAddr::new(if loopback { Ipv4Addr::LOCALHOST } else { Ipv4Addr::UNSPECIFIED }.into(), 0))?;
     let listen_port = listener.local_addr()?.port();
     let limits = ReceiverLimits {
