@@ -46,6 +46,16 @@ impl Cli {
         }
         Ok(cli)
     }
+
+    /// `kvxfer cluster ARGS` as clap parses it, for unit tests of what commands make of the arguments.
+    #[cfg(test)]
+    pub fn cluster_args(extra: &[&str]) -> ClusterArgs {
+        let argv = ["kvxfer", "cluster"].iter().chain(extra);
+        match Cli::parse_from(argv).command {
+            Command::Cluster(a) => a,
+            _ => unreachable!("a cluster command line parses as cluster"),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -431,15 +431,9 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command};
-    use clap::Parser;
 
     fn args(extra: &[&str]) -> ClusterArgs {
-        let argv = ["kvxfer", "cluster"].iter().chain(extra);
-        match Cli::parse_from(argv).command {
-            Command::Cluster(a) => a,
-            _ => unreachable!(),
-        }
+        crate::cli::Cli::cluster_args(extra)
     }
 
     fn member(rank: usize, local_rank: usize) -> Member {

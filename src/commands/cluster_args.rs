@@ -146,15 +146,10 @@ fn rank_list(ranks: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::{Cli, Command, OutputArgs};
-    use clap::Parser;
+    use crate::cli::OutputArgs;
 
     fn args(extra: &[&str]) -> ClusterArgs {
-        let argv = ["kvxfer", "cluster"].iter().chain(extra);
-        match Cli::parse_from(argv).command {
-            Command::Cluster(a) => a,
-            _ => unreachable!(),
-        }
+        crate::cli::Cli::cluster_args(extra)
     }
 
     fn described(extra: &[&str]) -> Value {
