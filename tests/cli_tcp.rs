@@ -347,7 +347,8 @@ fn sweep_writes_results_and_report_re_renders_them() {
 fn every_send_and_receive_path_verifies() {
     // 5 MiB in 1,500,000 B blocks: three large writes (≥ 1 MiB: spliced and/or landed through the bounce buffer, at
     // offsets that are not 16-byte aligned) and a 742,880 B tail sent with writev and landed directly, over two
-    // connections; with each path forced, and with both left to the calibration.
+    // connections; with each path forced, and with both left to the calibration (whose trials need a region of
+    // 16 MiB: the second size).
     let cases = [
         (Some("1"), Some("bounce")),
         (Some("0"), Some("direct")),
@@ -366,7 +367,7 @@ fn every_send_and_receive_path_verifies() {
         if let Some(v) = recv {
             cmd.env("KVXFER_TCP_RECV", v);
         }
-        let args = ["sweep", "--sizes", "5MiB", "--block-size", "1500000B", "--streams", "2", "--reps", "3"];
+        let args = ["sweep", "--sizes", "5MiB,16MiB", "--block-size", "1500000B", "--streams", "2", "--reps", "3"];
         let out = cmd.args(args).args(["--verify", "--json", &json, "--out-dir", &dir.arg("")]).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -420,7 +421,28 @@ fn every_send_and_receive_path_verifies() {
             assert!(stderr.contains(&format!("tcp paths: send {send}, receive {recv}: {reason}")), "{stderr}");
         }
         check_case(&r["cases"][0], 5 * MIB, 3, true);
+        check_case(&r["cases"][1], 16 * MIB, 3, true);
     }
+}
+
+#[test]
+fn a_region_too_small_for_telling_paths_apart_keeps_the_default_without_trials() {
+    let dir = TempDir::new("paths-short");
+    let json = dir.arg("r.json");
+    let mut cmd = common::kvxfer();
+    cmd.env_remove("KVXFER_TCP_SPLICE").env_remove("KVXFER_TCP_RECV");
+    let args = ["sweep", "--sizes", "4MiB,15MiB", "--block-size", "1MiB", "--reps", "2", "--verify", "--json", &json];
+    let out = cmd.args(args).args(["--out-dir", &dir.arg("")]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("tcp paths"), "trials of 15 MiB decide nothing: {stderr}");
+    let sender = read_json(&dir.join("r.json"))["config"]["transport_detail"]["sender"].clone();
+    assert_eq!((sender["send"].as_str(), sender["recv"].as_str()), (Some("write"), Some("direct")), "{sender}");
+    assert_eq!(
+        (sender["send_choice"].as_str(), sender["recv_choice"].as_str()),
+        (Some("short trials"), Some("short trials"))
+    );
+    assert!(sender["path_reason"].as_str().unwrap().contains("too short to tell the paths apart"), "{sender}");
 }
 
 /// Two runs whose tcp paths differ (here forced, as a calibration could pick them) differ by that alone: report

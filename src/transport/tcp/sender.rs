@@ -106,6 +106,10 @@ pub enum ChosenBy {
     /// The receiver's region or the buffer is smaller than a spliced write, so nothing would splice.
     #[serde(rename = "small writes")]
     SmallWrites,
+    /// The receiver's region or the buffer is too small for trials that tell the paths apart (see
+    /// [`CALIBRATION_MIN_BYTES`]): the default stays.
+    #[serde(rename = "short trials")]
+    ShortTrials,
 }
 
 /// Calibration: each trial sends this much (or the region, if smaller) and each combination of paths gets this
@@ -113,6 +117,11 @@ pub enum ChosenBy {
 /// at least, so the median's [min, max] interval covers 96.9% (five: 93.75%).
 const CALIBRATION_BYTES: u64 = 64 << 20;
 const CALIBRATION_ROUNDS: usize = 6;
+/// Shortest trial that may decide the paths. Trials of a few MiB last about a millisecond, less than one scheduling
+/// hiccup of a busy host, so their medians differ by noise: on a loaded 2-core machine 1 MiB trials picked
+/// write+bounce at "1.61×" in one session and write+direct in the next of the same run. The paths differ in per-byte
+/// costs (copies, page references), which only trials this long measure.
+const CALIBRATION_MIN_BYTES: u64 = 16 << 20;
 /// Stop calibrating after the first round when a round takes longer than this (a slow link).
 const CALIBRATION_BUDGET: Duration = Duration::from_secs(1);
 
@@ -276,11 +285,12 @@ impl Source for TcpSource {
             return Ok(());
         }
         let bytes = CALIBRATION_BYTES.min(self.region_len).min(mem.len() as u64);
-        if bytes < SPLICE_MIN_WRITE {
-            // Writes this small never splice nor bounce.
+        if bytes < CALIBRATION_MIN_BYTES {
+            // Writes under SPLICE_MIN_WRITE never splice nor bounce; trials this short cannot tell the paths apart.
+            let by = if bytes < SPLICE_MIN_WRITE { ChosenBy::SmallWrites } else { ChosenBy::ShortTrials };
             for how in [&mut self.paths.send_how, &mut self.paths.recv_how] {
                 if *how == ChosenBy::Calibration {
-                    *how = ChosenBy::SmallWrites;
+                    *how = by;
                 }
             }
             self.paths.reason = forced_reason(&self.paths);
@@ -431,6 +441,10 @@ fn forced_reason(p: &PathChoice) -> String {
         ChosenBy::RecvEnvironment => Some(format!("receive path {name} set by KVXFER_TCP_RECV")),
         ChosenBy::NoPipe => Some(format!("send path {name}: the kernel gave no pipe to splice through")),
         ChosenBy::SmallWrites => Some(format!("{side} path {name}: writes under 1 MiB neither splice nor bounce")),
+        ChosenBy::ShortTrials => Some(format!(
+            "{side} path {name}, the default: the region is under {} (too short to tell the paths apart)",
+            crate::plan::sizes::format_size(CALIBRATION_MIN_BYTES)
+        )),
     };
     let clauses = [clause(p.send_how, "send", p.send.name()), clause(p.recv_how, "receive", p.recv.name())];
     clauses.into_iter().flatten().collect::<Vec<_>>().join("; ")
