@@ -47,8 +47,8 @@ fn challenged(port: u16) -> (TcpStream, [u8; 16]) {
     let mut s = loop {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(s) => break s,
-            // Rank 0 is still starting: try again shortly.
-            Err(_) if start.elapsed() < ARRIVES => std::thread::sleep(Duration::from_millis(20)),
+            // Rank 0 is still starting (a refused connect is the answer to wait for): try again.
+            Err(_) if start.elapsed() < ARRIVES => std::thread::yield_now(),
             Err(e) => panic!("rank 0 never listened on {port}: {e}"),
         }
     };
@@ -144,9 +144,15 @@ fn trickle(mut s: TcpStream, announced: u32, give_up: Duration) -> std::thread::
     std::thread::spawn(move || {
         let start = Instant::now();
         let _ = s.write_all(&announced.to_be_bytes());
+        // A byte a quarter second (each read call on rank 0 gets something well within any per-read timeout),
+        // stopping as soon as rank 0 drops the connection: the pause is a wait for that close.
+        s.set_read_timeout(Some(Duration::from_millis(250))).unwrap();
         while start.elapsed() < give_up && s.write_all(b" ").is_ok() {
-            // A byte a quarter second: each read call on rank 0 gets something well within any per-read timeout.
-            std::thread::sleep(Duration::from_millis(250));
+            match s.read(&mut [0u8; 64]) {
+                Ok(0) => break,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Ok(_) | Err(_) => break,
+            }
         }
     })
 }
