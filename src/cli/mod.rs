@@ -1,9 +1,8 @@
-//! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
+//! Command-line definitions (clap derive): the only place that knows clap. Only parsing lives here; `commands/`
+//! gives it meaning.
 
 use crate::mem::MemKind;
-pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::parse_size;
-use crate::plan::text;
 use crate::plan::TransportKind;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
@@ -13,13 +12,12 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod output;
 mod params;
-pub use params::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};
-
-text::defaults_from_clap!(SweepArgs);
-
-// The output flags belong to the layer that writes the files (`Recorder` lives below `cli`).
-pub use crate::export::args::{FigArgs, OutputArgs};
+pub mod values;
+pub use output::{FigArgs, OutputArgs};
+pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
+values::defaults_from_clap!(SweepArgs);
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
                           (per-block latency in µs). Exit codes: 0 success, 1 runtime failure, 2 bad usage or input.";
@@ -56,6 +54,14 @@ impl Cli {
             _ => unreachable!("a cluster command line parses as cluster"),
         }
     }
+}
+
+/// The long flags of a group of arguments by id (`max_sge` → `max-sge`), for unit tests of what commands make of
+/// the arguments.
+#[cfg(test)]
+pub fn long_flags<T: Args>() -> std::collections::BTreeMap<String, String> {
+    let cmd = T::augment_args(clap::Command::new("flags"));
+    cmd.get_arguments().filter_map(|a| Some((a.get_id().to_string(), a.get_long()?.to_string()))).collect()
 }
 
 #[derive(Subcommand, Debug)]
@@ -329,11 +335,11 @@ pub struct SweepArgs {
     pub estimate_from: Option<PathBuf>,
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    #[serde(deserialize_with = "text::from_str")]
+    #[serde(deserialize_with = "values::from_str")]
     pub src: MemKind,
     /// Where the receiver's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND")]
-    #[serde(deserialize_with = "text::from_str")]
+    #[serde(deserialize_with = "values::from_str")]
     pub dst: MemKind,
     /// The sender's RDMA device (-d) and port; the receiver uses --peer-device (default: the same device)
     #[command(flatten)]
@@ -341,7 +347,7 @@ pub struct SweepArgs {
     pub device: DeviceArgs,
     /// The receiver's RDMA device (default: the sender's, i.e. loopback through one NIC)
     #[arg(long, value_name = "NAME", help_heading = "RDMA device")]
-    #[serde(deserialize_with = "text::some_text")]
+    #[serde(deserialize_with = "values::some_text")]
     pub peer_device: Option<String>,
     #[command(flatten)]
     #[serde(flatten)]

@@ -1,11 +1,12 @@
 //! `kvxfer send`: connect to a receiver and drive the run.
 
 use super::common::{self, configure, Configured};
-use crate::cli::{OutputArgs, SendArgs};
+use crate::cli::SendArgs;
 use crate::control::peer::{client_hello, PeerReported};
 use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results};
+use crate::export::outputs::Outputs;
 use crate::mem::MemKind;
 use crate::output::Recorder;
 use crate::plan::RunConfig;
@@ -19,7 +20,7 @@ pub struct SendJob<'a> {
     pub token: &'a str,
     pub cfg: RunConfig,
     pub timeouts: Timeouts,
-    pub out: &'a OutputArgs,
+    pub out: &'a Outputs,
     pub label: Option<String>,
     pub model: Option<String>,
     pub role: &'static str,
@@ -32,12 +33,12 @@ pub struct SendJob<'a> {
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
-    let mut out = a.out.clone();
+    let mut out = a.out.outputs();
     common::default_outputs(&mut out, &a.out_dir)?;
     send(&a, &out)
 }
 
-fn send(a: &SendArgs, out: &OutputArgs) -> Result<()> {
+fn send(a: &SendArgs, out: &Outputs) -> Result<()> {
     let src = a.mem;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
     let device = common::device_choice(&a.device)?;

@@ -12,6 +12,7 @@ use crate::bail_usage;
 use crate::cli::{Cli, SweepArgs};
 use crate::env::Env;
 use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
+use crate::export::outputs::Outputs;
 use crate::output::Recorder;
 use crate::plan::order::schedule;
 use crate::plan::sweep_file::{describe, session_key, varying_keys, ParamKeys, Params, SweepFile, SIZE_KEYS};
@@ -47,7 +48,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     }
     let previous = a.resume.as_deref().map(|p| resumable(p, &sweep)).transpose()?;
 
-    let mut out = a.out.clone();
+    let mut out = a.out.outputs();
     if let Some(r) = &a.resume {
         out.json.get_or_insert_with(|| r.clone());
     }
@@ -61,7 +62,7 @@ fn measure(
     sweep: &SweepFile,
     plans: &[SessionPlan],
     previous: Option<Results>,
-    out: &crate::cli::OutputArgs,
+    out: &Outputs,
 ) -> Result<()> {
     Recorder::check_outputs(out)?;
 

@@ -1,6 +1,7 @@
-//! Reading a value the way the command line reads it, for serde: a sweep file's parameter arrives as text (or as a
-//! TOML number) and goes through the same parser as the flag it names, so `block_size = "1MiB"` in a file and
-//! `--block-size 1MiB` on the command line cannot disagree. Missing keys take clap's own defaults.
+//! How a flag's value is read: the defaults every parameter struct takes from its flags, and the serde readers that
+//! give a sweep file's key the flag's own parser (a parameter arrives as text, or as a TOML number), so `block_size =
+//! "1MiB"` in a file and `--block-size 1MiB` on the command line cannot disagree. Missing keys take clap's own
+//! defaults.
 
 use serde::de::{self, Deserializer, Visitor};
 use std::fmt::{self, Display};
@@ -93,7 +94,7 @@ macro_rules! defaults_from_clap {
     ($($t:ty),*) => {$(
         impl Default for $t {
             fn default() -> Self {
-                $crate::plan::text::clap_defaults()
+                $crate::cli::values::clap_defaults()
             }
         }
     )*};
