@@ -1,6 +1,7 @@
 //! Command-line definitions (clap derive): the only place that knows clap. Only parsing lives here; `commands/`
 //! gives it meaning.
 
+use crate::cluster::Pattern;
 use crate::mem::MemKind;
 use crate::plan::sizes::parse_size;
 use crate::plan::TransportKind;
@@ -17,6 +18,7 @@ mod params;
 pub mod values;
 pub use output::{FigArgs, OutputArgs};
 pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
+use values::named;
 values::defaults_from_clap!(SweepArgs);
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
@@ -263,8 +265,8 @@ pub struct SendArgs {
 #[derive(Args, Debug, Serialize)]
 pub struct ClusterArgs {
     /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring or all (see below)
-    #[arg(long, default_value = "pairs")]
-    pub pattern: crate::cluster::Pattern,
+    #[arg(long, default_value = "pairs", value_parser = named::<Pattern>())]
+    pub pattern: Pattern,
     /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else rank 0's address
     /// through the launcher's PMIx server (mpirun, srun --mpi=pmix), else the first host of SLURM_JOB_NODELIST, else
     /// loopback when every rank is on this host)

@@ -1,7 +1,7 @@
 //! The parameters of a run that a sweep file can set as well as the command line: sizes, the run's knobs, RDMA
 //! verbs knobs, the KV layout and the device. Each deserializes with its flag's own parser (see `values`).
 
-use super::values::{self, defaults_from_clap};
+use super::values::{self, defaults_from_clap, named};
 use super::{parse_duration, transport_help, TransportChoice, TransportChoiceParser};
 use crate::plan::layout::LayoutOptions;
 use crate::plan::paged::{DstPlacement, Layout};
@@ -147,7 +147,7 @@ pub struct RunArgs {
     /// (reps[].counters): the RDMA port's counters and hw_counters, the network interface's statistics, the
     /// process's CPU time, the GPU's clocks and throttle reasons; full: also the GPU's NVLink bytes per link,
     /// energy, PCIe replays and link state (slow to read, and they delay the next GPU copy by tens of µs); off: none
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = named::<CountersMode>())]
     pub counters: CountersMode,
     /// Bind each end's thread, and the host buffers it first touches, to one NUMA node's CPUs: auto = the node
     /// of the RDMA NIC (verbs, mooncake rdma) or of the GPU in use (GPU memory, or pinned memory copied to a GPU),
@@ -232,7 +232,7 @@ pub struct VerbsArgs {
 pub struct PagedArgs {
     /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
     /// needs --tokens with --model or --model-config)
-    #[arg(long, default_value = "contiguous")]
+    #[arg(long, default_value = "contiguous", value_parser = named::<Layout>())]
     pub layout: Layout,
     /// Paged: tokens per block [default: 16]
     #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
@@ -248,7 +248,7 @@ pub struct PagedArgs {
     /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
     /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
     /// [default: random]
-    #[arg(long, value_name = "HOW")]
+    #[arg(long, value_name = "HOW", value_parser = named::<DstPlacement>())]
     pub dst_placement: Option<DstPlacement>,
     /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
     #[arg(long, hide = true)]

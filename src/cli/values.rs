@@ -1,8 +1,11 @@
-//! How a flag's value is read: the defaults every parameter struct takes from its flags, and the serde readers that
+//! How a flag's value is read: clap's parser for a named enum (its names and their help from the enum's one table),
+//! the defaults every parameter struct takes from its flags, and the serde readers that
 //! give a sweep file's key the flag's own parser (a parameter arrives as text, or as a TOML number), so `block_size =
 //! "1MiB"` in a file and `--block-size 1MiB` on the command line cannot disagree. Missing keys take clap's own
 //! defaults.
 
+use crate::named::Named;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use serde::de::{self, Deserializer, Visitor};
 use std::fmt::{self, Display};
 
@@ -79,6 +82,23 @@ where
 /// `Some` of a value's text (a name such as a device or model; a name that looks like a number stays a name).
 pub fn some_text<'de, D: Deserializer<'de>, T: From<String>>(d: D) -> Result<Option<T>, D::Error> {
     text(d).map(|t| Some(T::from(t)))
+}
+
+/// clap's parser of a [`Named`] enum: its names are the possible values (listed by `--help`, with each one's help
+/// where it has one), and a name that is none of them is refused naming them.
+pub fn named<T: Named>() -> impl TypedValueParser<Value = T> {
+    let values: Vec<PossibleValue> = T::TABLE
+        .iter()
+        .map(|(_, name, help)| {
+            let value = PossibleValue::new(*name);
+            if help.is_empty() {
+                value
+            } else {
+                value.help(*help)
+            }
+        })
+        .collect();
+    PossibleValuesParser::new(values).map(|name| T::from_name(&name).expect("clap admits only the enum's names"))
 }
 
 /// A parameter struct as the command line leaves it when none of its flags is given: clap's defaults are the only
