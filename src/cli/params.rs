@@ -1,11 +1,13 @@
 //! The parameters of a run that a sweep file can set as well as the command line: sizes, the run's knobs, RDMA
-//! verbs knobs, the KV layout and the device. Each deserializes with its flag's own parser (see `values`).
+//! verbs knobs, the KV layout and the device. A sweep file's key is the field of the flag it names, read from its
+//! text with the flag's own parser (see `plan::text`).
 
 use super::values::{self, defaults_from_clap, named};
 use super::{parse_duration, transport_help, TransportChoice, TransportChoiceParser};
 use crate::plan::layout::LayoutOptions;
 use crate::plan::paged::{DstPlacement, Layout};
 use crate::plan::sizes::{parse_size, parse_tokens, SizeList, TokenList};
+use crate::plan::text::{from_texts, TextError};
 use crate::plan::{
     CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, NumaMode, Staging,
 };
@@ -70,11 +72,9 @@ pub struct SizeArgs {
     pub tokens: Option<TokenList>,
     /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
     #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
-    #[serde(deserialize_with = "values::some_text")]
     pub model: Option<String>,
     /// A Hugging Face config.json to derive KV bytes per token from
     #[arg(long, value_name = "PATH", conflicts_with = "kv_bytes_per_token")]
-    #[serde(deserialize_with = "values::some_text")]
     pub model_config: Option<PathBuf>,
     /// KV bytes per token, given directly
     #[arg(long, value_name = "N")]
@@ -139,6 +139,8 @@ pub struct RunArgs {
     pub verify: bool,
     /// Seed of the --verify pattern
     #[arg(long, default_value_t = 0x6b76_7866, hide_default_value = true)]
+    // A sweep file's `seed` is its shuffle's, so it names this one `pattern_seed` (see `cli::sweep`).
+    #[serde(rename(deserialize = "pattern_seed"))]
     pub seed: u64,
     /// Try huge pages for the buffers (falls back to normal pages, and says so)
     #[arg(long)]
@@ -153,13 +155,13 @@ pub struct RunArgs {
     /// of the RDMA NIC (verbs, mooncake rdma) or of the GPU in use (GPU memory, or pinned memory copied to a GPU),
     /// nothing on a one-node host; N = node N; off = no binding. Recorded per end (config.numa)
     #[arg(long, default_value = "auto", value_name = "auto|off|N")]
+    #[serde(deserialize_with = "values::from_str")]
     pub numa: NumaMode,
     /// Run this shell command (sh -c) before every rep, warm-ups included, outside the timed interval, as
     /// hyperfine's --prepare does: drop caches, reset a switch counter, change the fabric for some reps. It sees
     /// KVXFER_CASE, KVXFER_REP (counting warm-ups and measured reps separately), KVXFER_WARMUP (0|1) and
     /// KVXFER_SIZE_BYTES; its output goes to stderr; a failure, or a run past --io-timeout, stops the run
     #[arg(long, value_name = "CMD")]
-    #[serde(deserialize_with = "values::some_text")]
     pub prepare: Option<String>,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
@@ -174,12 +176,21 @@ pub struct RunArgs {
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     #[serde(deserialize_with = "duration")]
     pub io_timeout: Duration,
+    // Flattened into one list of keys when serialized; a sweep file's keys are read into each group apart
+    // ([`RunArgs::from_texts`]).
     #[command(flatten)]
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub verbs: VerbsArgs,
     #[command(flatten)]
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub paged: PagedArgs,
+}
+
+impl RunArgs {
+    /// The run's parameters from a sweep file's keys, each group of flags reading its own.
+    pub fn from_texts(entries: &[(&str, &str)]) -> Result<RunArgs, TextError> {
+        Ok(RunArgs { verbs: from_texts(entries)?, paged: from_texts(entries)?, ..from_texts(entries)? })
+    }
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
@@ -276,7 +287,6 @@ impl PagedArgs {
 pub struct DeviceArgs {
     /// RDMA device name, e.g. mlx5_0 or rxe0 (default: the first with an active port)
     #[arg(short = 'd', long = "device", value_name = "NAME")]
-    #[serde(deserialize_with = "values::some_text")]
     pub device: Option<String>,
     /// Port of the device
     #[arg(long, default_value_t = 1)]

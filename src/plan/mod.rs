@@ -6,6 +6,7 @@ pub mod order;
 pub mod paged;
 pub mod sizes;
 pub mod sweep_file;
+pub mod text;
 pub mod transport;
 mod wire;
 
