@@ -11,7 +11,7 @@ use crate::cli::ClusterArgs;
 use crate::cluster::{self, launcher, Endpoint, Group, Member, Pattern, RankInfo, RendezvousConfig, Step};
 use crate::env::Env;
 use crate::export::cluster as cluster_out;
-use crate::export::json::{ConfigJson, Results};
+use crate::export::json::{ConfigJson, Results, Role};
 use crate::export::ExportManager;
 use crate::mem::MemKind;
 use crate::plan::sizes::format_size;
@@ -249,7 +249,7 @@ impl Collector {
     ) -> Collector {
         let label = a.run.label.clone().unwrap_or_else(|| format!("{} over {} ranks", a.pattern, info.world_size));
         let dst_mem = a.mem.to_string();
-        let config = ConfigJson::from_run(cfg, model, coordinator, "cluster", dst_mem, serde_json::Value::Null);
+        let config = ConfigJson::from_run(cfg, model, coordinator, Role::Cluster, dst_mem, serde_json::Value::Null);
         let mut results = Results::new(label, &Env::capture(), config);
         results.cluster = Some(ClusterJson {
             pattern: a.pattern,

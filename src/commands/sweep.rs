@@ -59,7 +59,7 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
         out,
         label,
         model,
-        role: "sweep",
+        role: crate::export::json::Role::Sweep,
         src,
         device,
         previous,

@@ -11,7 +11,7 @@ use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
 use crate::cli::{sweep::file_keys, SweepArgs};
 use crate::env::Env;
-use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
+use crate::export::json::{ConfigJson, Results, Role, SessionJson, SweepCaseJson, SweepJson};
 use crate::export::outputs::Outputs;
 use crate::output::Recorder;
 use crate::plan::order::schedule;
@@ -336,7 +336,7 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
         }
     }
     let null = serde_json::Value::Null;
-    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", "sweep", p.dst.to_string(), null);
+    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", Role::Sweep, p.dst.to_string(), null);
     config.transport = transports.join("+");
     config
 }
