@@ -14,6 +14,7 @@ pub mod env;
 pub mod error;
 pub mod export;
 pub mod mem;
+pub mod named;
 pub mod observe;
 pub mod order_stats;
 pub mod output;
@@ -29,9 +30,9 @@ pub mod units;
 /// a parent and its children).
 pub const LAYERS: &[&[&str]] = &[
     // Leaves every layer may use: errors and exit codes, the --verify byte pattern and the seeded generator, units
-    // of bandwidth, printing that never panics (console), the median's order-statistic interval (order_stats), and
-    // the binary's glibc shim (src/glibc_compat.rs, a module of main.rs).
-    &["error", "pattern", "units", "glibc_compat", "console", "order_stats"],
+    // of bandwidth, printing that never panics (console), the median's order-statistic interval (order_stats), the
+    // names of closed sets (named), and the binary's glibc shim (src/glibc_compat.rs, a module of main.rs).
+    &["error", "pattern", "units", "glibc_compat", "console", "order_stats", "named"],
     // What to run: sizes, models, paged layouts, orders, sweep files.
     &["plan"],
     // Buffers: host, pinned and GPU memory, and the GPU kernels that fill and check them.

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 fuzz_target!(|data: &[u8]| {
     static KEYS: OnceLock<kvxfer::plan::sweep_file::ParamKeys> = OnceLock::new();
-    let keys = KEYS.get_or_init(kvxfer::commands::sweep_file::param_keys);
+    let keys = KEYS.get_or_init(kvxfer::cli::sweep::file_keys);
     let Ok(text) = std::str::from_utf8(data) else { return };
     if let Ok(s) = SweepFile::parse("fuzz.toml", text, &[], keys) {
         assert!(!s.cases.is_empty() && s.cases.len() <= MAX_CASES);

@@ -1,25 +1,27 @@
-//! Command-line definitions (clap derive). Only parsing lives here; `commands/` gives it meaning.
+//! Command-line definitions (clap derive): the only place that knows clap. Each flag is a typed field here, read
+//! with its value's own parser (a named enum's table, `FromStr`, a size parser); `commands/` gives the fields
+//! meaning, and a sweep file's keys are read into the same fields (see [`sweep`]).
 
+use crate::cluster::Pattern;
 use crate::mem::MemKind;
-pub use crate::plan::layout::PagedArgs;
 use crate::plan::sizes::parse_size;
-use crate::plan::text;
 use crate::plan::TransportKind;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod output;
 mod params;
-pub use params::{DeviceArgs, RunArgs, SizeArgs, VerbsArgs};
-
-text::defaults_from_clap!(SweepArgs);
-
-// The output flags belong to the layer that writes the files (`Recorder` lives below `cli`).
-pub use crate::export::args::{FigArgs, OutputArgs};
+pub mod sweep;
+pub mod values;
+pub use output::{FigArgs, OutputArgs};
+pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
+pub use sweep::SweepArgs;
+use values::named;
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
                           (per-block latency in µs). Exit codes: 0 success, 1 runtime failure, 2 bad usage or input.";
@@ -35,7 +37,14 @@ pub struct Cli {
 impl Cli {
     /// Parse the process's arguments, recording which of `sweep`'s flags were given on the command line.
     pub fn parse_args() -> Result<Cli, clap::Error> {
-        let matches = Cli::command().try_get_matches()?;
+        Cli::parse_args_from(std::env::args_os())
+    }
+
+    /// [`Cli::parse_args`] of `args` (the program's name first).
+    pub fn parse_args_from<T: Into<std::ffi::OsString> + Clone>(
+        args: impl IntoIterator<Item = T>,
+    ) -> Result<Cli, clap::Error> {
+        let matches = Cli::command().try_get_matches_from(args)?;
         let mut cli = Cli::from_arg_matches(&matches)?;
         if let (Command::Sweep(a), Some(("sweep", m))) = (&mut cli.command, matches.subcommand()) {
             a.explicit = m
@@ -56,6 +65,14 @@ impl Cli {
             _ => unreachable!("a cluster command line parses as cluster"),
         }
     }
+}
+
+/// The long flags of a group of arguments by id (`max_sge` → `max-sge`), for unit tests of what commands make of
+/// the arguments.
+#[cfg(test)]
+pub fn long_flags<T: Args>() -> std::collections::BTreeMap<String, String> {
+    let cmd = T::augment_args(clap::Command::new("flags"));
+    cmd.get_arguments().filter_map(|a| Some((a.get_id().to_string(), a.get_long()?.to_string()))).collect()
 }
 
 #[derive(Subcommand, Debug)]
@@ -257,8 +274,8 @@ pub struct SendArgs {
 #[derive(Args, Debug, Serialize)]
 pub struct ClusterArgs {
     /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring or all (see below)
-    #[arg(long, default_value = "pairs")]
-    pub pattern: crate::cluster::Pattern,
+    #[arg(long, default_value = "pairs", value_parser = named::<Pattern>())]
+    pub pattern: Pattern,
     /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else rank 0's address
     /// through the launcher's PMIx server (mpirun, srun --mpi=pmix), else the first host of SLURM_JOB_NODELIST, else
     /// loopback when every rank is on this host)
@@ -294,74 +311,6 @@ pub struct ClusterArgs {
     #[command(flatten)]
     #[serde(skip_serializing)]
     pub out: OutputArgs,
-}
-
-#[derive(Args, Debug, Deserialize)]
-#[serde(default)]
-pub struct SweepArgs {
-    /// A sweep file (sweeps/*.toml): its cases, reps and order replace the size and run flags
-    #[arg(value_name = "FILE.toml")]
-    #[serde(skip)]
-    pub file: Option<PathBuf>,
-    /// Override a key of the sweep file, repeatable: --set transport=tcp --set tokens=1k,2k
-    #[arg(long = "set", value_name = "KEY=VALUE", requires = "file")]
-    #[serde(skip)]
-    pub sets: Vec<String>,
-    /// Continue an interrupted sweep (flags or a sweep file, given as before): keep the completed cases (and a
-    /// sweep file's measured reps) of this results file, run the rest, and write back into it (unless --json says
-    /// otherwise)
-    #[arg(long, value_name = "FILE.json")]
-    #[serde(skip)]
-    pub resume: Option<PathBuf>,
-    /// Print the plan (each case, the bytes it moves, the memory each end needs, the run time from
-    /// --estimate-from) and exit without measuring; needs none of the run's hardware unless --here
-    #[arg(long)]
-    #[serde(skip)]
-    pub plan: bool,
-    /// With --plan: also make the run's checks on this host (devices, drivers, memory) and fail listing every case
-    /// that cannot run here
-    #[arg(long, requires = "plan")]
-    #[serde(skip)]
-    pub here: bool,
-    /// With --plan: estimate the run time from these results (p50 per size of the same transport, interpolated)
-    #[arg(long, value_name = "RESULTS.json", requires = "plan")]
-    #[serde(skip)]
-    pub estimate_from: Option<PathBuf>,
-    /// Where the sender's buffer lives: host, pinned or gpu:N
-    #[arg(long, default_value = "host", value_name = "KIND")]
-    #[serde(deserialize_with = "text::from_str")]
-    pub src: MemKind,
-    /// Where the receiver's buffer lives: host, pinned or gpu:N
-    #[arg(long, default_value = "host", value_name = "KIND")]
-    #[serde(deserialize_with = "text::from_str")]
-    pub dst: MemKind,
-    /// The sender's RDMA device (-d) and port; the receiver uses --peer-device (default: the same device)
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub device: DeviceArgs,
-    /// The receiver's RDMA device (default: the sender's, i.e. loopback through one NIC)
-    #[arg(long, value_name = "NAME", help_heading = "RDMA device")]
-    #[serde(deserialize_with = "text::some_text")]
-    pub peer_device: Option<String>,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub sizes: SizeArgs,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub run: RunArgs,
-    #[command(flatten)]
-    #[serde(skip)]
-    pub out: OutputArgs,
-    /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
-    /// existing file
-    #[arg(long, env = "KVXFER_OUT_DIR", default_value = "results", value_name = "DIR", help_heading = "Output")]
-    #[serde(skip)]
-    pub out_dir: PathBuf,
-    /// The ids of the flags given on the command line (filled by [`Cli::parse_args`]): a sweep file refuses
-    /// parameter flags by whether they were given, not by whether their value differs from the default.
-    #[arg(skip)]
-    #[serde(skip)]
-    pub explicit: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -1,10 +1,13 @@
 //! The parameters of a run that a sweep file can set as well as the command line: sizes, the run's knobs, RDMA
-//! verbs knobs and the device. Each deserializes with its flag's own parser (see `plan::text`).
+//! verbs knobs, the KV layout and the device. A sweep file's key is the field of the flag it names, read from its
+//! text with the flag's own parser (see `plan::text`).
 
+use super::values::{self, defaults_from_clap, named};
 use super::{parse_duration, transport_help, TransportChoice, TransportChoiceParser};
-use crate::plan::layout::PagedArgs;
-use crate::plan::sizes::{parse_size, SizeList, TokenList};
-use crate::plan::text;
+use crate::plan::layout::LayoutOptions;
+use crate::plan::paged::{DstPlacement, Layout};
+use crate::plan::sizes::{parse_size, parse_tokens, SizeList, TokenList};
+use crate::plan::text::{from_texts, TextError};
 use crate::plan::{
     CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, NumaMode, Staging,
 };
@@ -30,24 +33,28 @@ fn parse_ack_timeout(text: &str) -> Result<u8, String> {
     }
 }
 
-// A sweep file's parameters deserialize into the structs below with the flags' own parsers (see `plan::text`).
+// A sweep file's parameters deserialize into the structs below with the flags' own parsers.
 fn some_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    text::parsed_some(d, parse_size)
+    values::parsed_some(d, parse_size)
 }
 
 fn some_page_multiple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    text::parsed_some(d, parse_page_multiple)
+    values::parsed_some(d, parse_page_multiple)
 }
 
 fn ack_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
-    text::parsed(d, parse_ack_timeout)
+    values::parsed(d, parse_ack_timeout)
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    text::parsed(d, parse_duration)
+    values::parsed(d, parse_duration)
 }
 
-text::defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, DeviceArgs);
+fn some_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    values::parsed_some(d, parse_tokens)
+}
+
+defaults_from_clap!(SizeArgs, RunArgs, VerbsArgs, PagedArgs, DeviceArgs);
 
 #[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
@@ -56,20 +63,18 @@ pub struct SizeArgs {
     /// Transfer sizes, comma-separated, binary units: 96MiB,1GiB,12GiB; ranges: 1MiB..1GiB (doubling),
     /// 1MiB..1GiB:x4 (×4), 1MiB..8MiB:+1MiB (+1 MiB), the end always included; mixed: 1MiB..4MiB,96MiB
     #[arg(long, value_name = "LIST", conflicts_with = "tokens", allow_hyphen_values = true)]
-    #[serde(deserialize_with = "text::some_from_str")]
+    #[serde(deserialize_with = "values::some_from_str")]
     pub sizes: Option<SizeList>,
     /// Transfer sizes as token counts (k = 1024): 1k,32k,128k, or ranges like --sizes: 1k..128k, 1k..128k:x4;
     /// needs --model, --model-config or --kv-bytes-per-token
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
-    #[serde(deserialize_with = "text::some_from_str")]
+    #[serde(deserialize_with = "values::some_from_str")]
     pub tokens: Option<TokenList>,
     /// Built-in model for --tokens: qwen3-30b-a3b, qwen3-8b, llama-3.1-8b, llama-3.1-70b, deepseek-v3
     #[arg(long, value_name = "NAME", conflicts_with_all = ["model_config", "kv_bytes_per_token"])]
-    #[serde(deserialize_with = "text::some_text")]
     pub model: Option<String>,
     /// A Hugging Face config.json to derive KV bytes per token from
     #[arg(long, value_name = "PATH", conflicts_with = "kv_bytes_per_token")]
-    #[serde(deserialize_with = "text::some_text")]
     pub model_config: Option<PathBuf>,
     /// KV bytes per token, given directly
     #[arg(long, value_name = "N")]
@@ -90,7 +95,7 @@ pub struct RunArgs {
     pub warmup: u32,
     // How bytes move (the help names every transport of the enum).
     #[arg(long, default_value = "auto", value_name = "NAME", value_parser = TransportChoiceParser, help = transport_help())]
-    #[serde(deserialize_with = "text::from_str")]
+    #[serde(deserialize_with = "values::from_str")]
     pub transport: TransportChoice,
     /// Bytes per write (default: the transport's, e.g. 64MiB for tcp); clamped to the transfer size
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = parse_size)]
@@ -134,6 +139,8 @@ pub struct RunArgs {
     pub verify: bool,
     /// Seed of the --verify pattern
     #[arg(long, default_value_t = 0x6b76_7866, hide_default_value = true)]
+    // A sweep file's `seed` is its shuffle's, so it names this one `pattern_seed` (see `cli::sweep`).
+    #[serde(rename(deserialize = "pattern_seed"))]
     pub seed: u64,
     /// Try huge pages for the buffers (falls back to normal pages, and says so)
     #[arg(long)]
@@ -142,19 +149,19 @@ pub struct RunArgs {
     /// (reps[].counters): the RDMA port's counters and hw_counters, the network interface's statistics, the
     /// process's CPU time, the GPU's clocks and throttle reasons; full: also the GPU's NVLink bytes per link,
     /// energy, PCIe replays and link state (slow to read, and they delay the next GPU copy by tens of µs); off: none
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = named::<CountersMode>())]
     pub counters: CountersMode,
     /// Bind each end's thread, and the host buffers it first touches, to one NUMA node's CPUs: auto = the node
     /// of the RDMA NIC (verbs, mooncake rdma) or of the GPU in use (GPU memory, or pinned memory copied to a GPU),
     /// nothing on a one-node host; N = node N; off = no binding. Recorded per end (config.numa)
     #[arg(long, default_value = "auto", value_name = "auto|off|N")]
+    #[serde(deserialize_with = "values::from_str")]
     pub numa: NumaMode,
     /// Run this shell command (sh -c) before every rep, warm-ups included, outside the timed interval, as
     /// hyperfine's --prepare does: drop caches, reset a switch counter, change the fabric for some reps. It sees
     /// KVXFER_CASE, KVXFER_REP (counting warm-ups and measured reps separately), KVXFER_WARMUP (0|1) and
     /// KVXFER_SIZE_BYTES; its output goes to stderr; a failure, or a run past --io-timeout, stops the run
     #[arg(long, value_name = "CMD")]
-    #[serde(deserialize_with = "text::some_text")]
     pub prepare: Option<String>,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
@@ -169,12 +176,21 @@ pub struct RunArgs {
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     #[serde(deserialize_with = "duration")]
     pub io_timeout: Duration,
+    // Flattened into one list of keys when serialized; a sweep file's keys are read into each group apart
+    // ([`RunArgs::from_texts`]).
     #[command(flatten)]
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub verbs: VerbsArgs,
     #[command(flatten)]
-    #[serde(flatten)]
+    #[serde(flatten, skip_deserializing)]
     pub paged: PagedArgs,
+}
+
+impl RunArgs {
+    /// The run's parameters from a sweep file's keys, each group of flags reading its own.
+    pub fn from_texts(entries: &[(&str, &str)]) -> Result<RunArgs, TextError> {
+        Ok(RunArgs { verbs: from_texts(entries)?, paged: from_texts(entries)?, ..from_texts(entries)? })
+    }
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
@@ -220,6 +236,50 @@ pub struct VerbsArgs {
     pub max_sge: u32,
 }
 
+/// KV-cache layout: one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps them.
+#[derive(Args, Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+#[command(next_help_heading = "KV layout")]
+pub struct PagedArgs {
+    /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
+    /// needs --tokens with --model or --model-config)
+    #[arg(long, default_value = "contiguous", value_parser = named::<Layout>())]
+    pub layout: Layout,
+    /// Paged: tokens per block [default: 16]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    #[serde(deserialize_with = "some_tokens")]
+    pub block_tokens: Option<u64>,
+    /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
+    #[serde(deserialize_with = "some_tokens")]
+    pub pool_tokens: Option<u64>,
+    /// Paged: merge pieces adjacent on both sides into one write
+    #[arg(long)]
+    pub coalesce: bool,
+    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
+    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
+    /// [default: random]
+    #[arg(long, value_name = "HOW", value_parser = named::<DstPlacement>())]
+    pub dst_placement: Option<DstPlacement>,
+    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
+    #[arg(long, hide = true)]
+    pub test_fault_swap_dests: bool,
+}
+
+impl PagedArgs {
+    /// The layout these flags ask for.
+    pub fn options(&self) -> LayoutOptions {
+        LayoutOptions {
+            layout: self.layout,
+            block_tokens: self.block_tokens,
+            pool_tokens: self.pool_tokens,
+            coalesce: self.coalesce,
+            dst_placement: self.dst_placement,
+            test_fault_swap_dests: self.test_fault_swap_dests,
+        }
+    }
+}
+
 /// Which RDMA device and port this end uses (`--transport verbs`).
 #[derive(Args, Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
@@ -227,7 +287,6 @@ pub struct VerbsArgs {
 pub struct DeviceArgs {
     /// RDMA device name, e.g. mlx5_0 or rxe0 (default: the first with an active port)
     #[arg(short = 'd', long = "device", value_name = "NAME")]
-    #[serde(deserialize_with = "text::some_text")]
     pub device: Option<String>,
     /// Port of the device
     #[arg(long, default_value_t = 1)]

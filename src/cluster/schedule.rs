@@ -3,40 +3,22 @@
 //! every size (`alone`: its one flow; `pairs`: disjoint pairs, no rank in two flows) or one size (concurrent flows
 //! start together, so each size's aggregate is over flows that overlapped).
 
+use crate::named::named_enum;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
-/// `--pattern`: which flows run, and which of them at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pattern {
-    /// Every ordered pair, in rounds of disjoint pairs at once (no rank in two flows): every link in few steps.
-    Pairs,
-    /// Every ordered pair strictly alone, one flow per step: the baseline a contended pattern is compared with.
-    Alone,
-    /// Ranks 1..N-1 into rank 0 at once: the decode host's view.
-    Incast,
-    /// Rank 0 into every other rank at once.
-    Fanout,
-    /// Each pair both ways at once, in rounds of disjoint pairs that run together.
-    Bidir,
-    /// Rank i into rank i+1 (mod N), all at once.
-    Ring,
-    /// Every rank into every other rank at once.
-    All,
-}
-
-impl fmt::Display for Pattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Pattern::Pairs => "pairs",
-            Pattern::Alone => "alone",
-            Pattern::Incast => "incast",
-            Pattern::Fanout => "fanout",
-            Pattern::Bidir => "bidir",
-            Pattern::Ring => "ring",
-            Pattern::All => "all",
-        })
+named_enum! {
+    /// `--pattern`: which flows run, and which of them at once (each help line is shown by `--help`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Pattern {
+        Pairs = "pairs": "Every ordered pair, in rounds of disjoint pairs at once (no rank in two flows): every link \
+                          in few steps",
+        Alone = "alone": "Every ordered pair strictly alone, one flow per step: the baseline a contended pattern is \
+                          compared with",
+        Incast = "incast": "Ranks 1..N-1 into rank 0 at once: the decode host's view",
+        Fanout = "fanout": "Rank 0 into every other rank at once",
+        Bidir = "bidir": "Each pair both ways at once, in rounds of disjoint pairs that run together",
+        Ring = "ring": "Rank i into rank i+1 (mod N), all at once",
+        All = "all": "Every rank into every other rank at once",
     }
 }
 
@@ -178,17 +160,17 @@ pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
 mod tests {
     #[test]
     fn peak_flows_is_the_schedules_busiest_step_for_every_rank() {
-        use clap::ValueEnum;
-        for pattern in Pattern::value_variants() {
+        use crate::named::Named;
+        for pattern in Pattern::values() {
             for n in 1..10 {
-                let steps = schedule(*pattern, n, 2);
+                let steps = schedule(pattern, n, 2);
                 for rank in 0..n {
                     let busiest = steps
                         .iter()
                         .map(|s| s.flows.iter().filter(|f| f.src == rank || f.dst == rank).count())
                         .max()
                         .unwrap_or(0);
-                    assert_eq!(peak_flows(*pattern, n, rank), busiest, "{pattern} over {n} ranks, rank {rank}");
+                    assert_eq!(peak_flows(pattern, n, rank), busiest, "{pattern} over {n} ranks, rank {rank}");
                 }
             }
         }

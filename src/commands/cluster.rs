@@ -11,7 +11,7 @@ use crate::cli::ClusterArgs;
 use crate::cluster::{self, launcher, Endpoint, Group, Member, Pattern, RankInfo, RendezvousConfig, Step};
 use crate::env::Env;
 use crate::export::cluster as cluster_out;
-use crate::export::json::{ConfigJson, Results};
+use crate::export::json::{ConfigJson, Results, Role};
 use crate::export::ExportManager;
 use crate::mem::MemKind;
 use crate::plan::sizes::format_size;
@@ -43,12 +43,13 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[mem, mem])?;
     let device = rank_device(&a.device, info.local_rank)?;
     check_host_support(&cfg, &[("--mem", mem)], &[&device])?;
-    let exports = ExportManager::for_run(&a.out);
-    if a.out.events.is_some() {
+    let out = a.out.outputs();
+    let exports = ExportManager::for_run(&out);
+    if out.events.is_some() {
         bail_usage!("--events: a cluster run does not write per-rep events (each flow's reps are in the results JSON)");
     }
     if info.rank == 0 {
-        crate::output::Recorder::check_outputs(&a.out)?;
+        crate::output::Recorder::check_outputs(&out)?;
     }
     let peak = cluster::schedule::peak_flows(a.pattern, info.world_size, info.rank);
     if peak == 0 {
@@ -228,7 +229,7 @@ struct Collector {
     results: Results,
     exports: ExportManager,
     pattern: Pattern,
-    fig: crate::export::args::FigArgs,
+    figures: crate::export::outputs::Figures,
     /// Few enough links for a line per step and a row per flow (see `cluster_out::full`); else one progress line.
     full: bool,
     progress: Option<crate::output::progress::StepProgress>,
@@ -248,7 +249,7 @@ impl Collector {
     ) -> Collector {
         let label = a.run.label.clone().unwrap_or_else(|| format!("{} over {} ranks", a.pattern, info.world_size));
         let dst_mem = a.mem.to_string();
-        let config = ConfigJson::from_run(cfg, model, coordinator, "cluster", dst_mem, serde_json::Value::Null);
+        let config = ConfigJson::from_run(cfg, model, coordinator, Role::Cluster, dst_mem, serde_json::Value::Null);
         let mut results = Results::new(label, &Env::capture(), config);
         results.cluster = Some(ClusterJson {
             pattern: a.pattern,
@@ -259,7 +260,7 @@ impl Collector {
             steps_done: 0,
             aggregates: Vec::new(),
         });
-        Collector { results, exports, pattern: a.pattern, fig: a.out.fig.clone(), full: true, progress: None }
+        Collector { results, exports, pattern: a.pattern, figures: a.out.fig.figures(), full: true, progress: None }
     }
 
     /// Choose the console's form from the links the steps will measure.
@@ -420,8 +421,8 @@ impl Collector {
         for (format, p) in self.exports.files() {
             crate::errln!("{}: {}", format.what(), p.display());
         }
-        if let Some(dir) = &self.fig.fig {
-            let lines = crate::export::plot::parse_lines(&self.fig.lines)?;
+        if let Some(dir) = &self.figures.dir {
+            let lines = crate::export::plot::parse_lines(&self.figures.lines)?;
             crate::export::plot::draw_cluster(&self.results, dir, &lines)?;
         }
         outcome

@@ -3,9 +3,10 @@
 //! way only (sweep → sweep_file → sweep_sessions → send).
 
 use crate::bail_usage;
-use crate::cli::{DeviceArgs, OutputArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
+use crate::cli::{DeviceArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
 use crate::control::Timeouts;
 use crate::env::{memory, sysroot::SysRoot};
+use crate::export::outputs::Outputs;
 use crate::mem::MemKind;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::layout::paged_config;
@@ -33,7 +34,7 @@ pub fn resolve_cases(a: &SizeArgs) -> Result<(Vec<SizeCase>, Option<KvGeometry>)
 /// [`resolve_cases`], where `bpt_source` names where `a.kv_bytes_per_token` came from when it is set (a results
 /// file's cases fill it for `predict`, not only the flag).
 pub fn resolve_cases_from(a: &SizeArgs, bpt_source: &str) -> Result<(Vec<SizeCase>, Option<KvGeometry>)> {
-    // The command line refuses these together already; a sweep file's case reaches here without clap.
+    // The command line refuses these together already; a sweep file's case reaches here without its checks.
     if [a.model.is_some(), a.model_config.is_some(), a.kv_bytes_per_token.is_some()].iter().filter(|g| **g).count() > 1
     {
         bail_usage!("give one of --model, --model-config and --kv-bytes-per-token");
@@ -103,7 +104,7 @@ pub fn configure(sizes: &SizeArgs, run: &RunArgs, ends: &[MemKind]) -> Result<Co
 pub fn configure_anywhere(sizes: &SizeArgs, run: &RunArgs, ends: &[MemKind]) -> Result<Configured> {
     let (cases, geometry) = resolve_cases(sizes)?;
     let mut cfg = run_config(run, cases, ends)?;
-    cfg.paged = paged_config(&run.paged, run.block_size.is_some(), run.seed, geometry.as_ref(), &cfg.cases)?;
+    cfg.paged = paged_config(&run.paged.options(), run.block_size.is_some(), run.seed, geometry.as_ref(), &cfg.cases)?;
     cfg.check_plan_limits()?;
     Ok(Configured { cfg, model: geometry.map(|g| g.name), timeouts: timeouts(run) })
 }
@@ -316,7 +317,7 @@ fn smaller(cfg: &RunConfig) -> String {
 /// Unless `--json` names the results file, it is created in `out_dir` under a name of its own
 /// (`<timestamp>-<suffix>.json`, never an existing file) once the run starts: every run keeps its results, and
 /// `--resume` and `report` read them. The folder is made and checked here, before anything runs.
-pub fn default_outputs(out: &mut OutputArgs, out_dir: &Path) -> Result<()> {
+pub fn default_outputs(out: &mut Outputs, out_dir: &Path) -> Result<()> {
     if out.json.is_none() {
         std::fs::create_dir_all(out_dir)
             .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", out_dir.display())))?;

@@ -1,11 +1,12 @@
 //! `kvxfer send`: connect to a receiver and drive the run.
 
 use super::common::{self, configure, Configured};
-use crate::cli::{OutputArgs, SendArgs};
+use crate::cli::SendArgs;
 use crate::control::peer::{client_hello, PeerReported};
 use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
-use crate::export::json::{ConfigJson, Results};
+use crate::export::json::{ConfigJson, Results, Role};
+use crate::export::outputs::Outputs;
 use crate::mem::MemKind;
 use crate::output::Recorder;
 use crate::plan::RunConfig;
@@ -19,10 +20,10 @@ pub struct SendJob<'a> {
     pub token: &'a str,
     pub cfg: RunConfig,
     pub timeouts: Timeouts,
-    pub out: &'a OutputArgs,
+    pub out: &'a Outputs,
     pub label: Option<String>,
     pub model: Option<String>,
-    pub role: &'static str,
+    pub role: Role,
     pub src: MemKind,
     pub device: crate::transport::DeviceChoice,
     /// The interrupted run this one continues (`sweep --resume`): its cases are kept, the rest are measured.
@@ -32,12 +33,12 @@ pub struct SendJob<'a> {
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
-    let mut out = a.out.clone();
+    let mut out = a.out.outputs();
     common::default_outputs(&mut out, &a.out_dir)?;
     send(&a, &out)
 }
 
-fn send(a: &SendArgs, out: &OutputArgs) -> Result<()> {
+fn send(a: &SendArgs, out: &Outputs) -> Result<()> {
     let src = a.mem;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
     let device = common::device_choice(&a.device)?;
@@ -50,7 +51,7 @@ fn send(a: &SendArgs, out: &OutputArgs) -> Result<()> {
         out,
         label: a.run.label.clone(),
         model,
-        role: "send",
+        role: Role::Send,
         src,
         device,
         previous: None,
@@ -112,7 +113,8 @@ fn busy(e: &anyhow::Error) -> bool {
 pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
     // A sweep's receiver is a thread of this process, unless its transport needs a process of its own.
-    let shares_process = job.role == "sweep" && !crate::transport::receiver_in_own_process(job.cfg.transport.kind());
+    let shares_process =
+        job.role == Role::Sweep && !crate::transport::receiver_in_own_process(job.cfg.transport.kind());
     let (session, receiver_host) =
         connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process)?;
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
@@ -166,13 +168,13 @@ mod tests {
     fn the_results_config_keeps_its_keys_and_values() {
         let cuda = run_config(TransportConfig::Cuda(CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather }));
         let detail = serde_json::json!({ "sender": { "gpu": 0 } });
-        let c = ConfigJson::from_run(&cuda, Some("qwen3-8b".into()), "h:1", "send", "gpu:1".into(), detail);
+        let c = ConfigJson::from_run(&cuda, Some("qwen3-8b".into()), "h:1", Role::Send, "gpu:1".into(), detail);
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
             r#"{"transport":"cuda","block_size":1048576,"streams":2,"reps":3,"warmup":1,"verify":true,"seed":9,"hugepages":false,"model":"qwen3-8b","peer":"h:1","role":"send","copy":"sm","staging":"gather","src_mem":"gpu:0","dst_mem":"gpu:1","transport_detail":{"sender":{"gpu":0}}}"#
         );
         let verbs = run_config(TransportConfig::Verbs(VerbsConfig::default()));
-        let c = ConfigJson::from_run(&verbs, None, "loopback", "sweep", "host".into(), serde_json::Value::Null);
+        let c = ConfigJson::from_run(&verbs, None, "loopback", Role::Sweep, "host".into(), serde_json::Value::Null);
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(
             (v["transport"].as_str(), v["copy"].as_str(), v["staging"].as_str()),

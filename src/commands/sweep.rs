@@ -18,7 +18,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     if a.plan {
         return plan(&a);
     }
-    let mut out = a.out.clone();
+    let mut out = a.out.outputs();
     if let Some(r) = &a.resume {
         out.json.get_or_insert_with(|| r.clone());
     }
@@ -26,7 +26,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     sweep(&a, &out)
 }
 
-fn sweep(a: &SweepArgs, out: &crate::cli::OutputArgs) -> Result<()> {
+fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
     let (src, dst) = (a.src, a.dst);
     let Configured { mut cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
     let previous = a.resume.as_deref().map(|p| super::resume::continue_sweep(p, &mut cfg)).transpose()?;
@@ -59,7 +59,7 @@ fn sweep(a: &SweepArgs, out: &crate::cli::OutputArgs) -> Result<()> {
         out,
         label,
         model,
-        role: "sweep",
+        role: crate::export::json::Role::Sweep,
         src,
         device,
         previous,

@@ -9,22 +9,22 @@ use super::common::{
 use super::sweep_plan::{self, Sweep};
 use super::sweep_sessions::{Pool, SessionPlan};
 use crate::bail_usage;
-use crate::cli::{Cli, SweepArgs};
+use crate::cli::{sweep::file_keys, SweepArgs};
 use crate::env::Env;
-use crate::export::json::{ConfigJson, Results, SessionJson, SweepCaseJson, SweepJson};
+use crate::export::json::{ConfigJson, Results, Role, SessionJson, SweepCaseJson, SweepJson};
+use crate::export::outputs::Outputs;
 use crate::output::Recorder;
 use crate::plan::order::schedule;
-use crate::plan::sweep_file::{describe, session_key, varying_keys, ParamKeys, Params, SweepFile, SIZE_KEYS};
+use crate::plan::sweep_file::{describe, session_key, varying_keys, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
 use crate::stats::CaseResult;
 use anyhow::{Context, Result};
-use clap::{ArgAction, CommandFactory};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     reject_parameter_flags(&a)?;
-    let sweep = SweepFile::load(file, &a.sets, &param_keys())?;
+    let sweep = SweepFile::load(file, &a.sets, &file_keys())?;
     // A plan is worked out anywhere (--here checks this host case by case); a run checks it before it starts.
     let plans = plan_sessions(&sweep, !a.plan)?;
     if a.plan {
@@ -47,7 +47,7 @@ pub fn run(a: SweepArgs, file: &Path) -> Result<()> {
     }
     let previous = a.resume.as_deref().map(|p| resumable(p, &sweep)).transpose()?;
 
-    let mut out = a.out.clone();
+    let mut out = a.out.outputs();
     if let Some(r) = &a.resume {
         out.json.get_or_insert_with(|| r.clone());
     }
@@ -61,7 +61,7 @@ fn measure(
     sweep: &SweepFile,
     plans: &[SessionPlan],
     previous: Option<Results>,
-    out: &crate::cli::OutputArgs,
+    out: &Outputs,
 ) -> Result<()> {
     Recorder::check_outputs(out)?;
 
@@ -255,36 +255,10 @@ fn run_rounds(
     Ok(())
 }
 
-/// Flags that still apply with a sweep file: where results go and what the run is called.
-const FILE_FLAGS: &[&str] = &[
-    "file",
-    "sets",
-    "resume",
-    "plan",
-    "here",
-    "estimate_from",
-    "json",
-    "csv",
-    "md",
-    "events",
-    "fig",
-    "lines",
-    "out_dir",
-    "label",
-];
-
 /// With a sweep file the file says what to measure: a parameter flag given on the command line is refused, not
-/// ignored, whatever its value (even the default's: `--reps 5`). The flag is named as the user typed it: the ids
-/// clap reports also name the groups of flattened flag structs, which are no flag at all.
+/// ignored, whatever its value (even the default's: `--reps 5`).
 fn reject_parameter_flags(a: &SweepArgs) -> Result<()> {
-    let cmd = sweep_command();
-    let mut given = a.explicit.iter().filter_map(|id| cmd.get_arguments().find(|arg| arg.get_id() == id.as_str()));
-    if let Some(arg) = given.find(|arg| !FILE_FLAGS.contains(&arg.get_id().as_str())) {
-        let flag = match (arg.get_long(), arg.get_short()) {
-            (Some(long), _) => format!("--{long}"),
-            (None, Some(short)) => format!("-{short}"),
-            (None, None) => arg.get_id().to_string(),
-        };
+    if let Some(flag) = a.parameter_flag_given() {
         bail_usage!(
             "{flag}: with a sweep file, set parameters in the file or with --set key=value (e.g. --set reps=3 --set transport=tcp); only output flags (--json, --md, --csv, --events, --fig, --line, --out-dir, --label) apply"
         );
@@ -327,63 +301,16 @@ fn plan_sessions(sweep: &SweepFile, check_host: bool) -> Result<Vec<SessionPlan>
     Ok(plans)
 }
 
-/// Flags a sweep file sets under another name: `seed` is the file's shuffle seed, so `--seed` is `pattern_seed`.
-const RENAMED: &[(&str, &str)] = &[("seed", "pattern_seed")];
-/// Flags a sweep file sets as run keys (one value for the whole sweep), not per case.
-const RUN_FLAGS: &[&str] = &["reps", "warmup", "label"];
-
-fn flag_id(key: &str) -> &str {
-    RENAMED.iter().find(|(_, k)| *k == key).map_or(key, |(id, _)| id)
-}
-
-/// The `kvxfer sweep` command as clap defines it (what sweep-file parameters are checked and named against).
-fn sweep_command() -> clap::Command {
-    let mut cli = Cli::command();
-    cli.build();
-    cli.find_subcommand("sweep").expect("kvxfer has a sweep subcommand").clone()
-}
-
-/// The parameters a sweep file may set: every parameter flag of `kvxfer sweep`, by its id.
-pub fn param_keys() -> ParamKeys {
-    let mut keys = ParamKeys::default();
-    let cmd = sweep_command();
-    for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
-        let id = arg.get_id().as_str();
-        if FILE_FLAGS.contains(&id) || RUN_FLAGS.contains(&id) || matches!(arg.get_action(), ArgAction::Help) {
-            continue;
-        }
-        let key = RENAMED.iter().find(|(i, _)| *i == id).map_or(id, |(_, k)| k).to_string();
-        match arg.get_action() {
-            ArgAction::SetTrue => keys.switches.push(key),
-            _ => keys.options.push(key),
-        }
-    }
-    keys
-}
-
 /// The `kvxfer sweep` arguments of one session: `params` (its first case's; sizes excepted), the session's sizes
-/// and the file's reps, deserialized into the struct the command line fills, each value read by its flag's own
-/// parser. A bad value is named by its key.
+/// and the file's reps, read into the struct the command line fills, each value by its flag's own parser. A bad
+/// value is named by its key.
 fn session_args(params: &Params, size_key: &str, sizes: &[&str], reps: u32, warmup: u32) -> Result<SweepArgs> {
-    let switches = param_keys().switches;
     let sizes = sizes.join(",");
     let (reps, warmup) = (reps.to_string(), warmup.to_string());
     let given = params.iter().filter(|(k, _)| !SIZE_KEYS.contains(&k.as_str())).map(|(k, v)| (k.as_str(), v.as_str()));
     let extra = [(size_key, sizes.as_str()), ("reps", reps.as_str()), ("warmup", warmup.as_str())];
-    let mut map = serde_json::Map::new();
-    for (key, value) in given.chain(extra) {
-        let json = if switches.iter().any(|s| s == key) {
-            serde_json::Value::Bool(value == "true")
-        } else {
-            value.parse::<u64>().map_or_else(|_| value.into(), Into::into)
-        };
-        let one = serde_json::Value::Object([(flag_id(key).to_string(), json.clone())].into_iter().collect());
-        if let Err(e) = serde_json::from_value::<SweepArgs>(one) {
-            bail_usage!("{key} = {value:?}: {e}");
-        }
-        map.insert(flag_id(key).to_string(), json);
-    }
-    Ok(serde_json::from_value(serde_json::Value::Object(map))?)
+    let entries: Vec<(&str, &str)> = given.chain(extra).collect();
+    SweepArgs::from_texts(&entries).map_err(|e| crate::error::usage(e.to_string()))
 }
 
 fn session_plan(sweep: &SweepFile, ids: &[usize]) -> Result<SessionPlan> {
@@ -409,7 +336,7 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
         }
     }
     let null = serde_json::Value::Null;
-    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", "sweep", p.dst.to_string(), null);
+    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", Role::Sweep, p.dst.to_string(), null);
     config.transport = transports.join("+");
     config
 }
@@ -443,52 +370,11 @@ fn resumable(path: &Path, sweep: &SweepFile) -> Result<Results> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    /// `kvxfer sweep ARGS` as the command line parses it.
-    fn from_command_line(args: &[&str]) -> Option<SweepArgs> {
-        match Cli::try_parse_from(["kvxfer", "sweep"].iter().chain(args)) {
-            Ok(Cli { command: crate::cli::Command::Sweep(a) }) => Some(a),
-            _ => None,
-        }
-    }
 
     /// A sweep file's case of `key = value`, as `session_args` builds it (the size and reps as given).
     fn from_file(key: &str, value: &str) -> Result<SweepArgs> {
         let params: Params = [(key.to_string(), value.to_string())].into_iter().collect();
         session_args(&params, "sizes", &["1MiB"], 5, 1)
-    }
-
-    #[test]
-    fn every_sweep_file_key_is_a_flag_and_sets_what_the_flag_sets() {
-        let cmd = sweep_command();
-        let keys = param_keys();
-        assert!(keys.options.len() > 25 && keys.switches.contains(&"verify".to_string()), "{keys:?}");
-        for key in keys.options.iter().chain(&keys.switches).filter(|k| !SIZE_KEYS.contains(&k.as_str())) {
-            let arg = cmd.get_arguments().find(|a| a.get_id() == flag_id(key)).expect("a key is a flag");
-            let flag = format!("--{}", arg.get_long().expect("parameters are long flags"));
-            let default = format!("{:?}", from_command_line(&["--sizes", "1MiB"]).unwrap());
-            // A value the flag takes that is not its default: another possible value, or the first sample it parses.
-            let possible: Vec<String> = arg.get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
-            let samples: Vec<String> = if matches!(arg.get_action(), ArgAction::SetTrue) {
-                vec!["true".into()]
-            } else if !possible.is_empty() {
-                possible.into_iter().rev().collect()
-            } else {
-                ["3", "2MiB", "7s", "gpu:1", "1k,2k", "mlx5_1"].map(String::from).to_vec()
-            };
-            let found = samples.iter().find_map(|v| {
-                let args: Vec<&str> = match arg.get_action() {
-                    ArgAction::SetTrue => vec![&flag, "--sizes", "1MiB"],
-                    _ => vec![&flag, v, "--sizes", "1MiB"],
-                };
-                let cli = from_command_line(&args).map(|a| format!("{a:?}"))?;
-                (cli != default).then(|| (v.clone(), cli))
-            });
-            let (value, cli) = found.unwrap_or_else(|| panic!("no sample value for {flag}"));
-            let file = from_file(key, &value).unwrap_or_else(|e| panic!("{key} = {value:?}: {e:#}"));
-            assert_eq!(format!("{file:?}"), cli, "{key} = {value:?} in a file must set what {flag} {value} sets");
-        }
     }
 
     #[test]
@@ -514,7 +400,7 @@ mod tests {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let p = entry.unwrap().path();
             if p.extension().is_some_and(|e| e == "toml") {
-                let f = SweepFile::load(&p, &[], &param_keys()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                let f = SweepFile::load(&p, &[], &file_keys()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
                 assert!(!f.cases.is_empty(), "{}", p.display());
                 for c in &f.cases {
                     let size_key = SIZE_KEYS.iter().find(|k| c.params.contains_key(**k)).unwrap();

@@ -2,12 +2,24 @@
 
 use super::Exporter;
 use crate::env::Env;
+use crate::named::named_enum;
 use crate::stats::CaseResult;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub const SCHEMA: &str = "kvxfer/results/v1";
+
+named_enum! {
+    /// Which command measured a run (`config.role` of its results).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Role {
+        Send = "send",
+        // On loopback: the receiver runs in this process, unless its transport needs one of its own.
+        Sweep = "sweep",
+        Cluster = "cluster",
+    }
+}
 
 /// `config` in the results file: the run configuration as the user set it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -17,6 +29,7 @@ pub struct ConfigJson {
     pub knobs: crate::plan::RunKnobs,
     pub model: Option<String>,
     pub peer: String,
+    /// A [`Role`]'s name (read back as any text, so a results file never fails to load on it).
     pub role: String,
     #[serde(default)]
     pub copy: String,
@@ -47,7 +60,7 @@ impl ConfigJson {
         cfg: &crate::plan::RunConfig,
         model: Option<String>,
         peer: &str,
-        role: &str,
+        role: Role,
         dst_mem: String,
         transport_detail: serde_json::Value,
     ) -> ConfigJson {
@@ -57,7 +70,7 @@ impl ConfigJson {
             knobs: cfg.knobs.clone(),
             model,
             peer: peer.to_string(),
-            role: role.to_string(),
+            role: role.name().to_string(),
             copy: cuda.copy.to_string(),
             staging: cuda.staging.to_string(),
             src_mem: cfg.src_mem.clone(),

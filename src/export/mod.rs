@@ -4,7 +4,6 @@
 //! run (`output::Recorder`) and `kvxfer report` both write through it. Every file goes through [`write_atomic`], so
 //! an interrupted run leaves either the previous complete file or the new complete file, never half of one.
 
-pub mod args;
 pub mod cells;
 pub mod cluster;
 pub mod compare;
@@ -13,11 +12,12 @@ pub mod events;
 pub mod files;
 pub mod json;
 pub mod markdown;
+pub mod outputs;
 pub mod plot;
 
 use anyhow::Result;
-use args::OutputArgs;
 use json::Results;
+use outputs::Outputs;
 use std::path::{Path, PathBuf};
 
 pub use files::{check_writable, replace_with, write_atomic};
@@ -100,7 +100,7 @@ pub struct ExportManager {
 
 impl ExportManager {
     /// The results files of a run (`--json`, `--csv`, `--md`), each rewritten whole after every size.
-    pub fn for_run(out: &OutputArgs) -> ExportManager {
+    pub fn for_run(out: &Outputs) -> ExportManager {
         let mut m = ExportManager::default();
         for (format, path) in [(Format::Json, &out.json), (Format::Csv, &out.csv), (Format::Markdown, &out.md)] {
             if let Some(p) = path {

@@ -41,7 +41,7 @@ impl serde::Serialize for MemKind {
     }
 }
 
-/// As `--mem`, `--src` and `--dst` take it (clap parses those flags with this).
+/// As `--mem`, `--src` and `--dst` take it (the command line parses those flags with this).
 impl std::str::FromStr for MemKind {
     type Err = String;
 

@@ -2,8 +2,8 @@
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
 use super::{compare, interrupt, progress::Progress, table};
-use crate::export::args::{FigArgs, OutputArgs};
 use crate::export::cells::{case_name, ceiling_note, ci_note, rails_text, warning_summary, why_note};
+use crate::export::outputs::{Figures, Outputs};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
 use crate::plan::paged::Layout;
 use crate::plan::{sizes::format_size, RunConfig};
@@ -17,7 +17,7 @@ pub struct Recorder {
     exports: ExportManager,
     events: Option<EventsFile>,
     verify: bool,
-    fig: FigArgs,
+    figures: Figures,
     /// How many cases the run measures, and the command that resumes it: what an interrupted run's files say.
     cases_total: usize,
     resume: Option<String>,
@@ -28,7 +28,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// Check every output path (a missing directory is a usage error): call before connecting to anything.
-    pub fn check_outputs(out: &OutputArgs) -> Result<()> {
+    pub fn check_outputs(out: &Outputs) -> Result<()> {
         let named = [("--json", &out.json), ("--csv", &out.csv), ("--md", &out.md), ("--events", &out.events)];
         let named: Vec<(&str, &std::path::Path)> =
             named.iter().filter_map(|(f, p)| p.as_deref().map(|p| (*f, p))).collect();
@@ -42,14 +42,14 @@ impl Recorder {
         if let Some(p) = &out.events {
             export::check_writable("--events", p)?;
         }
-        export::plot::parse_lines(&out.fig.lines)?;
-        if let Some(dir) = &out.fig.fig {
+        export::plot::parse_lines(&out.figures.lines)?;
+        if let Some(dir) = &out.figures.dir {
             export::plot::prepare_dir(dir)?;
         }
         Ok(())
     }
 
-    pub fn new(results: Results, cfg: &RunConfig, out: &OutputArgs) -> Result<Recorder> {
+    pub fn new(results: Results, cfg: &RunConfig, out: &Outputs) -> Result<Recorder> {
         let mut rec = Recorder::with_total(
             results,
             cfg.cases.len() as u64 * (u64::from(cfg.knobs.reps) + u64::from(cfg.knobs.warmup)),
@@ -73,7 +73,7 @@ impl Recorder {
     /// A recorder whose progress bar counts `total` reps (warm-ups included). Unless `--json` named one, the
     /// results file is created now, under a name of its own, and written at once (no case yet, not complete), so
     /// a run killed before its first case still leaves a file that says so.
-    pub fn with_total(results: Results, total: u64, verify: bool, out: &OutputArgs) -> Result<Recorder> {
+    pub fn with_total(results: Results, total: u64, verify: bool, out: &Outputs) -> Result<Recorder> {
         let mut out = out.clone();
         if let (None, Some(dir)) = (&out.json, &out.default_dir) {
             let path = export::files::create_default(dir, "json")?;
@@ -92,7 +92,7 @@ impl Recorder {
             exports,
             events,
             verify,
-            fig: out.fig.clone(),
+            figures: out.figures.clone(),
             cases_total,
             resume: None,
             events_error: None,
@@ -167,12 +167,12 @@ impl Recorder {
 
     /// `--fig`: draw the completed sizes (even of a run that stopped early) from the results in memory.
     fn write_figures(&self) -> Result<()> {
-        let Some(dir) = &self.fig.fig else { return Ok(()) };
+        let Some(dir) = &self.figures.dir else { return Ok(()) };
         if self.results.cases.is_empty() {
             crate::errln!("figures: none drawn, no size completed");
             return Ok(());
         }
-        let lines = export::plot::parse_lines(&self.fig.lines)?;
+        let lines = export::plot::parse_lines(&self.figures.lines)?;
         export::plot::draw_series(&self.results.figure_series(), dir, &lines)
     }
 }

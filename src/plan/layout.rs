@@ -1,58 +1,34 @@
-//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: the KV layout flags (their clap
-//! definitions live here, with what they mean; `cli` re-exports them), turned with the model geometry into the
-//! paged configuration both ends plan from, said on stderr before the run.
+//! `--layout`, `--block-tokens`, `--pool-tokens`, `--coalesce`, `--dst-placement`: the KV layout as asked for, turned
+//! with the model geometry into the paged configuration both ends plan from, said on stderr before the run.
 
 use super::kv::KvGeometry;
 use super::paged::{DstPlacement, Layout, PagedConfig, DEFAULT_BLOCK_TOKENS};
-use super::sizes::{format_size, format_tokens, parse_tokens};
+use super::sizes::{format_size, format_tokens};
 use super::SizeCase;
 use crate::bail_usage;
 use anyhow::Result;
-use clap::Args;
-use serde::{Deserialize, Deserializer, Serialize};
 
-/// KV-cache layout: one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps
-/// them.
-#[derive(Args, Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
-#[command(next_help_heading = "KV layout")]
-pub struct PagedArgs {
-    /// contiguous (one buffer) or paged (per-layer K/V blocks of --block-tokens, scattered over a pool on each side;
-    /// needs --tokens with --model or --model-config)
-    #[arg(long, default_value = "contiguous")]
+/// The KV layout as the user asked for it (flags or a sweep file): one contiguous buffer, or paged blocks scattered
+/// over a pool as a serving engine keeps them, with what is not given left to [`paged_config`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayoutOptions {
     pub layout: Layout,
-    /// Paged: tokens per block [default: 16]
-    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
-    #[serde(deserialize_with = "some_tokens")]
+    /// Tokens per block (default [`DEFAULT_BLOCK_TOKENS`]).
     pub block_tokens: Option<u64>,
-    /// Paged: tokens each side's pool holds, k = 1024 [default: twice the largest transfer]
-    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = parse_tokens)]
-    #[serde(deserialize_with = "some_tokens")]
+    /// Tokens each side's pool holds (default: twice the largest transfer).
     pub pool_tokens: Option<u64>,
-    /// Paged: merge pieces adjacent on both sides into one write
-    #[arg(long)]
+    /// Merge pieces adjacent on both sides into one write.
     pub coalesce: bool,
-    /// Paged: where the receiver's blocks go: random (slots permuted, like the source's) or sequential (block b in
-    /// slot b, as in a fresh or defragmented pool; destinations then adjacent, which verbs gathers with SGE lists)
-    /// [default: random]
-    #[arg(long, value_name = "HOW")]
+    /// Where the receiver's blocks go (default random).
     pub dst_placement: Option<DstPlacement>,
-    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail
-    #[arg(long, hide = true)]
+    /// Test-only fault injection: the sender swaps the destinations of two pieces, so --verify must fail.
     pub test_fault_swap_dests: bool,
-}
-
-super::text::defaults_from_clap!(PagedArgs);
-
-/// A sweep file's `block_tokens` / `pool_tokens`, read as the flags read them.
-fn some_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    super::text::parsed_some(d, parse_tokens)
 }
 
 /// The paged configuration for `--layout paged` (None for contiguous); refuses paged-only flags without it, and
 /// `--block-size` (`block_size_given`) with it. `seed` places the blocks (the run's `--seed`).
 pub fn paged_config(
-    a: &PagedArgs,
+    a: &LayoutOptions,
     block_size_given: bool,
     seed: u64,
     geometry: Option<&KvGeometry>,

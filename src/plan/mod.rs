@@ -10,6 +10,7 @@ pub mod text;
 pub mod transport;
 mod wire;
 
+use crate::named::named_enum;
 use anyhow::Result;
 use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
@@ -138,20 +139,21 @@ fn is_default_counters(c: &CountersMode) -> bool {
     *c == CountersMode::default()
 }
 
-/// `--counters`: read counters around every rep (auto, full) or not at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CountersMode {
-    // Every source this host has for what the run uses that reading does not disturb: RDMA port, network
-    // interface, process CPU time, the GPU's clocks and throttle reasons.
-    #[default]
-    Auto,
-    // Also the GPU's NVLink byte counters per link, energy, PCIe replays and link state: reading NVLink's 36
-    // per-link counters takes about 33 ms and delays the copy that follows by 60-100 us (measured on the 2xH200),
-    // so only on request.
-    Full,
-    // None: no reads between reps.
-    Off,
+named_enum! {
+    /// `--counters`: read counters around every rep (auto, full) or not at all.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum CountersMode {
+        // Every source this host has for what the run uses that reading does not disturb: RDMA port, network
+        // interface, process CPU time, the GPU's clocks and throttle reasons.
+        #[default]
+        Auto = "auto",
+        // Also the GPU's NVLink byte counters per link, energy, PCIe replays and link state: reading NVLink's 36
+        // per-link counters takes about 33 ms and delays the copy that follows by 60-100 us (measured on the 2xH200),
+        // so only on request.
+        Full = "full",
+        // None: no reads between reps.
+        Off = "off",
+    }
 }
 
 impl RunConfig {

@@ -3,33 +3,26 @@
 //! spreads such drifts over all cases instead. The order is a pure function of the seed, so it can be reproduced.
 
 use crate::bail_usage;
+use crate::named::{named_enum, Named};
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Order {
-    /// Round r runs every case that still needs a rep once, in a fresh seeded shuffle.
-    Interleaved,
-    /// One seeded shuffle of all measured reps of all cases.
-    Random,
-    /// Case after case, each with all its reps (the order of `kvxfer send`).
-    Sequential,
+named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Order {
+        /// Round r runs every case that still needs a rep once, in a fresh seeded shuffle.
+        Interleaved = "interleaved",
+        /// One seeded shuffle of all measured reps of all cases.
+        Random = "random",
+        /// Case after case, each with all its reps (the order of `kvxfer send`).
+        Sequential = "sequential",
+    }
 }
 
 impl Order {
     pub fn parse(text: &str) -> Result<Order> {
-        match <Order as clap::ValueEnum>::from_str(text, false) {
-            Ok(order) => Ok(order),
-            Err(_) => bail_usage!("order {text:?}: choose interleaved, random or sequential"),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Order::Interleaved => "interleaved",
-            Order::Random => "random",
-            Order::Sequential => "sequential",
+        match Order::from_name(text) {
+            Some(order) => Ok(order),
+            None => bail_usage!("order {text:?}: choose interleaved, random or sequential"),
         }
     }
 }

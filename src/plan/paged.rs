@@ -22,6 +22,7 @@
 
 use super::{SizeCase, Write};
 use crate::bail_usage;
+use crate::named::named_enum;
 use crate::pattern::{splitmix64, Span};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -36,35 +37,27 @@ pub const MAX_PIECES: u64 = 16 << 20;
 const SRC_SALT: u64 = 0x7372_635f_736c_6f74; // "src_slot"
 const DST_SALT: u64 = 0x6473_745f_736c_6f74; // "dst_slot"
 
-/// `--layout`: how a transfer's bytes sit in each side's memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layout {
-    // One buffer, written in blocks of --block-size.
-    #[default]
-    Contiguous,
-    // Per-layer K/V blocks scattered over a pool on each side.
-    Paged,
+named_enum! {
+    /// `--layout`: how a transfer's bytes sit in each side's memory (named as results and tables name it).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum Layout {
+        // One buffer, written in blocks of --block-size.
+        #[default]
+        Contiguous = "contiguous",
+        // Per-layer K/V blocks scattered over a pool on each side.
+        Paged = "paged",
+    }
 }
 
-/// Where the receiver's blocks go (`--dst-placement`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DstPlacement {
-    // A seeded random permutation, independent of the source's (a fragmented cache).
-    #[default]
-    Random,
-    // Block b in slot b (a fresh or defragmented pool).
-    Sequential,
-}
-
-impl Layout {
-    /// `contiguous` or `paged`, as results and tables name the layout.
-    pub fn name(self) -> &'static str {
-        match self {
-            Layout::Contiguous => "contiguous",
-            Layout::Paged => "paged",
-        }
+named_enum! {
+    /// Where the receiver's blocks go (`--dst-placement`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum DstPlacement {
+        // A seeded random permutation, independent of the source's (a fragmented cache).
+        #[default]
+        Random = "random",
+        // Block b in slot b (a fresh or defragmented pool).
+        Sequential = "sequential",
     }
 }
 
@@ -534,7 +527,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<PagedConfig>(&text).unwrap(), cfg);
         for (v, n) in [(DstPlacement::Random, "random"), (DstPlacement::Sequential, "sequential")] {
             assert_eq!(serde_json::to_value(v).unwrap(), n);
-            assert_eq!(<DstPlacement as clap::ValueEnum>::from_str(n, false), Ok(v));
+            assert_eq!(n.parse::<DstPlacement>(), Ok(v));
         }
     }
 

@@ -176,8 +176,8 @@ fn parse_list(text: &str, flag: &str, parse: fn(&str) -> Result<u64>) -> Result<
     Ok(out)
 }
 
-/// `--sizes`: a comma-separated list of sizes, parsed by clap (one value, so not a clap list: an empty element is
-/// named as such).
+/// `--sizes`: a comma-separated list of sizes, parsed from the flag's one value (not split into values by the
+/// command line, so that an empty element is named as such).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeList(pub Vec<u64>);
 
@@ -196,7 +196,7 @@ impl std::str::FromStr for SizeList {
     }
 }
 
-/// `--tokens`: a comma-separated list of token counts, parsed by clap.
+/// `--tokens`: a comma-separated list of token counts, parsed from the flag's one value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenList(pub Vec<u64>);
 

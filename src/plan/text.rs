@@ -1,131 +1,225 @@
-//! Reading a value the way the command line reads it, for serde: a sweep file's parameter arrives as text (or as a
-//! TOML number) and goes through the same parser as the flag it names, so `block_size = "1MiB"` in a file and
-//! `--block-size 1MiB` on the command line cannot disagree. Missing keys take clap's own defaults.
+//! Typed options from text. A sweep file's case is a list of `key = value` texts (what results record and `--resume`
+//! matches by); serde reads them into the structs the command line fills, and each field's type decides how its
+//! text is read: `"3"` is a number where the field is a number, a name where it is a name, `"true"` a switch where
+//! it is a bool. Fields with a parser of their own (sizes, durations) read the text with it, so `block_size =
+//! "1MiB"` in a file and `--block-size 1MiB` cannot disagree.
 
-use serde::de::{self, Deserializer, Visitor};
-use std::fmt::{self, Display};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
+use serde::forward_to_deserialize_any;
+use std::fmt;
 
-/// A value given as a string, an integer or a boolean, as its text.
-struct AsText;
+/// A value that cannot be read, named by its key: `streams = "two": invalid type: string "two", expected u32`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextError(pub String);
 
-impl Visitor<'_> for AsText {
-    type Value = String;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string, a whole number or a boolean")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
-        Ok(v.to_string())
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
-        Ok(v.to_string())
+impl fmt::Display for TextError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-/// The text of a value, whatever type it arrived as.
-pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_any(AsText)
+impl std::error::Error for TextError {}
+
+impl de::Error for TextError {
+    fn custom<T: fmt::Display>(msg: T) -> TextError {
+        TextError(msg.to_string())
+    }
 }
 
-/// Parse a value's text with `parse` (the flag's own parser).
-pub fn parsed<'de, D, T, E>(d: D, parse: impl Fn(&str) -> Result<T, E>) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    E: Display,
-{
-    parse(&text(d)?).map_err(de::Error::custom)
+/// Read `T` from `entries`. Keys that are no field of `T` are passed over: a struct read from part of a case (one
+/// group of flags) takes its own keys; which keys exist at all is checked where the case is read.
+pub fn from_texts<T: DeserializeOwned>(entries: &[(&str, &str)]) -> Result<T, TextError> {
+    T::deserialize(Texts { entries, next: 0 })
 }
 
-/// `Some` of a value's text parsed with `parse` (an optional flag that was given).
-pub fn parsed_some<'de, D, T, E>(d: D, parse: impl Fn(&str) -> Result<T, E>) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    E: Display,
-{
-    parsed(d, parse).map(Some)
+/// The entries of a case, as a map.
+struct Texts<'a> {
+    entries: &'a [(&'a str, &'a str)],
+    next: usize,
 }
 
-/// A value parsed with its type's `FromStr` (as clap parses a flag of that type).
-pub fn from_str<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: std::str::FromStr,
-    T::Err: Display,
-{
-    parsed(d, str::parse::<T>)
+impl<'de> de::Deserializer<'de> for Texts<'_> {
+    type Error = TextError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        visitor.visit_map(self)
+    }
+
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit unit_struct
+        newtype_struct seq tuple tuple_struct map struct enum identifier ignored_any
+    }
 }
 
-/// `Some` of a value parsed with its type's `FromStr`.
-pub fn some_from_str<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: std::str::FromStr,
-    T::Err: Display,
-{
-    from_str(d).map(Some)
+impl<'de> MapAccess<'de> for Texts<'_> {
+    type Error = TextError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, TextError> {
+        let Some((key, _)) = self.entries.get(self.next) else { return Ok(None) };
+        seed.deserialize(key.into_deserializer()).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, TextError> {
+        let (key, value) = self.entries[self.next];
+        self.next += 1;
+        seed.deserialize(Text(value)).map_err(|e| TextError(format!("{key} = {value:?}: {e}")))
+    }
 }
 
-/// `Some` of a value's text (a name such as a device or model; a name that looks like a number stays a name).
-pub fn some_text<'de, D: Deserializer<'de>, T: From<String>>(d: D) -> Result<Option<T>, D::Error> {
-    text(d).map(|t| Some(T::from(t)))
-}
+/// One value's text, read as the type asking for it.
+struct Text<'a>(&'a str);
 
-/// A parameter struct as the command line leaves it when none of its flags is given: clap's defaults are the only
-/// defaults, and a sweep file's missing keys take them too (see [`defaults_from_clap`]).
-pub fn clap_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
-    let cmd = T::augment_args(clap::Command::new("defaults"));
-    let matches = cmd.try_get_matches_from(["defaults"]).expect("every parameter flag has a default or is optional");
-    T::from_arg_matches(&matches).expect("the defaults parse")
-}
-
-/// `impl Default` by [`clap_defaults`], for the parameter structs that `#[serde(default)]` fills.
-macro_rules! defaults_from_clap {
-    ($($t:ty),*) => {$(
-        impl Default for $t {
-            fn default() -> Self {
-                $crate::plan::text::clap_defaults()
-            }
+impl Text<'_> {
+    /// A whole number where one is asked for; other text is refused by the visitor as the wrong type.
+    fn unsigned<'de, V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        match self.0.parse::<u64>() {
+            Ok(n) => visitor.visit_u64(n),
+            Err(_) => visitor.visit_str(self.0),
         }
-    )*};
+    }
+
+    fn signed<'de, V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        match self.0.parse::<i64>() {
+            Ok(n) => visitor.visit_i64(n),
+            Err(_) => visitor.visit_str(self.0),
+        }
+    }
 }
-pub(crate) use defaults_from_clap;
+
+impl<'de> de::Deserializer<'de> for Text<'_> {
+    type Error = TextError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        visitor.visit_str(self.0)
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        match self.0 {
+            "true" => visitor.visit_bool(true),
+            "false" => visitor.visit_bool(false),
+            other => visitor.visit_str(other),
+        }
+    }
+
+    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.unsigned(visitor)
+    }
+
+    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.unsigned(visitor)
+    }
+
+    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.unsigned(visitor)
+    }
+
+    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.unsigned(visitor)
+    }
+
+    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.signed(visitor)
+    }
+
+    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.signed(visitor)
+    }
+
+    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.signed(visitor)
+    }
+
+    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.signed(visitor)
+    }
+
+    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        self.deserialize_f64(visitor)
+    }
+
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        match self.0.parse::<f64>() {
+            Ok(x) => visitor.visit_f64(x),
+            Err(_) => visitor.visit_str(self.0),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TextError> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, TextError> {
+        visitor.visit_enum(self.0.into_deserializer())
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, TextError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    forward_to_deserialize_any! {
+        i128 u128 char str string bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier
+        ignored_any
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde::Deserialize;
 
-    #[derive(Deserialize, Debug, PartialEq)]
+    #[derive(Deserialize, Debug, PartialEq, Default)]
+    #[serde(default)]
     struct Probe {
-        #[serde(deserialize_with = "from_str")]
         n: u32,
-        #[serde(default, deserialize_with = "some_text")]
+        on: bool,
         name: Option<String>,
-        #[serde(default, deserialize_with = "parsed_size")]
-        size: Option<u64>,
+        #[serde(rename(deserialize = "renamed"))]
+        seed: u64,
+        kind: Option<Kind>,
     }
 
-    fn parsed_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        parsed_some(d, crate::plan::sizes::parse_size)
+    #[derive(Deserialize, Debug, PartialEq)]
+    #[serde(rename_all = "lowercase")]
+    enum Kind {
+        Ce,
+        Sm,
+    }
+
+    fn probe(entries: &[(&str, &str)]) -> Result<Probe, String> {
+        from_texts(entries).map_err(|e| e.to_string())
     }
 
     #[test]
-    fn numbers_strings_and_flag_parsers() {
-        let p: Probe = serde_json::from_str(r#"{"n": "7", "name": 0, "size": "2MiB"}"#).unwrap();
-        assert_eq!(p, Probe { n: 7, name: Some("0".into()), size: Some(2 << 20) });
-        let p: Probe = serde_json::from_str(r#"{"n": 7, "size": 4096}"#).unwrap();
-        assert_eq!(p, Probe { n: 7, name: None, size: Some(4096) });
-        let e = serde_json::from_str::<Probe>(r#"{"n": 1, "size": "2MB"}"#).unwrap_err().to_string();
-        assert!(e.contains("use MiB"), "{e}");
+    fn each_text_is_read_as_its_fields_type() {
+        let p = probe(&[("n", "7"), ("on", "true"), ("name", "0"), ("renamed", "9"), ("kind", "sm")]).unwrap();
+        assert_eq!(p, Probe { n: 7, on: true, name: Some("0".into()), seed: 9, kind: Some(Kind::Sm) });
+        assert_eq!(probe(&[("other", "x")]).unwrap(), Probe::default(), "keys of other groups are passed over");
+    }
+
+    #[test]
+    fn a_bad_value_is_named_by_its_key_as_serde_words_it() {
+        assert_eq!(probe(&[("n", "two")]).unwrap_err(), r#"n = "two": invalid type: string "two", expected u32"#);
+        assert_eq!(probe(&[("n", "-1")]).unwrap_err(), r#"n = "-1": invalid type: string "-1", expected u32"#);
+        assert_eq!(
+            probe(&[("n", "99999999999")]).unwrap_err(),
+            r#"n = "99999999999": invalid value: integer `99999999999`, expected u32"#
+        );
+        assert_eq!(
+            probe(&[("kind", "dma")]).unwrap_err(),
+            r#"kind = "dma": unknown variant `dma`, expected `ce` or `sm`"#
+        );
+        assert_eq!(
+            probe(&[("on", "yes")]).unwrap_err(),
+            r#"on = "yes": invalid type: string "yes", expected a boolean"#
+        );
     }
 }

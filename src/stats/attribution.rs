@@ -17,6 +17,7 @@
 
 use super::modes::Bimodality;
 use super::warnings::MAX_CV;
+use crate::named::named_enum;
 use crate::observe::contention::{
     GAUGES, INVOLUNTARY_SWITCHES, OTHERS_CPU_US, RUN_QUEUE_WAIT_US, SOFTIRQ_US, STEAL_US,
 };
@@ -36,10 +37,20 @@ const PER_MS: &[&str] = &[OTHERS_CPU_US, SOFTIRQ_US, STEAL_US, INVOLUNTARY_SWITC
 /// At most this many counters are named.
 const MOST_NAMED: usize = 5;
 
+named_enum! {
+    /// How a case's reps were split into slow and fast.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Split {
+        // The bimodal test's two modes.
+        BimodalModes = "bimodal modes",
+        // The largest ratio between neighbouring reps in rate order (a spread case).
+        LargestGap = "largest gap",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attribution {
-    /// How the reps were split: `bimodal modes` or `largest gap`.
-    pub split: String,
+    pub split: Split,
     /// Rep numbers (`reps[].i`) of each group.
     pub slow_reps: Vec<u32>,
     pub fast_reps: Vec<u32>,
@@ -93,7 +104,7 @@ pub fn of(reps: &[RepRecord], bimodal: &Bimodality, cv: Option<f64>) -> Option<A
     let mut by_rate: Vec<&RepRecord> = reps.iter().collect();
     by_rate.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
     let (split, slow_count) = if bimodal.is_bimodal && bimodal.counts.len() == 2 {
-        ("bimodal modes", bimodal.counts[0])
+        (Split::BimodalModes, bimodal.counts[0])
     } else if cv.is_some_and(|cv| cv > MAX_CV) {
         // The largest ratio between neighbours in rate order.
         let cut = (1..by_rate.len())
@@ -102,7 +113,7 @@ pub fn of(reps: &[RepRecord], bimodal: &Bimodality, cv: Option<f64>) -> Option<A
                 gap(a).total_cmp(&gap(b))
             })
             .unwrap_or(1);
-        ("largest gap", cut)
+        (Split::LargestGap, cut)
     } else {
         return None;
     };
@@ -135,7 +146,7 @@ pub fn of(reps: &[RepRecord], bimodal: &Bimodality, cv: Option<f64>) -> Option<A
         v.sort_unstable();
         v
     };
-    Some(Attribution { split: split.into(), slow_reps: numbers(slow), fast_reps: numbers(fast), counters, verdict })
+    Some(Attribution { split, slow_reps: numbers(slow), fast_reps: numbers(fast), counters, verdict })
 }
 
 /// Whether the counter `key` keeps every slow rep apart from every fast rep, with its strength (the groups'

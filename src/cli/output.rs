@@ -1,7 +1,7 @@
-//! The flags naming a run's output files and figures, shared by `send` and `sweep` (flattened into their clap
-//! structs in `cli`, which re-exports them). They live here, next to what writes those files, so the layers below
-//! `cli` (the run's `Recorder` in `output`) can take them.
+//! The flags naming a run's output files and figures, shared by `send`, `sweep` and `cluster` (and `--fig`/`--line`
+//! by `report`); the run's `Recorder` takes what they name as [`Outputs`].
 
+use crate::export::outputs::{Figures, Outputs};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -22,12 +22,21 @@ pub struct OutputArgs {
     pub events: Option<PathBuf>,
     #[command(flatten)]
     pub fig: FigArgs,
-    /// The files above that kvxfer created under default names (rewritten by rename, never through a link).
-    #[arg(skip)]
-    pub created: Vec<PathBuf>,
-    /// Where the results file is created, under a name of its own, when --json names none (--out-dir).
-    #[arg(skip)]
-    pub default_dir: Option<PathBuf>,
+}
+
+impl OutputArgs {
+    /// The files these flags name.
+    pub fn outputs(&self) -> Outputs {
+        Outputs {
+            json: self.json.clone(),
+            csv: self.csv.clone(),
+            md: self.md.clone(),
+            events: self.events.clone(),
+            figures: self.fig.figures(),
+            created: Vec::new(),
+            default_dir: None,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -38,4 +47,10 @@ pub struct FigArgs {
     /// A reference line on the bandwidth figure, LABEL=GBPS; repeatable: --line "NIC 25 GB/s=25"
     #[arg(long = "line", value_name = "LABEL=GBPS", requires = "fig")]
     pub lines: Vec<String>,
+}
+
+impl FigArgs {
+    pub fn figures(&self) -> Figures {
+        Figures { dir: self.fig.clone(), lines: self.lines.clone() }
+    }
 }
