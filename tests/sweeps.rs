@@ -193,3 +193,29 @@ fn report_warns_when_fingerprints_differ_in_what_matters() {
     out.expect_code(0);
     assert!(out.stderr.contains("different environments: IOMMU mode"), "{}", out.stderr);
 }
+
+#[test]
+fn a_run_with_numa_off_writes_numa_once_and_reads_back_for_report_and_resume() {
+    let t = TempDir::new("numa-off");
+    // Flags: the placement is recorded (it carries the mode); the key is written once.
+    let json = t.arg("flags.json");
+    run(&["sweep", "--sizes", "1MiB", "--reps", "2", "--numa", "off", "--json", &json]).expect_code(0);
+    let text = std::fs::read_to_string(&json).unwrap();
+    let config = text.split("\"cases\"").next().unwrap();
+    assert_eq!(config.matches("\"numa\":").count(), 1, "config.numa written once:\n{config}");
+    assert_eq!(read_json(Path::new(&json))["config"]["numa"]["sender"]["mode"], "off");
+    run(&["report", &json, "--md", "-"]).expect_code(0);
+    // A sweep file: the sessions hold the placements, config the mode alone.
+    let file = t.arg("numa.toml");
+    write(Path::new(&file), "transport = \"tcp\"\nsizes = [\"1MiB\", \"2MiB\"]\nreps = 2\nnuma = \"off\"\n");
+    let json = t.arg("file.json");
+    run(&["sweep", &file, "--json", &json]).expect_code(0);
+    assert_eq!(read_json(Path::new(&json))["config"]["numa"], "off");
+    run(&["report", &json, "--md", "-"]).expect_code(0);
+    let mut r = read_json(Path::new(&json));
+    r["cases"].as_array_mut().unwrap().pop();
+    std::fs::write(&json, serde_json::to_vec(&r).unwrap()).unwrap();
+    let out = run(&["sweep", &file, "--resume", &json]);
+    out.expect_code(0);
+    assert_eq!(read_json(Path::new(&json))["cases"].as_array().unwrap().len(), 2, "{}", out.stderr);
+}

@@ -21,6 +21,29 @@ named_enum! {
     }
 }
 
+/// `config.numa` is two things by one name: `--numa` (a flattened knob, written when not `auto`) and where each end
+/// was placed (which records that mode too). A file holds the placement when there is one, the mode alone
+/// otherwise, never both (a JSON object with one key twice).
+fn config_numa_once<S: serde::Serializer>(config: &ConfigJson, s: S) -> Result<S::Ok, S::Error> {
+    if config.numa.is_some() && config.knobs.numa != crate::plan::NumaMode::default() {
+        let mut once = config.clone();
+        once.knobs.numa = crate::plan::NumaMode::default();
+        return once.serialize(s);
+    }
+    config.serialize(s)
+}
+
+/// Take `config.numa` out of a results file's JSON when it is the `--numa` mode alone (a string or node number)
+/// rather than the placement, and return that mode.
+fn numa_mode_alone(results: &mut serde_json::Value) -> Result<Option<crate::plan::NumaMode>, String> {
+    let Some(config) = results.get_mut("config").and_then(|c| c.as_object_mut()) else { return Ok(None) };
+    if config.get("numa").is_none_or(|n| n.is_object() || n.is_null()) {
+        return Ok(None);
+    }
+    let text = config.remove("numa").expect("checked above");
+    serde_json::from_value(text).map(Some).map_err(|e| e.to_string())
+}
+
 /// `config` in the results file: the run configuration as the user set it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConfigJson {
@@ -89,6 +112,7 @@ pub struct Results {
     pub started_at: String,
     pub label: String,
     pub env: serde_json::Value,
+    #[serde(serialize_with = "config_numa_once")]
     pub config: ConfigJson,
     pub cases: Vec<CaseResult>,
     /// Steady-state bandwidth (GB/s) over the sizes where p50 is flat (see `stats::ceiling`); null when none.
@@ -251,7 +275,7 @@ impl Results {
 
     /// A results file's text, as [`Results::read`] reads it (`path` names it in errors).
     pub fn parse(path: &Path, text: &str) -> Result<Results> {
-        let v: serde_json::Value = serde_json::from_str(text)
+        let mut v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| crate::error::usage(format!("{}: not valid JSON: {e}", path.display())))?;
         match v.get("schema").and_then(|s| s.as_str()) {
             Some(SCHEMA) => {}
@@ -263,9 +287,15 @@ impl Results {
                 bail!(crate::error::usage(format!("{}: not a kvxfer results file (no \"schema\")", path.display())))
             }
         }
+        let mode = numa_mode_alone(&mut v)
+            .map_err(|e| crate::error::usage(format!("{}: malformed results: config.numa: {e}", path.display())))?;
         let mut r: Results = serde_json::from_value(v)
             .map_err(|e| crate::error::usage(format!("{}: malformed results: {e}", path.display())))
             .context("reading results")?;
+        r.config.knobs.numa = match &r.config.numa {
+            Some(sides) => sides.sender.mode,
+            None => mode.unwrap_or_default(),
+        };
         r.fill_derived();
         Ok(r)
     }
