@@ -1,7 +1,7 @@
 //! Verbs transport tests on real soft-RoCE devices. They run inside `scripts/rxe-vm` (two rxe devices on a veth
-//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped, or
-//! fails when `KVXFER_REQUIRE_RXE=1` (scripts/test-rxe sets it) promises the devices. `scripts/test` runs them in
-//! the VM.
+//! pair that behave like two hosts: serve on rxeA, send on rxeB), where `scripts/test-rxe` (run by `scripts/test`)
+//! runs this test binary with `--include-ignored` and `KVXFER_REQUIRE_RXE=1`: a test that finds no device then fails.
+//! Anywhere else every test is `#[ignore]`d, with the reason.
 
 mod common;
 use common::*;
@@ -64,7 +64,14 @@ fn send_args<'a>(r: &'a Rxe, addr: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
+/// A run that promises the hardware includes the ignored tests that need it.
 #[test]
+fn ignored_tests_run_where_the_harness_promises_their_hardware() {
+    common::ignored_tests_run_where_promised();
+}
+
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn verified_transfers_1_to_64mib_over_several_queue_pairs() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs");
@@ -91,6 +98,7 @@ fn verified_transfers_1_to_64mib_over_several_queue_pairs() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-chunks");
@@ -133,6 +141,7 @@ fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn in_process_sweep_between_two_devices() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-sweep");
@@ -162,6 +171,7 @@ fn in_process_sweep_between_two_devices() {
 /// Needs the VM's single-device mode (`RXE_VM_NET=single`, as scripts/test-rxe runs it): in the two-device mode the
 /// harness routes each address through the other device, so a device cannot reach itself.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn in_process_sweep_looping_through_one_device() {
     let net = std::env::var("RXE_VM_NET");
     if matches!(net.as_deref(), Ok("pair" | "rails")) {
@@ -206,6 +216,7 @@ fn in_process_sweep_looping_through_one_device() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill");
@@ -242,6 +253,7 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill-tx");
@@ -269,6 +281,7 @@ fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn wrong_device_names_fail_before_connecting() {
     let Some(r) = rxe() else { return };
     let out = run(&["send", "--peer", "127.0.0.1:9", "--transport", "verbs", "-d", "mlx5_9", "--sizes", "1MiB"]);
@@ -281,6 +294,7 @@ fn wrong_device_names_fail_before_connecting() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn devices_lists_ports_and_gid_tables() {
     let Some(r) = rxe() else { return };
     let out = run(&["devices"]);
@@ -301,6 +315,7 @@ fn devices_lists_ports_and_gid_tables() {
 /// Scattered pieces on both sides, one RDMA WRITE each (or per coalesced run), verified by logical offset;
 /// a misplaced piece must fail --verify.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piece() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-paged");
@@ -368,6 +383,7 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
 /// gather several scattered source pieces into one RDMA WRITE (fewer work requests than writes), and every byte
 /// still lands verified; `--max-sge 1` posts one WRITE per piece again.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn paged_sequential_destinations_gather_pieces_into_fewer_work_requests() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-sge");
@@ -469,6 +485,7 @@ fn cluster_case(r: &Rxe, c: &serde_json::Value, flows: u64) -> (u64, u64) {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn cluster_of_four_ranks_two_per_device_measures_every_pair_and_an_incast() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-cluster");
@@ -533,6 +550,7 @@ fn check_rails(c: &serde_json::Value, size: u64, devices: [&str; 2]) {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn send_and_serve_stripe_one_transfer_over_two_rails() {
     let Some(r) = rxe() else { return };
     let Some((a2, b2)) = second_rails() else { return };
@@ -565,6 +583,7 @@ fn send_and_serve_stripe_one_transfer_over_two_rails() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_sweep_stripes_over_two_rails_and_unequal_rail_counts_are_refused() {
     let Some(r) = rxe() else { return };
     let Some((a2, b2)) = second_rails() else { return };
@@ -599,6 +618,7 @@ fn a_sweep_stripes_over_two_rails_and_unequal_rail_counts_are_refused() {
 /// Rail 2's egress slowed to 40 Mbit/s by netem (queued, never dropped: soft-RoCE's retransmissions are fragile): it
 /// carries its half of the bytes far slower than rail 1, and the case flags it by name.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_rail_slowed_by_netem_is_flagged_as_lagging() {
     let Some(r) = rxe() else { return };
     let Some((a2, b2)) = second_rails() else { return };
@@ -644,6 +664,7 @@ fn a_rail_slowed_by_netem_is_flagged_as_lagging() {
 /// RDMA here because kvxfer checks that the engine found the devices. Needs the engine venv (scripts/test passes
 /// KVXFER_ENGINES_PYTHON into the VM; KVXFER_REQUIRE_ENGINES=1 makes its absence a failure).
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn mooncake_over_rdma_between_two_rxe_devices_verifies() {
     let Some(r) = rxe() else { return };
     let py = match std::env::var("KVXFER_ENGINES_PYTHON") {
@@ -707,6 +728,7 @@ fn tc(args: &[&str]) {
 /// retransmits: one slow mode, one fast. Needs a one-CPU guest (scripts/test-rxe runs it so): with two, the guest
 /// reorders packets and rxe retransmits in every rep on its own.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn attribution_names_the_retransmissions_of_the_reps_that_lost_a_packet() {
     if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) > 1 {
         eprintln!("skipped: needs a one-CPU guest (RXE_VM_CPUS=1); scripts/test-rxe runs it so");

@@ -76,6 +76,30 @@ pub fn missing_hardware(var: &str, found: usize, why: &str) {
     eprintln!("skipped: {why}");
 }
 
+/// What each `#[ignore]`d test of the suite needs, by the variable with which a harness promises it.
+pub const REQUIRE_VARS: &[&str] =
+    &["KVXFER_REQUIRE_GPU", "KVXFER_REQUIRE_RXE", "KVXFER_REQUIRE_ENGINES", launch::REQUIRE_SLURM];
+
+/// The tests that need hardware are `#[ignore]`d, so that where it is absent they are listed as ignored, with the
+/// reason, instead of passing without having run; a harness that provides it sets its `KVXFER_REQUIRE_*` and runs
+/// them with `--include-ignored` (libtest) or `--run-ignored` (nextest). Fails a libtest run that promises some
+/// hardware but leaves the ignored tests out: it would otherwise report them ignored and pass. (nextest starts each
+/// test in a process of its own without saying whether it runs the ignored ones; its harness's command is what
+/// includes them.)
+pub fn ignored_tests_run_where_promised() {
+    let promises: Vec<&str> = REQUIRE_VARS.iter().copied().filter(|v| promised(v) > 0).collect();
+    if promises.is_empty() || std::env::var_os("NEXTEST").is_some() {
+        return;
+    }
+    let included = std::env::args().any(|a| a == "--include-ignored" || a == "--ignored");
+    assert!(
+        included,
+        "{} promises the hardware, but this run leaves out the #[ignore]d tests that need it: pass --include-ignored \
+         to the test binary (cargo test -- --include-ignored)",
+        promises.join(", ")
+    );
+}
+
 // ------------------------------------------------------------------------------------------------ temp dirs
 
 /// A fresh directory under the system temp dir, removed on drop.
