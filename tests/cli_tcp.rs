@@ -527,6 +527,24 @@ fn no_rep_stalls_on_any_send_or_receive_path() {
     }
 }
 
+/// A byte corrupted in flight fails `--verify`, counted exactly (the test-only fault `KVXFER_TEST_FAULT=flip-byte`
+/// inverts one byte of the first measured rep at the sender): between `serve` and `send`, where serve hears the
+/// verdict and exits 1 too, and within one `sweep`.
+#[test]
+fn a_byte_corrupted_in_flight_fails_verify_counting_one_byte() {
+    let dir = TempDir::new("flip-byte");
+    let (sent, swept, out_dir) = (dir.arg("send.json"), dir.arg("sweep.json"), dir.arg(""));
+    let reps = ["--sizes", "1MiB,2MiB", "--reps", "2", "--verify"];
+    let serve = Serve::start(&["--once"]);
+    let send = run_flipping_a_byte(&[&["send", "--peer", &serve.addr][..], &reps, &["--json", &sent]].concat());
+    expect_one_corrupted_byte(&send, std::path::Path::new(&sent), MIB);
+    let s = serve.proc.finish();
+    s.expect_code(1);
+    assert!(s.one_error().contains("verification failed"), "{}", s.stderr);
+    let args = [&["sweep", "--transport", "tcp"][..], &reps, &["--json", &swept, "--out-dir", &out_dir]].concat();
+    expect_one_corrupted_byte(&run_flipping_a_byte(&args), std::path::Path::new(&swept), MIB);
+}
+
 /// A launcher may start the sender before the receiver: send waits (saying so once) and runs when serve comes up.
 #[test]
 fn send_started_before_serve_waits_for_it() {

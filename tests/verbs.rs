@@ -379,6 +379,26 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
     let _ = serve.wait_timeout(Duration::from_secs(10));
 }
 
+/// A byte corrupted in flight fails `--verify` over RDMA WRITEs, counted exactly, as tests/cli_tcp.rs shows for tcp
+/// (the test-only fault `KVXFER_TEST_FAULT=flip-byte` inverts one byte of the first measured rep at the sender):
+/// between serve on rxeA and send on rxeB, where serve exits 1 too, and in a sweep between the two devices.
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn a_byte_corrupted_in_flight_fails_verify_counting_one_byte() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-flip-byte");
+    let (sent, swept, dir) = (t.arg("send.json"), t.arg("sweep.json"), t.arg(""));
+    let reps = ["--sizes", "1MiB", "--reps", "2", "--verify"];
+    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+    let send = run_flipping_a_byte(&send_args(&r, &addr, &[&reps[..], &["--json", &sent]].concat()));
+    expect_one_corrupted_byte(&send, Path::new(&sent), 1 << 20);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(1), "{}", serve.stderr.text());
+    let devices = ["-d", &r.b_dev, "--peer-device", &r.a_dev, "--ack-timeout", "18"];
+    let args =
+        [&["sweep", "--transport", "verbs"][..], &devices, &reps, &["--json", &swept, "--out-dir", &dir]].concat();
+    expect_one_corrupted_byte(&run_flipping_a_byte(&args), Path::new(&swept), 1 << 20);
+}
+
 /// With `--dst-placement sequential`: each region's destination pieces are back to back, so SGE lists
 /// gather several scattered source pieces into one RDMA WRITE (fewer work requests than writes), and every byte
 /// still lands verified; `--max-sge 1` posts one WRITE per piece again.

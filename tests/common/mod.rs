@@ -657,6 +657,30 @@ pub fn check_case_timed(c: &serde_json::Value, size_bytes: u64, reps: u64, verif
     assert!((num(&c["transfer_ms"], "max") - max).abs() < 1e-9);
 }
 
+/// `kvxfer ARGS` run to completion with the test-only fault `KVXFER_TEST_FAULT=flip-byte`: the sender inverts one
+/// byte of each contiguous case's first measured rep after filling the `--verify` pattern (src/run/sender.rs).
+pub fn run_flipping_a_byte(args: &[&str]) -> Out {
+    let what = format!("KVXFER_TEST_FAULT=flip-byte kvxfer {}", args.join(" "));
+    Proc::start(kvxfer().env("KVXFER_TEST_FAULT", "flip-byte").args(args), what).finish()
+}
+
+/// What a `--verify` run of `--reps 2` at `size` bytes that [`run_flipping_a_byte`] corrupted must leave: exit 1 with
+/// one error line naming the failure, and in the results file (`json`) the case unverified with exactly one
+/// mismatched byte, all of it in the first measured rep. (The run stops after that case.)
+pub fn expect_one_corrupted_byte(out: &Out, json: &Path, size: u64) {
+    out.expect_code(1);
+    let line = out.one_error();
+    assert!(line.contains("verification failed: 1 mismatched bytes at size"), "{}: {line}", out.what);
+    let cases = read_json(json)["cases"].as_array().cloned().unwrap_or_default();
+    assert_eq!(cases.len(), 1, "{}: the run stops after the corrupted case: {cases:?}", out.what);
+    let c = &cases[0];
+    assert_eq!((c["size_bytes"].as_u64(), &c["verified"]), (Some(size), &serde_json::json!(false)), "{c}");
+    assert_eq!(c["mismatched_bytes"].as_u64(), Some(1), "{}: the one inverted byte, counted: {c}", out.what);
+    let per_rep: Vec<Option<u64>> =
+        c["reps"].as_array().unwrap().iter().map(|r| r["mismatched_bytes"].as_u64()).collect();
+    assert_eq!(per_rep, [Some(1), Some(0)], "{}: {c}", out.what);
+}
+
 /// Run kvxfer to completion with the raw `Output`, echoing the command and its output to the test's log (shown
 /// when a test fails).
 pub fn output_logged(args: &[&str]) -> std::process::Output {
