@@ -139,36 +139,32 @@ fn mooncake_without_python_or_without_the_wheel_says_what_to_install() {
     assert!(line.contains("pip install mooncake-transfer-engine-non-cuda"), "{line}");
 }
 
+/// What Mooncake cannot do here is refused in one line before anything moves, never done some other way: rdma
+/// without an RDMA device (the engine would quietly fall back to TCP), nvlink-intra with host memory, and a
+/// protocol Mooncake does not have (a usage error).
 #[test]
 #[ignore = "needs the engine wheels: scripts/test runs it (KVXFER_REQUIRE_ENGINES=1, --run-ignored)"]
-fn mooncake_rdma_without_an_rdma_device_is_refused_not_silently_tcp() {
-    if Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some()) {
-        eprintln!("skipped: this host has RDMA devices (the refusal is for hosts without)");
-        return;
+fn mooncake_protocols_it_cannot_use_here_are_refused_in_one_line_not_silently_tcp() {
+    let Some(py) = engines_python() else { return };
+    let rdma_here = Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some());
+    let t = TempDir::new("mooncake-refused");
+    let dir = t.arg("");
+    // (--mooncake-protocol, exit code, what its one error line says)
+    for (protocol, code, said) in [
+        ("rdma", 1, &["no RDMA device", "fall back to TCP"][..]),
+        ("nvlink-intra", 2, &["nvlink-intra moves GPU memory only", "serve/send --mem"]),
+        ("udp", 2, &["udp"]),
+    ] {
+        if protocol == "rdma" && rdma_here {
+            eprintln!("skipped rdma: this host has RDMA devices (the refusal is for hosts without)");
+            continue;
+        }
+        let args = ["sweep", "--transport", "mooncake", "--mooncake-protocol", protocol, "--sizes", "1MiB"];
+        let out = with_python(&py, &[&args[..], &["--out-dir", &dir]].concat());
+        out.expect_code(code).no_panic();
+        let line = out.one_error();
+        assert!(said.iter().all(|s| line.contains(s)), "--mooncake-protocol {protocol}: {line}");
     }
-    let Some(py) = engines_python() else { return };
-    let t = TempDir::new("mooncake-rdma");
-    let args =
-        ["sweep", "--transport", "mooncake", "--mooncake-protocol", "rdma", "--sizes", "1MiB", "--out-dir", &t.arg("")];
-    let out = with_python(&py, &args);
-    out.expect_code(1).no_panic();
-    let line = out.one_error();
-    assert!(line.contains("no RDMA device") && line.contains("fall back to TCP"), "{line}");
-    // A protocol Mooncake does not have is a usage error before anything starts.
-    let out = run(&["sweep", "--transport", "mooncake", "--mooncake-protocol", "udp", "--sizes", "1MiB"]);
-    out.expect_code(2);
-}
-
-#[test]
-#[ignore = "needs the engine wheels: scripts/test runs it (KVXFER_REQUIRE_ENGINES=1, --run-ignored)"]
-fn mooncake_nvlink_intra_with_host_memory_is_refused_in_one_line() {
-    let Some(py) = engines_python() else { return };
-    let t = TempDir::new("mooncake-nvlink-host");
-    let args = ["sweep", "--transport", "mooncake", "--mooncake-protocol", "nvlink-intra", "--sizes", "1MiB"];
-    let out = with_python(&py, &[&args[..], &["--out-dir", &t.arg("")]].concat());
-    out.expect_code(2).no_panic();
-    let line = out.one_error();
-    assert!(line.contains("nvlink-intra moves GPU memory only") && line.contains("serve/send --mem"), "{line}");
 }
 
 /// The engine venv's python when it has the NIXL wheel, or None (after saying why, or failing under

@@ -64,6 +64,17 @@ fn send_args<'a>(r: &'a Rxe, addr: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
+/// `serve --once` on rxeA and `send ARGS --json …` from rxeB: both exit 0. Returns send's output and its results.
+fn send_to_serve_once(r: &Rxe, t: &TempDir, args: &[&str]) -> (Out, serde_json::Value) {
+    let (mut serve, addr) = serve_on_a(r, &["--once"]);
+    let json = t.arg("r.json");
+    let out = run(&send_args(r, &addr, &[args, &["--json", &json]].concat()));
+    out.expect_code(0);
+    let status = serve.wait_timeout(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "serve --once exits 0 after {args:?}: {}", serve.stderr.text());
+    (out, read_json(Path::new(&json)))
+}
+
 /// A run that promises the hardware includes the ignored tests that need it.
 #[test]
 fn ignored_tests_run_where_the_harness_promises_their_hardware() {
@@ -75,16 +86,8 @@ fn ignored_tests_run_where_the_harness_promises_their_hardware() {
 fn verified_transfers_1_to_64mib_over_several_queue_pairs() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs");
-    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-    let json = t.arg("r.json");
-    run(&send_args(
-        &r,
-        &addr,
-        &["--sizes", "1MiB,4MiB,16MiB,64MiB", "--reps", "2", "--qps", "4", "--verify", "--json", &json],
-    ))
-    .expect_code(0);
-    assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "serve --once exits 0");
-    let v = read_json(std::path::Path::new(&json));
+    let (_, v) =
+        send_to_serve_once(&r, &t, &["--sizes", "1MiB,4MiB,16MiB,64MiB", "--reps", "2", "--qps", "4", "--verify"]);
     for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 4, 16, 64]) {
         check_case(c, mib << 20, 2, true);
         assert_eq!(c["block_size"].as_u64(), Some(64 << 10), "verbs default block size");
@@ -122,13 +125,8 @@ fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
         &["--block-size", "1MiB", "--cq-mode", "event", "--qps", "5"],
     ];
     for extra in runs {
-        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-        let json = t.arg("r.json");
-        let mut args = send_args(&r, &addr, &["--sizes", "3084KiB", "--reps", "2", "--verify", "--json", &json]);
-        args.extend_from_slice(extra);
-        run(&args).expect_code(0);
-        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "{extra:?}");
-        let v = read_json(std::path::Path::new(&json));
+        let (_, v) =
+            send_to_serve_once(&r, &t, &[&["--sizes", "3084KiB", "--reps", "2", "--verify"][..], extra].concat());
         let c = &v["cases"][0];
         check_case(c, 3084 << 10, 2, true);
         if extra.contains(&"--reg-per-rep") {
@@ -319,28 +317,9 @@ fn devices_lists_ports_and_gid_tables() {
 fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piece() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-paged");
-    for (i, extra) in [&[][..], &["--coalesce"][..]].into_iter().enumerate() {
-        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-        let json = t.arg(&format!("r{i}.json"));
-        let mut args = vec![
-            "--layout",
-            "paged",
-            "--tokens",
-            "100,1k",
-            "--model",
-            "qwen3-30b-a3b",
-            "--qps",
-            "2",
-            "--reps",
-            "2",
-            "--verify",
-            "--json",
-            &json,
-        ];
-        args.extend_from_slice(extra);
-        run(&send_args(&r, &addr, &args)).expect_code(0);
-        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
-        let v = read_json(std::path::Path::new(&json));
+    for extra in [&[][..], &["--coalesce"][..]] {
+        let knobs = ["--tokens", "100,1k", "--qps", "2", "--reps", "2", "--verify"];
+        let (_, v) = send_to_serve_once(&r, &t, &[PAGED_QWEN, &knobs, extra].concat());
         for (c, (tokens, pieces)) in v["cases"].as_array().unwrap().iter().zip([(100u64, 672u64), (1024, 6144)]) {
             check_case(c, tokens * 98_304, 2, true);
             assert_eq!(c["layout"], "paged");
@@ -352,26 +331,7 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
     }
     let (mut serve, addr) = serve_on_a(&r, &["--once"]);
     let json = t.arg("fault.json");
-    let out = run(&send_args(
-        &r,
-        &addr,
-        &[
-            "--layout",
-            "paged",
-            "--tokens",
-            "64",
-            "--model",
-            "llama-3.1-8b",
-            "--reps",
-            "1",
-            "--warmup",
-            "0",
-            "--verify",
-            "--test-fault-swap-dests",
-            "--json",
-            &json,
-        ],
-    ));
+    let out = run(&send_args(&r, &addr, &[PAGED_SWAPPED_PIECES, &["--verify", "--json", &json]].concat()));
     out.expect_code(1);
     assert!(out.one_error().contains("verification failed"), "{}", out.stderr);
     let v = read_json(std::path::Path::new(&json));
@@ -407,33 +367,10 @@ fn a_byte_corrupted_in_flight_fails_verify_counting_one_byte() {
 fn paged_sequential_destinations_gather_pieces_into_fewer_work_requests() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-sge");
-    for (i, sge) in ["16", "1"].into_iter().enumerate() {
-        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-        let json = t.arg(&format!("r{i}.json"));
-        let args = [
-            "--layout",
-            "paged",
-            "--dst-placement",
-            "sequential",
-            "--tokens",
-            "64,256",
-            "--model",
-            "qwen3-30b-a3b",
-            "--qps",
-            "2",
-            "--max-sge",
-            sge,
-            "--reps",
-            "2",
-            "--verify",
-            "--json",
-            &json,
-        ];
-        let out = run(&send_args(&r, &addr, &args));
-        out.expect_code(0);
+    for sge in ["16", "1"] {
+        let knobs = ["--dst-placement", "sequential", "--tokens", "64,256", "--qps", "2", "--max-sge", sge];
+        let (out, v) = send_to_serve_once(&r, &t, &[PAGED_QWEN, &knobs, &["--reps", "2", "--verify"]].concat());
         assert!(out.stderr.contains("destination slots in order"), "{}", out.stderr);
-        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
-        let v = read_json(std::path::Path::new(&json));
         assert_eq!(v["config"]["transport_detail"]["sender"]["max_sge"].as_u64(), Some(sge.parse().unwrap()));
         for (c, (tokens, pieces)) in v["cases"].as_array().unwrap().iter().zip([(64u64, 384u64), (256, 1536)]) {
             check_case(c, tokens * 98_304, 2, true);

@@ -657,6 +657,26 @@ pub fn check_case_timed(c: &serde_json::Value, size_bytes: u64, reps: u64, verif
     assert!((num(&c["transfer_ms"], "max") - max).abs() < 1e-9);
 }
 
+/// A paged layout of qwen3-30b-a3b (16 KiB pieces: 16 tokens × 4 KV heads × head dim 128 × 2 B, 98,304 B/token)
+/// for `--tokens`.
+pub const PAGED_QWEN: &[&str] = &["--layout", "paged", "--model", "qwen3-30b-a3b"];
+
+/// One rep, no warm-up, of a paged transfer of 64 tokens of llama-3.1-8b whose sender swaps two pieces'
+/// destinations (the hidden, test-only `--test-fault-swap-dests`): `--verify` must catch it.
+pub const PAGED_SWAPPED_PIECES: &[&str] = &[
+    "--layout",
+    "paged",
+    "--tokens",
+    "64",
+    "--model",
+    "llama-3.1-8b",
+    "--reps",
+    "1",
+    "--warmup",
+    "0",
+    "--test-fault-swap-dests",
+];
+
 /// `kvxfer ARGS` run to completion with the test-only fault `KVXFER_TEST_FAULT=flip-byte`: the sender inverts one
 /// byte of each contiguous case's first measured rep after filling the `--verify` pattern (src/run/sender.rs).
 pub fn run_flipping_a_byte(args: &[&str]) -> Out {
