@@ -3,18 +3,26 @@
 # PAIRS times so machine drift hits both alike. Prints, per pair and over all, the p50 of transfer_ms (the timed
 # interval, which the reads stay outside of) and the wall time per rep (which the reads add to), and their ratios.
 #   scripts/bench-counters.sh [PAIRS] [extra sweep flags...]     (default: 5 pairs of --sizes 1MiB --reps 300)
+#   scripts/bench-counters.sh --quick     # 1 pair of 20 reps (scripts/test runs it): proves the script works, its
+#                                         # figures mean nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pairs=${1:-5}
-shift || true
+reps=300
+if [ "${1:-}" = --quick ]; then
+  shift; pairs=1 reps=20
+else
+  pairs=${1:-5}
+  shift || true
+fi
 cargo build --release --quiet
 K=$PWD/target/release/kvxfer
 t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
-args=(sweep --sizes 1MiB --reps 300 --warmup 0 "$@")
+args=(sweep --sizes 1MiB --reps "$reps" --warmup 0 "$@")
 for i in $(seq "$pairs"); do
   for mode in auto off; do
     s=$EPOCHREALTIME
-    "$K" "${args[@]}" --counters "$mode" --json "$t/$mode-$i.json" --md "$t/$mode-$i.md" > /dev/null 2>&1
+    "$K" "${args[@]}" --counters "$mode" --json "$t/$mode-$i.json" --md "$t/$mode-$i.md" > "$t/out" 2>&1 ||
+      { cat "$t/out" >&2; echo "bench-counters: kvxfer sweep --counters $mode failed" >&2; exit 1; }
     awk -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }' > "$t/$mode-$i.wall"
   done
 done

@@ -10,23 +10,30 @@
 #      tokens of a 30B model), 1.5 GiB (16k) and 3 GiB (the 12 GiB end scaled down to this 24 GiB machine),
 #      SIZE_REPS reps each, verified.
 # verbs needs an RDMA device (scripts/rxe-vm has soft-RoCE ones), so it is not in this loopback run.
-# Installs the wheels into target/engines-venv (scripts/setup --test) and builds the release binary.
+# Installs the wheels into target/engines-venv (scripts/setup --test) and builds the release binary; with
+# KVXFER_ENGINES_PYTHON set, uses that venv's python instead.
 #   BLOCK=65536 BATCH=128 REPS=1000 SECS=5 SIZES="96MiB,1536MiB,3GiB" SIZE_REPS=3 scripts/bench-engines.sh
+#   scripts/bench-engines.sh --quick   # every step at tiny sizes, in seconds (scripts/test runs it): proves the script
+#                                      # works, its figures mean nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
+QUICK=0; if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
 BLOCK=${BLOCK:-65536}
 BATCH=${BATCH:-128}
+if [ "$QUICK" = 1 ]; then
+    REPS=${REPS:-20}; SECS=${SECS:-1}; SIZES=${SIZES:-1MiB,4MiB}; SIZE_REPS=${SIZE_REPS:-2}
+fi
 REPS=${REPS:-1000}
 SECS=${SECS:-5}
 SIZES=${SIZES:-96MiB,1536MiB,3GiB}
 SIZE_REPS=${SIZE_REPS:-3}
 say() { printf 'bench-engines: %s\n' "$*" >&2; }
 
-scripts/setup --test
+[ -n "${KVXFER_ENGINES_PYTHON:-}" ] || scripts/setup --test
 say "cargo build --release"
 cargo build --release --quiet
 K=$PWD/target/release/kvxfer
-PY=$PWD/target/engines-venv/bin/python
+PY=${KVXFER_ENGINES_PYTHON:-$PWD/target/engines-venv/bin/python}
 TEB=$("$PY" -c 'import mooncake, os; print(os.path.join(os.path.dirname(mooncake.__file__), "transfer_engine_bench"))')
 [ -x "$TEB" ] || { say "no transfer_engine_bench in the wheel ($TEB)"; exit 1; }
 WORK=$(mktemp -d /tmp/bench-engines.XXXXXX)

@@ -4,18 +4,24 @@
 # Prints GB/s (10^9 B/s) medians and the ratio kvxfer p50 / torch median. Needs python3 with torch for the reference.
 #   KVXFER_BIN   kvxfer binary (default: target/release/kvxfer, built if missing)
 #   REPS         reps per size (default 7)
+# --quick: 96 MiB only (pinned too), 2 reps, in seconds: proves the script works, its figures mean nothing. On the
+# GPU machine, with the kvxfer binary carried beside the checkout and torch installed there:
+#   KVXFER_BIN=$PWD/kvxfer scripts/bench-nvlink.sh --quick
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KVXFER_BIN:-target/release/kvxfer}
 [ -x "$BIN" ] || cargo build --release --quiet
+SIZES_MIB="96 1536 6144 12288" PINNED_MIB=1536
+if [ "${1:-}" = --quick ]; then
+  SIZES_MIB=96 PINNED_MIB=96 REPS=${REPS:-2}
+fi
 REPS=${REPS:-7}
-SIZES_MIB="96 1536 6144 12288"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 echo "== reference: torch copy_ cuda:0 -> cuda:1 and pinned -> cuda:0 (median of $REPS)"
-python3 - "$REPS" $SIZES_MIB > "$work/torch.tsv" <<'PY'
+python3 - "$REPS" "$PINNED_MIB" $SIZES_MIB > "$work/torch.tsv" <<'PY'
 import sys, torch
-reps = int(sys.argv[1]); sizes = [int(s) for s in sys.argv[2:]]
+reps, pinned = int(sys.argv[1]), int(sys.argv[2]) << 20; sizes = [int(s) for s in sys.argv[3:]]
 def timed(dst, src):
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
@@ -27,7 +33,7 @@ for mib in sizes:
     n = mib << 20
     a = torch.empty(n, dtype=torch.uint8, device="cuda:0"); b = torch.empty(n, dtype=torch.uint8, device="cuda:1")
     print(f"nvlink\t{n}\t{n / timed(b, a) / 1e6:.1f}"); del a, b; torch.cuda.empty_cache()
-n = 1536 << 20
+n = pinned
 h = torch.empty(n, dtype=torch.uint8).pin_memory(); g = torch.empty(n, dtype=torch.uint8, device="cuda:0")
 print(f"pinned\t{n}\t{n / timed(g, h) / 1e6:.1f}")
 PY
@@ -41,9 +47,9 @@ run() { # name, extra args...
 echo "== kvxfer (p50 of $REPS after 2 warm-up reps)"
 run ce --src gpu:0 --dst gpu:1 --sizes "$sizes" --copy ce
 run sm --src gpu:0 --dst gpu:1 --sizes "$sizes" --copy sm
-run pinned --src pinned --dst gpu:0 --sizes 1536MiB --copy ce
+run pinned --src pinned --dst gpu:0 --sizes "${PINNED_MIB}MiB" --copy ce
 
-python3 - "$work" <<'PY'
+python3 - "$work" "$PINNED_MIB" <<'PY'
 import json, sys, os
 w = sys.argv[1]
 ref = {}
@@ -56,6 +62,6 @@ print(f"{'size':>10} {'torch GB/s':>11} {'kvxfer ce':>10} {'kvxfer sm':>10} {'be
 for n in sorted(ce):
     t = ref[("nvlink", n)]; best = max(ce[n], sm.get(n, 0))
     print(f"{n / 2**20:>7.0f} MiB {t:>11.1f} {ce[n]:>10.1f} {sm.get(n, float('nan')):>10.1f} {best / t:>11.3f}")
-n = 1536 << 20
-print(f"pinned->gpu:0 1536 MiB: torch {ref[('pinned', n)]:.1f} GB/s, kvxfer {pin[n]:.1f} GB/s, ratio {pin[n] / ref[('pinned', n)]:.3f}")
+n = int(sys.argv[2]) << 20
+print(f"pinned->gpu:0 {n >> 20} MiB: torch {ref[('pinned', n)]:.1f} GB/s, kvxfer {pin[n]:.1f} GB/s, ratio {pin[n] / ref[('pinned', n)]:.3f}")
 PY

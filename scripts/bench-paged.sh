@@ -8,12 +8,18 @@
 # Prints GB/s (10^9 B/s) medians and the ratios kvxfer p50 / torch median. Needs python3 with torch.
 #   KVXFER_BIN   kvxfer binary (default: target/release/kvxfer, built if missing)
 #   REPS         reps per size (default 7)
+# --quick: 1k tokens only, 2 reps, in seconds: proves the script works, its figures mean nothing. On the GPU machine,
+# with the kvxfer binary carried beside the checkout and torch installed there:
+#   KVXFER_BIN=$PWD/kvxfer scripts/bench-paged.sh --quick
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${KVXFER_BIN:-target/release/kvxfer}
 [ -x "$BIN" ] || cargo build --release --quiet
-REPS=${REPS:-7}
 TOKENS="1024 32768 131072"
+if [ "${1:-}" = --quick ]; then
+  TOKENS=1024 REPS=${REPS:-2}
+fi
+REPS=${REPS:-7}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 echo "== reference: torch gather (index) -> copy_ cuda:0 -> cuda:1 -> index_copy_ (median of $REPS)"

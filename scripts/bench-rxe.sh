@@ -5,8 +5,14 @@
 # ib_write_bw's default single queue pair and against 4 queue pairs (kvxfer's default).
 #   SIZES_MIB   sizes to compare (default "4 16 64")
 #   KVXFER_ARGS extra kvxfer send arguments (default: none, i.e. kvxfer's defaults)
+# --quick: 4 MiB only, 5 ib_write_bw iterations and 2 kvxfer reps: proves the script works in one VM boot (a few
+# minutes under emulation, most of it the boot), its figures mean nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BENCH_REPS=5 BENCH_ITERS=
+if [ "${1:-}" = --quick ]; then
+  SIZES_MIB=${SIZES_MIB:-4} BENCH_REPS=2 BENCH_ITERS=5
+fi
 cargo build --release --quiet
 mkdir -p target/bench-rxe
 inner=target/bench-rxe/inner.sh
@@ -17,7 +23,7 @@ out=target/bench-rxe
 export KVXFER_TOKEN=bench-rxe-token-0123456789
 : > $out/rows.tsv
 for mib in ${SIZES_MIB:-4 16 64}; do
-  bytes=$((mib << 20)); iters=$(( 320 / mib )); [ $iters -lt 5 ] && iters=5
+  bytes=$((mib << 20)); iters=${BENCH_ITERS:-$(( 320 / mib ))}; [ $iters -lt 5 ] && iters=5
   # perftest: N messages of SIZE, tx depth 128 (its defaults), with 1 QP (its default) and with 4 (kvxfer's).
   ib=""
   for q in 1 4; do
@@ -27,18 +33,19 @@ for mib in ${SIZES_MIB:-4 16 64}; do
     wait $srv
     ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
   done
-  # kvxfer: one transfer of SIZE per rep, p50 of 5 reps after 1 warm-up.
+  # kvxfer: one transfer of SIZE per rep, p50 of BENCH_REPS (5) reps after 1 warm-up.
   port=$((20000 + mib))
   timeout 300 $K serve --listen "$RXE_A_IP:$port" -d "$RXE_A_DEV" --once > $out/serve.log 2>&1 & srv=$!
   sleep 1
-  timeout 300 $K send --peer "$RXE_A_IP:$port" -d "$RXE_B_DEV" --transport verbs --sizes ${mib}MiB --reps 5 \
+  timeout 300 $K send --peer "$RXE_A_IP:$port" -d "$RXE_B_DEV" --transport verbs --sizes ${mib}MiB --reps $BENCH_REPS \
      --json $out/k$mib.json ${KVXFER_ARGS:-} > $out/send.log 2>&1 || { echo "kvxfer failed:"; cat $out/send.log $out/serve.log; }
   wait $srv
   kv=$(python3 -c "import json;print(json.load(open('$out/k$mib.json'))['cases'][0]['gbps']['p50'])" 2>/dev/null || echo nan)
   echo -e "$mib\t${ib}$kv" >> $out/rows.tsv
 done
 INNER
-SIZES_MIB=${SIZES_MIB:-} KVXFER_ARGS=${KVXFER_ARGS:-} RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500} scripts/rxe-vm -- bash "$inner" >&2
+SIZES_MIB=${SIZES_MIB:-} KVXFER_ARGS=${KVXFER_ARGS:-} BENCH_REPS=$BENCH_REPS BENCH_ITERS=$BENCH_ITERS \
+  RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500} scripts/rxe-vm -- bash "$inner" >&2
 python3 - target/bench-rxe/rows.tsv "${KVXFER_ARGS:-}" <<'PY'
 import sys, math
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]

@@ -3,9 +3,10 @@
 # 100,000-case sweep file planned (--plan), a 10^6-case sweep file refused. Targets: each under 10 s. Prints seconds per step; the
 # files are made from results/tcp-loopback.json (its first case, copied with new sizes and rates).
 #   scripts/bench-scale.sh [N_CASES]
+#   scripts/bench-scale.sh --quick    # a 1,000-case results file (scripts/test runs it): proves the script works
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=${1:-100000}
+if [ "${1:-}" = --quick ]; then n=1000; else n=${1:-100000}; fi
 cargo build --release --quiet
 K=$PWD/target/release/kvxfer
 t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
@@ -31,11 +32,17 @@ open(f"{out}/1e5.toml", "w").write(f'name = "scale"\nsizes = [{sizes}]\nblock_si
 blocks = ", ".join(f'"{b + 1}KiB"' for b in range(1000))
 open(f"{out}/1e6.toml", "w").write(f'name = "scale"\nsizes = [{sizes}]\nblock_size = [{blocks}]\n')
 PY
-timed() { local s=$EPOCHREALTIME; "$@" > "$t/out" 2>&1 || true; awk -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }'; }
-printf "report, %d cases (%s MB):     %6.2f s  (target < 10 s)\n" "$n" "$(du -m "$t/big.json" | cut -f1)" "$(timed "$K" report "$t/big.json" --md "$t/big.md")"
+# step LABEL EXIT CMD...: CMD's seconds after LABEL, its output in $t/out; any exit status but EXIT stops the script.
+step() {
+  local label=$1 want=$2 s=$EPOCHREALTIME rc=0; shift 2
+  "$@" > "$t/out" 2>&1 || rc=$?
+  printf "%-33s%6.2f s  (target < 10 s)\n" "$label" "$(awk -v a="$s" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')"
+  [ "$rc" = "$want" ] || { cat "$t/out" >&2; echo "bench-scale: $* exited $rc, not $want" >&2; exit 1; }
+}
+step "report, $n cases ($(du -m "$t/big.json" | cut -f1) MB):" 0 "$K" report "$t/big.json" --md "$t/big.md"
 grep -m1 -o "ceiling [0-9.]* GB/s" "$t/big.md" || grep -m1 -o "ceiling [0-9.]* GB/s" "$t/out" || echo "(no ceiling line)"
-printf "predict from it:                 %6.2f s  (target < 10 s)\n" "$(timed "$K" predict --results "$t/big.json" --tokens 1k,32k --model qwen3-30b-a3b)"
-printf "sweep --plan, 100,000 cases:     %6.2f s  (target < 10 s)\n" "$(timed "$K" sweep "$t/1e5.toml" --plan)"
+step "predict from it:" 0 "$K" predict --results "$t/big.json" --tokens 1k,32k --model qwen3-30b-a3b
+step "sweep --plan, 100,000 cases:" 0 "$K" sweep "$t/1e5.toml" --plan
 tail -1 "$t/out"
-printf "sweep, 1,000,000 cases refused:  %6.2f s  (target < 10 s)\n" "$(timed "$K" sweep "$t/1e6.toml" --plan)"
+step "sweep, 1,000,000 cases refused:" 2 "$K" sweep "$t/1e6.toml" --plan
 tail -1 "$t/out"

@@ -12,8 +12,13 @@
 #   KVXFER_TCP_SPLICE=1 KVXFER_TCP_RECV=bounce scripts/bench-tcp-path.sh   # one path forced: its p50 spread alone
 #   KVXFER=target/release/kvxfer scripts/bench-tcp-path.sh                 # that binary, without building
 #   STRICT=1 scripts/bench-tcp-path.sh                                     # exit 1 when the runs kept different paths
+#   scripts/bench-tcp-path.sh --quick     # 2 runs of 16 MiB, 2 reps (scripts/test runs it): proves the script works,
+#                                         # its figures mean nothing
 set -euo pipefail
 
+if [ "${1:-}" = --quick ]; then
+    N=${N:-2} SIZE=${SIZE:-16MiB} REPS=${REPS:-2}
+fi
 N=${N:-5}
 SIZE=${SIZE:-256MiB}
 REPS=${REPS:-7}

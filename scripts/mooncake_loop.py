@@ -11,23 +11,32 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 py, batches, block, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "kvxfer_mooncake.py")
 size = block * batch
+logs = tempfile.TemporaryDirectory(prefix="mooncake-loop-")
 
 
-def start():
-    return subprocess.Popen([py, worker], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+def start(name):
+    # The worker's stderr goes to a file, as kvxfer sends it: the worker reads the engine's log lines back from
+    # its own stderr to check which transport the engine installed.
+    log = open(os.path.join(logs.name, f"{name}.log"), "w")
+    p = subprocess.Popen([py, worker], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+    p.log = log.name
+    return p
 
 
 def call(p, req):
     p.stdin.write(json.dumps(req) + "\n")
     p.stdin.flush()
-    reply = json.loads(p.stdout.readline())
+    line = p.stdout.readline()
+    reply = json.loads(line) if line else {"error": "the worker exited"}
     if not reply.get("ok"):
-        sys.exit(f"mooncake_loop: {req['op']}: {reply.get('error')}")
+        with open(p.log, errors="replace") as f:
+            sys.stderr.write("".join(f.readlines()[-15:]))
+        sys.exit(f"mooncake_loop: {req['op']}: {reply.get('error')} (the worker's log above)")
     return reply
 
 
@@ -37,7 +46,7 @@ for _ in range(2):
     fd = os.memfd_create("mooncake-loop")
     os.ftruncate(fd, size)
     fds.append(fd)
-rx, tx = start(), start()
+rx, tx = start("receiver"), start("sender")
 session = call(rx, {"op": "init", "host": "127.0.0.1", "protocol": "tcp", "device": ""})["session"]
 raddr = call(rx, {"op": "map", "path": f"/proc/{os.getpid()}/fd/{fds[0]}", "len": size})["addr"]
 call(tx, {"op": "init", "host": "127.0.0.1", "protocol": "tcp", "device": ""})

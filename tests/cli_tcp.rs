@@ -143,54 +143,26 @@ fn single_case(json: &std::path::Path) -> Value {
     cases[0].clone()
 }
 
+/// Blocks spread over several connections, the last block short or some connections idle, still verify: 3 MiB in
+/// blocks of 1,000,000 B (three full blocks and a 145,728 B tail) over 3 streams; 5 blocks of 1 MiB over 8 streams.
 #[test]
-fn several_streams_and_an_uneven_block_size() {
-    let dir = TempDir::new("streams");
-    let json = dir.arg("r.json");
-    // 3 MiB in blocks of 1,000,000 B: three full blocks and a 145,728 B tail, spread over 3 connections.
-    serve_and_send(&[
-        "--sizes",
-        "3MiB",
-        "--reps",
-        "3",
-        "--streams",
-        "3",
-        "--block-size",
-        "1000000B",
-        "--verify",
-        "--json",
-        &json,
-    ]);
-    let r = read_json(&dir.join("r.json"));
-    assert_eq!(r["config"]["streams"].as_u64(), Some(3));
-    let c = &r["cases"][0];
-    check_case(c, 3 * MIB, 3, true);
-    assert_eq!(c["block_size"].as_u64(), Some(1_000_000));
-    assert_eq!(c["block_clamped"], false);
-    assert_eq!(c["writes"].as_u64(), Some(4));
-}
-
-#[test]
-fn many_streams_with_more_streams_than_blocks() {
-    let dir = TempDir::new("streams8");
-    let json = dir.arg("r.json");
-    // 8 streams but only 5 blocks: idle streams must not break the transfer.
-    serve_and_send(&[
-        "--sizes",
-        "5MiB",
-        "--reps",
-        "2",
-        "--streams",
-        "8",
-        "--block-size",
-        "1MiB",
-        "--verify",
-        "--json",
-        &json,
-    ]);
-    let c = single_case(&dir.join("r.json"));
-    check_case(&c, 5 * MIB, 2, true);
-    assert_eq!(c["writes"].as_u64(), Some(5));
+fn several_streams_uneven_blocks_and_idle_streams_verify() {
+    // (--sizes, its bytes, --streams, --block-size, its bytes, --reps, writes)
+    for (size, bytes, streams, block, block_bytes, reps, writes) in
+        [("3MiB", 3 * MIB, 3, "1000000B", 1_000_000, 3, 4), ("5MiB", 5 * MIB, 8, "1MiB", MIB, 2, 5)]
+    {
+        let dir = TempDir::new("streams");
+        let json = dir.arg("r.json");
+        let (s, n) = (streams.to_string(), reps.to_string());
+        let shape = ["--sizes", size, "--streams", &s, "--block-size", block];
+        serve_and_send(&[&shape[..], &["--reps", &n, "--verify", "--json", &json]].concat());
+        let r = read_json(&dir.join("r.json"));
+        assert_eq!(r["config"]["streams"].as_u64(), Some(streams));
+        let c = single_case(&dir.join("r.json"));
+        check_case(&c, bytes, reps, true);
+        let got = (c["block_size"].as_u64(), c["block_clamped"].as_bool(), c["writes"].as_u64());
+        assert_eq!(got, (Some(block_bytes), Some(false), Some(writes)), "{size} over {streams} streams: {c}");
+    }
 }
 
 #[test]
@@ -229,28 +201,14 @@ fn block_size_larger_than_transfer_is_clamped_and_marked() {
     assert!(mdt.contains("1 MiB*") && mdt.contains("clamped"), "{mdt}");
 }
 
+/// `--tokens` with each source of bytes per token: a preset model, a model's config.json (4 layers × 2 (K, V) × 2 KV
+/// heads × head dim 64 × 2 B = 2048 B/token), or `--kv-bytes-per-token`. stderr says which and how much; every case
+/// records its tokens and bytes per token.
 #[test]
-fn tokens_with_a_preset_model() {
-    let dir = TempDir::new("preset");
-    let json = dir.arg("r.json");
-    let out =
-        serve_and_send(&["--tokens", "8,32", "--model", "qwen3-30b-a3b", "--reps", "2", "--verify", "--json", &json]);
-    assert!(out.stderr.contains("98304 B/token"), "derived bytes/token printed: {}", out.stderr);
-    let r = read_json(&dir.join("r.json"));
-    assert_eq!(r["config"]["model"], "qwen3-30b-a3b");
-    for (c, t) in r["cases"].as_array().unwrap().iter().zip([8u64, 32]) {
-        check_case(c, t * 98_304, 2, true);
-        assert_eq!(c["tokens"].as_u64(), Some(t));
-        assert_eq!(c["bytes_per_token"].as_u64(), Some(98_304));
-    }
-}
-
-#[test]
-fn tokens_with_a_model_config_file() {
-    let dir = TempDir::new("config");
+fn tokens_with_a_preset_model_a_model_config_file_or_kv_bytes_per_token() {
+    let dir = TempDir::new("tokens");
     let model_dir = dir.join("tiny-model");
     std::fs::create_dir(&model_dir).unwrap();
-    // 4 layers × 2 (K,V) × 2 KV heads × head dim 64 × 2 B = 2048 B/token.
     std::fs::write(
         model_dir.join("config.json"),
         r#"{"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -259,29 +217,39 @@ fn tokens_with_a_model_config_file() {
     .unwrap();
     let cfg = model_dir.join("config.json").to_string_lossy().into_owned();
     let json = dir.arg("r.json");
-    let out =
-        serve_and_send(&["--tokens", "512,1k", "--model-config", &cfg, "--reps", "2", "--verify", "--json", &json]);
-    assert!(out.stderr.contains("2048 B/token"), "{}", out.stderr);
-    assert!(out.stderr.contains("tiny-model"), "says where it came from: {}", out.stderr);
-    let r = read_json(&dir.join("r.json"));
-    let cases = r["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 2);
-    check_case(&cases[0], MIB, 2, true);
-    check_case(&cases[1], 2 * MIB, 2, true);
-    assert_eq!(cases[1]["tokens"].as_u64(), Some(1024));
-    assert_eq!(cases[1]["bytes_per_token"].as_u64(), Some(2048));
-}
-
-#[test]
-fn tokens_with_kv_bytes_per_token() {
-    let dir = TempDir::new("bpt");
-    let json = dir.arg("r.json");
-    let out = serve_and_send(&["--tokens", "256", "--kv-bytes-per-token", "12288", "--reps", "2", "--json", &json]);
-    assert!(out.stderr.contains("12288 B/token") && out.stderr.contains("--kv-bytes-per-token"), "{}", out.stderr);
-    let c = single_case(&dir.join("r.json"));
-    check_case(&c, 3 * MIB, 2, false);
-    assert_eq!(c["tokens"].as_u64(), Some(256));
-    assert_eq!(c["bytes_per_token"].as_u64(), Some(12_288));
+    /// Arguments, what stderr says, tokens of each case, bytes per token.
+    type Run<'a> = (&'a [&'a str], &'a [&'a str], &'a [u64], u64);
+    let runs: [Run; 3] = [
+        (&["--tokens", "8,32", "--model", "qwen3-30b-a3b", "--verify"], &["98304 B/token"], &[8, 32], 98_304),
+        (
+            &["--tokens", "512,1k", "--model-config", &cfg, "--verify"],
+            &["2048 B/token", "tiny-model"],
+            &[512, 1024],
+            2048,
+        ),
+        (
+            &["--tokens", "256", "--kv-bytes-per-token", "12288"],
+            &["12288 B/token", "--kv-bytes-per-token"],
+            &[256],
+            12_288,
+        ),
+    ];
+    for (args, said, tokens, per_token) in runs {
+        let out = serve_and_send(&[args, &["--reps", "2", "--json", &json]].concat());
+        for s in said {
+            assert!(out.stderr.contains(s), "{args:?}: stderr lacks {s:?}: {}", out.stderr);
+        }
+        let r = read_json(&dir.join("r.json"));
+        if args.contains(&"--model") {
+            assert_eq!(r["config"]["model"], "qwen3-30b-a3b");
+        }
+        let cases = r["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), tokens.len(), "{args:?}");
+        for (c, &t) in cases.iter().zip(tokens) {
+            check_case(c, t * per_token, 2, args.contains(&"--verify"));
+            assert_eq!((c["tokens"].as_u64(), c["bytes_per_token"].as_u64()), (Some(t), Some(per_token)), "{args:?}");
+        }
+    }
 }
 
 #[test]
@@ -525,6 +493,24 @@ fn no_rep_stalls_on_any_send_or_receive_path() {
             );
         }
     }
+}
+
+/// A byte corrupted in flight fails `--verify`, counted exactly (the test-only fault `KVXFER_TEST_FAULT=flip-byte`
+/// inverts one byte of the first measured rep at the sender): between `serve` and `send`, where serve hears the
+/// verdict and exits 1 too, and within one `sweep`.
+#[test]
+fn a_byte_corrupted_in_flight_fails_verify_counting_one_byte() {
+    let dir = TempDir::new("flip-byte");
+    let (sent, swept, out_dir) = (dir.arg("send.json"), dir.arg("sweep.json"), dir.arg(""));
+    let reps = ["--sizes", "1MiB,2MiB", "--reps", "2", "--verify"];
+    let serve = Serve::start(&["--once"]);
+    let send = run_flipping_a_byte(&[&["send", "--peer", &serve.addr][..], &reps, &["--json", &sent]].concat());
+    expect_one_corrupted_byte(&send, std::path::Path::new(&sent), MIB);
+    let s = serve.proc.finish();
+    s.expect_code(1);
+    assert!(s.one_error().contains("verification failed"), "{}", s.stderr);
+    let args = [&["sweep", "--transport", "tcp"][..], &reps, &["--json", &swept, "--out-dir", &out_dir]].concat();
+    expect_one_corrupted_byte(&run_flipping_a_byte(&args), std::path::Path::new(&swept), MIB);
 }
 
 /// A launcher may start the sender before the receiver: send waits (saying so once) and runs when serve comes up.

@@ -2,7 +2,7 @@
 //! launcher merges it: `mpirun -np 4` and `srun --mpi=pmix -n 4` with no `--coordinator` (rank 0 publishes its
 //! address through the launcher's PMIx server); `mpirun` with PMIx switched off (every rank on this host: loopback, at
 //! a port derived from the job); two runs that derive the same port; and the token rule a cluster shares with
-//! `serve`. mpirun and srun skip, saying why, when missing, and fail instead under `KVXFER_REQUIRE_SLURM=1`.
+//! `serve`. The mpirun and srun tests are `#[ignore]`d and run as tests/launchers.rs says.
 
 mod common;
 
@@ -74,6 +74,7 @@ fn mpirun(json: &str, options: &[&str], args: &[&str]) -> Command {
 }
 
 #[test]
+#[ignore = "needs mpirun: scripts/test runs it as root (KVXFER_REQUIRE_SLURM=1, --run-ignored)"]
 fn mpirun_needs_no_coordinator_flag_ranks_meet_through_pmix_and_every_line_names_its_rank() {
     if !mpirun_ready() {
         return;
@@ -86,6 +87,7 @@ fn mpirun_needs_no_coordinator_flag_ranks_meet_through_pmix_and_every_line_names
 }
 
 #[test]
+#[ignore = "needs mpirun: scripts/test runs it as root (KVXFER_REQUIRE_SLURM=1, --run-ignored)"]
 fn mpirun_without_pmix_meets_on_loopback_when_every_rank_is_local() {
     if !mpirun_ready() {
         return;
@@ -100,6 +102,7 @@ fn mpirun_without_pmix_meets_on_loopback_when_every_rank_is_local() {
 }
 
 #[test]
+#[ignore = "needs Slurm: scripts/test runs it as root (KVXFER_REQUIRE_SLURM=1, --run-ignored)"]
 fn srun_with_pmix_needs_no_coordinator_flag_either() {
     let Some(conf) = slurm_ready() else { return };
     let dir = TempDir::new("launch-srun-pmix");

@@ -26,6 +26,13 @@ fn kill_and_wait(victim: &mut Proc, mut survivor: Proc) -> Out {
     survivor.finish()
 }
 
+/// `send --peer ADDR --sizes SIZES --reps 50 --events EVENTS EXTRA`: seconds of work at 256 MiB and up, during which
+/// a test kills one side.
+fn long_send(addr: &str, sizes: &str, events: &Events, extra: &[&str]) -> Proc {
+    let ev = events.arg();
+    Proc::spawn(&[&["send", "--peer", addr, "--sizes", sizes, "--reps", "50", "--events", &ev][..], extra].concat())
+}
+
 #[test]
 fn receiver_killed_after_the_first_case_keeps_that_case() {
     let dir = TempDir::new("kill-rx");
@@ -36,23 +43,7 @@ fn receiver_killed_after_the_first_case_keeps_that_case() {
     let mut serve = Serve::start(&["--once"]);
     // A quick 2 MiB case, then 51 reps of 512 MiB (seconds of work) during which the receiver dies. (Death during a
     // --verify fill has its own test below.)
-    let send = Proc::spawn(&[
-        "send",
-        "--peer",
-        &serve.addr,
-        "--sizes",
-        "2MiB,512MiB",
-        "--reps",
-        "50",
-        "--json",
-        &json,
-        "--csv",
-        &csv,
-        "--md",
-        &md,
-        "--events",
-        &events.arg(),
-    ]);
+    let send = long_send(&serve.addr, "2MiB,512MiB", &events, &["--json", &json, "--csv", &csv, "--md", &md]);
     // The 512 MiB case is under way: its warm-up rep is done, its 50 measured reps are not.
     events.wait_rep(1, true, 0, Duration::from_secs(60));
     let out = kill_and_wait(&mut serve.proc, send);
@@ -117,19 +108,7 @@ fn receiver_killed_before_any_case_completes_leaves_an_empty_results_file() {
     let json = dir.arg("r.json");
     let events = Events::fifo(dir.join("e.jsonl"));
     let mut serve = Serve::start(&["--once"]);
-    let send = Proc::spawn(&[
-        "send",
-        "--peer",
-        &serve.addr,
-        "--sizes",
-        "512MiB",
-        "--reps",
-        "50",
-        "--json",
-        &json,
-        "--events",
-        &events.arg(),
-    ]);
+    let send = long_send(&serve.addr, "512MiB", &events, &["--json", &json]);
     // The first (warm-up) rep has finished: the run is under way, no case can be complete yet.
     events.wait_rep(0, true, 0, Duration::from_secs(30));
     let out = kill_and_wait(&mut serve.proc, send);
@@ -155,8 +134,7 @@ fn sender_killed_mid_run_fails_serve_once() {
     let dir = TempDir::new("kill-tx");
     let events = Events::fifo(dir.join("e.jsonl"));
     let serve = Serve::start(&["--once"]);
-    let mut send =
-        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "512MiB", "--reps", "50", "--events", &events.arg()]);
+    let mut send = long_send(&serve.addr, "512MiB", &events, &[]);
     // The warm-up rep is done, the 50 measured reps (seconds of work) are not.
     events.wait_rep(0, true, 0, Duration::from_secs(30));
     let out = kill_and_wait(&mut send, serve.proc);
@@ -172,8 +150,7 @@ fn serve_survives_a_killed_sender_and_serves_the_next() {
     let dir = TempDir::new("kill-tx2");
     let events = Events::fifo(dir.join("e.jsonl"));
     let mut serve = Serve::start(&[]);
-    let mut send =
-        Proc::spawn(&["send", "--peer", &serve.addr, "--sizes", "256MiB", "--reps", "50", "--events", &events.arg()]);
+    let mut send = long_send(&serve.addr, "256MiB", &events, &[]);
     // The warm-up rep is done, the 50 measured reps are not.
     events.wait_rep(0, true, 0, Duration::from_secs(30));
     send.kill();

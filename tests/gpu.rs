@@ -1,7 +1,15 @@
-//! GPU tests: real CUDA on real GPUs, through the real binary. Without a CUDA driver (CI, laptops) each test prints
-//! why it skipped and passes; on the GPU machine they run (`KVXFER_BIN` may point at a carried binary). A device
-//! run sets `KVXFER_REQUIRE_GPU=N` (N GPUs promised; 1 if not a number): a test that then finds fewer GPUs than
-//! promised fails instead of skipping, so a harness that silently stops providing GPUs turns the run red.
+//! GPU tests: real CUDA on real GPUs, through the real binary. Each test that needs a GPU is `#[ignore]`d, so that
+//! without one (CI, laptops) `cargo test` lists it as ignored, with the reason, instead of passing it; the two tests
+//! of what happens without a driver run everywhere. The GPU machine runs them all from the test binary
+//! (`cargo test --release --no-run --test gpu` builds it) carried there with the kvxfer binary:
+//!
+//! ```text
+//! KVXFER_BIN=$PWD/kvxfer KVXFER_REQUIRE_GPU=1 ./gpu-tests --test-threads 1 --include-ignored
+//! ```
+//!
+//! `KVXFER_REQUIRE_GPU=N` promises N GPUs (1 if not a number): a test that then finds fewer fails instead of
+//! skipping, so a harness that silently stops providing GPUs turns the run red; and a run that promises them but
+//! leaves out `--include-ignored` fails ([`common::ignored_tests_run_where_promised`]).
 
 mod common;
 use common::{kvxfer as command, missing_hardware, read_json, TempDir};
@@ -80,7 +88,14 @@ fn two_gpus() -> bool {
     }
 }
 
+/// A run that promises the hardware includes the ignored tests that need it.
 #[test]
+fn ignored_tests_run_where_the_harness_promises_their_hardware() {
+    common::ignored_tests_run_where_promised();
+}
+
+#[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn in_process_nvlink_copy_engine_verified_96mib_to_12gib() {
     if !two_gpus() {
         return;
@@ -94,6 +109,7 @@ fn in_process_nvlink_copy_engine_verified_96mib_to_12gib() {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn in_process_sm_copy_and_chunked_streams_verified() {
     if !two_gpus() {
         return;
@@ -106,6 +122,7 @@ fn in_process_sm_copy_and_chunked_streams_verified() {
 }
 
 #[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn pinned_host_to_gpu_and_back_verified() {
     let Some(_) = gpus() else { return };
     for (src, dst) in [("pinned", "gpu:0"), ("gpu:0", "pinned")] {
@@ -118,6 +135,7 @@ fn pinned_host_to_gpu_and_back_verified() {
 /// (thousands of pieces, which would go to that kernel) from `host` to a GPU goes through the copy engine, piece by
 /// piece, and verifies; `--copy sm` with a `host` end is refused with one line.
 #[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn pageable_host_memory_to_a_gpu_never_meets_the_sm_kernel() {
     let Some(_) = gpus() else { return };
     let paged = ["--layout", "paged", "--model", "qwen3-30b-a3b", "--tokens", "1k", "--reps", "2"];
@@ -172,6 +190,7 @@ fn verified_ipc_send(name: &str, src: &str, dst: &str, args: &[&str]) -> serde_j
 }
 
 #[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn two_processes_cuda_ipc_verified() {
     let Some(n) = gpus() else { return };
     let (src, dst) = if n >= 2 { ("gpu:0", "gpu:1") } else { ("gpu:0", "gpu:0") };
@@ -198,6 +217,7 @@ fn assert_staged(r: &serde_json::Value) {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn gather_staging_in_one_process_and_between_two_verified() {
     if !two_gpus() {
         return;
@@ -219,6 +239,7 @@ fn gather_staging_in_one_process_and_between_two_verified() {
 }
 
 #[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn tcp_refuses_gpu_memory_with_a_clear_error() {
     let Some(_) = gpus() else { return };
     let out = kvxfer(&["sweep", "--transport", "tcp", "--src", "gpu:0", "--sizes", "1MiB", "--reps", "1"]);
@@ -271,6 +292,7 @@ fn without_a_driver_gpu_requests_fail_cleanly() {
 }
 
 #[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
     if !two_gpus() {
         return;
@@ -304,6 +326,7 @@ fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {
 }
 
 #[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn verbs_with_gpu_memory_but_no_nic_names_what_is_missing() {
     let Some(_) = gpus() else { return };
     if std::path::Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some()) {
@@ -318,6 +341,7 @@ fn verbs_with_gpu_memory_but_no_nic_names_what_is_missing() {
 }
 
 #[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn auto_transport_picks_cuda_between_gpus_and_a_missing_gpu_is_named() {
     let Some(n) = gpus() else { return };
     if n >= 2 {
@@ -362,6 +386,7 @@ fn auto_transport_picks_cuda_between_gpus_and_a_missing_gpu_is_named() {
 /// receiver's by as much received, and the PCIe link and clocks read as gauges. The default (`auto`) leaves out the
 /// NVLink reads, which delay the copy that follows them.
 #[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn nvml_counters_follow_each_rep_and_nvlink_carries_the_bytes_moved() {
     if !two_gpus() {
         return;
@@ -391,6 +416,7 @@ fn nvml_counters_follow_each_rep_and_nvlink_carries_the_bytes_moved() {
 /// transport and its TCP transport, gpu:0 → gpu:1, verified. Each end's buffer is allocated by its engine's worker
 /// (the NVLink transport exports what it registers) and filled / checked by kvxfer through the IPC handle.
 #[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn mooncake_gpu_to_gpu_over_nvlink_intra_and_tcp_verified() {
     if !two_gpus() {
         return;
@@ -423,6 +449,7 @@ fn mooncake_gpu_to_gpu_over_nvlink_intra_and_tcp_verified() {
 /// `devices --topo` names each GPU's active NVLinks and where they lead (NVML). The 2×H200 machine's GPUs
 /// are joined by NVLink (NV18): each has links, and some lead to the other GPU or to a switch between them.
 #[test]
+#[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn devices_topo_names_each_gpus_nvlinks() {
     if !two_gpus() {
         return;

@@ -2,8 +2,9 @@
 //! test, OpenMPI's `mpirun`, and Slurm's `srun` on the one-node Slurm of `scripts/slurm up`. Each launch runs
 //! examples/rendezvous (discovery, rendezvous at rank 0, one barrier, one JSON line per rank) on 4 ranks.
 //!
-//! The example is built by the test itself (see [`example`]), next to the kvxfer binary. mpirun and srun tests skip, saying why, when the packages or Slurm are missing, and
-//! fail instead when `KVXFER_REQUIRE_SLURM=1` (CI, after `scripts/slurm up`).
+//! The example is built by the test itself (see [`example`]), next to the kvxfer binary. The mpirun and srun tests
+//! are `#[ignore]`d, with the reason: scripts/test runs them as root (`--run-ignored only`), after `scripts/slurm up`,
+//! with `KVXFER_REQUIRE_SLURM=1`, under which a missing launcher fails them; run by hand, they skip saying why.
 
 mod common;
 
@@ -122,6 +123,7 @@ fn launch(mut cmd: Command, what: &str) -> Out {
 }
 
 #[test]
+#[ignore = "needs mpirun: scripts/test runs it as root (KVXFER_REQUIRE_SLURM=1, --run-ignored)"]
 fn under_mpirun() {
     if !mpirun_ready() {
         return;
@@ -135,6 +137,7 @@ fn under_mpirun() {
 }
 
 #[test]
+#[ignore = "needs Slurm: scripts/test runs it as root (KVXFER_REQUIRE_SLURM=1, --run-ignored)"]
 fn under_srun() {
     let Some(conf) = slurm_ready() else { return };
     // No --coordinator: the ranks find rank 0 through SLURM_JOB_NODELIST and scontrol.

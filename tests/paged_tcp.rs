@@ -25,25 +25,8 @@ fn cases(json: &std::path::Path) -> Vec<Value> {
 fn paged_qwen_transfers_verify_over_several_streams() {
     let dir = TempDir::new("paged");
     let (json, csv) = (dir.arg("r.json"), dir.arg("r.csv"));
-    let (out, serve) = serve_and_send(&[
-        "--layout",
-        "paged",
-        "--tokens",
-        "100,256",
-        "--model",
-        "qwen3-30b-a3b",
-        "--streams",
-        "3",
-        "--dst-placement",
-        "sequential",
-        "--reps",
-        "2",
-        "--verify",
-        "--json",
-        &json,
-        "--csv",
-        &csv,
-    ]);
+    let knobs = ["--tokens", "100,256", "--streams", "3", "--dst-placement", "sequential", "--reps", "2", "--verify"];
+    let (out, serve) = serve_and_send(&[PAGED_QWEN, &knobs, &["--json", &json, "--csv", &csv]].concat());
     out.expect_code(0);
     serve.expect_code(0);
     // The piece size and the pieces per transfer are printed before the run, as the issue asks.
@@ -153,22 +136,7 @@ fn sweep_paged_with_coalesce_verifies_in_process() {
 fn a_piece_at_the_wrong_destination_fails_verify() {
     let dir = TempDir::new("paged-fault");
     let json = dir.arg("r.json");
-    let (out, serve) = serve_and_send(&[
-        "--layout",
-        "paged",
-        "--tokens",
-        "64",
-        "--model",
-        "llama-3.1-8b",
-        "--reps",
-        "1",
-        "--warmup",
-        "0",
-        "--verify",
-        "--test-fault-swap-dests",
-        "--json",
-        &json,
-    ]);
+    let (out, serve) = serve_and_send(&[PAGED_SWAPPED_PIECES, &["--verify", "--json", &json]].concat());
     out.expect_code(1);
     assert!(out.one_error().contains("verification failed"), "{}", out.stderr);
     let c = &cases(&dir.join("r.json"))[0];
@@ -180,17 +148,7 @@ fn a_piece_at_the_wrong_destination_fails_verify() {
     serve.expect_code(1);
     assert!(serve.one_error().contains("verification failed"), "{}", serve.stderr);
     // Without --verify the same fault goes unnoticed: detection is verify's job, not the transport's.
-    let (quiet, _) = serve_and_send(&[
-        "--layout",
-        "paged",
-        "--tokens",
-        "64",
-        "--model",
-        "llama-3.1-8b",
-        "--reps",
-        "1",
-        "--test-fault-swap-dests",
-    ]);
+    let (quiet, _) = serve_and_send(PAGED_SWAPPED_PIECES);
     quiet.expect_code(0);
 }
 

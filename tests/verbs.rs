@@ -1,7 +1,7 @@
 //! Verbs transport tests on real soft-RoCE devices. They run inside `scripts/rxe-vm` (two rxe devices on a veth
-//! pair that behave like two hosts: serve on rxeA, send on rxeB); anywhere else each test says why it skipped, or
-//! fails when `KVXFER_REQUIRE_RXE=1` (scripts/test-rxe sets it) promises the devices. `scripts/test` runs them in
-//! the VM.
+//! pair that behave like two hosts: serve on rxeA, send on rxeB), where `scripts/test-rxe` (run by `scripts/test`)
+//! runs this test binary with `--include-ignored` and `KVXFER_REQUIRE_RXE=1`: a test that finds no device then fails.
+//! Anywhere else every test is `#[ignore]`d, with the reason.
 
 mod common;
 use common::*;
@@ -64,20 +64,30 @@ fn send_args<'a>(r: &'a Rxe, addr: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
+/// `serve --once` on rxeA and `send ARGS --json …` from rxeB: both exit 0. Returns send's output and its results.
+fn send_to_serve_once(r: &Rxe, t: &TempDir, args: &[&str]) -> (Out, serde_json::Value) {
+    let (mut serve, addr) = serve_on_a(r, &["--once"]);
+    let json = t.arg("r.json");
+    let out = run(&send_args(r, &addr, &[args, &["--json", &json]].concat()));
+    out.expect_code(0);
+    let status = serve.wait_timeout(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "serve --once exits 0 after {args:?}: {}", serve.stderr.text());
+    (out, read_json(Path::new(&json)))
+}
+
+/// A run that promises the hardware includes the ignored tests that need it.
 #[test]
+fn ignored_tests_run_where_the_harness_promises_their_hardware() {
+    common::ignored_tests_run_where_promised();
+}
+
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn verified_transfers_1_to_64mib_over_several_queue_pairs() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs");
-    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-    let json = t.arg("r.json");
-    run(&send_args(
-        &r,
-        &addr,
-        &["--sizes", "1MiB,4MiB,16MiB,64MiB", "--reps", "2", "--qps", "4", "--verify", "--json", &json],
-    ))
-    .expect_code(0);
-    assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "serve --once exits 0");
-    let v = read_json(std::path::Path::new(&json));
+    let (_, v) =
+        send_to_serve_once(&r, &t, &["--sizes", "1MiB,4MiB,16MiB,64MiB", "--reps", "2", "--qps", "4", "--verify"]);
     for (c, mib) in v["cases"].as_array().unwrap().iter().zip([1u64, 4, 16, 64]) {
         check_case(c, mib << 20, 2, true);
         assert_eq!(c["block_size"].as_u64(), Some(64 << 10), "verbs default block size");
@@ -91,6 +101,7 @@ fn verified_transfers_1_to_64mib_over_several_queue_pairs() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-chunks");
@@ -114,13 +125,8 @@ fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
         &["--block-size", "1MiB", "--cq-mode", "event", "--qps", "5"],
     ];
     for extra in runs {
-        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-        let json = t.arg("r.json");
-        let mut args = send_args(&r, &addr, &["--sizes", "3084KiB", "--reps", "2", "--verify", "--json", &json]);
-        args.extend_from_slice(extra);
-        run(&args).expect_code(0);
-        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0), "{extra:?}");
-        let v = read_json(std::path::Path::new(&json));
+        let (_, v) =
+            send_to_serve_once(&r, &t, &[&["--sizes", "3084KiB", "--reps", "2", "--verify"][..], extra].concat());
         let c = &v["cases"][0];
         check_case(c, 3084 << 10, 2, true);
         if extra.contains(&"--reg-per-rep") {
@@ -133,6 +139,7 @@ fn tiny_blocks_and_mr_chunks_cross_every_boundary() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn in_process_sweep_between_two_devices() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-sweep");
@@ -162,6 +169,7 @@ fn in_process_sweep_between_two_devices() {
 /// Needs the VM's single-device mode (`RXE_VM_NET=single`, as scripts/test-rxe runs it): in the two-device mode the
 /// harness routes each address through the other device, so a device cannot reach itself.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn in_process_sweep_looping_through_one_device() {
     let net = std::env::var("RXE_VM_NET");
     if matches!(net.as_deref(), Ok("pair" | "rails")) {
@@ -206,6 +214,7 @@ fn in_process_sweep_looping_through_one_device() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill");
@@ -242,6 +251,7 @@ fn a_receiver_killed_mid_transfer_fails_the_sender_within_5s() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-kill-tx");
@@ -269,6 +279,7 @@ fn a_sender_killed_mid_transfer_fails_the_receiver_within_5s() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn wrong_device_names_fail_before_connecting() {
     let Some(r) = rxe() else { return };
     let out = run(&["send", "--peer", "127.0.0.1:9", "--transport", "verbs", "-d", "mlx5_9", "--sizes", "1MiB"]);
@@ -281,6 +292,7 @@ fn wrong_device_names_fail_before_connecting() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn devices_lists_ports_and_gid_tables() {
     let Some(r) = rxe() else { return };
     let out = run(&["devices"]);
@@ -301,31 +313,13 @@ fn devices_lists_ports_and_gid_tables() {
 /// Scattered pieces on both sides, one RDMA WRITE each (or per coalesced run), verified by logical offset;
 /// a misplaced piece must fail --verify.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piece() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-paged");
-    for (i, extra) in [&[][..], &["--coalesce"][..]].into_iter().enumerate() {
-        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-        let json = t.arg(&format!("r{i}.json"));
-        let mut args = vec![
-            "--layout",
-            "paged",
-            "--tokens",
-            "100,1k",
-            "--model",
-            "qwen3-30b-a3b",
-            "--qps",
-            "2",
-            "--reps",
-            "2",
-            "--verify",
-            "--json",
-            &json,
-        ];
-        args.extend_from_slice(extra);
-        run(&send_args(&r, &addr, &args)).expect_code(0);
-        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
-        let v = read_json(std::path::Path::new(&json));
+    for extra in [&[][..], &["--coalesce"][..]] {
+        let knobs = ["--tokens", "100,1k", "--qps", "2", "--reps", "2", "--verify"];
+        let (_, v) = send_to_serve_once(&r, &t, &[PAGED_QWEN, &knobs, extra].concat());
         for (c, (tokens, pieces)) in v["cases"].as_array().unwrap().iter().zip([(100u64, 672u64), (1024, 6144)]) {
             check_case(c, tokens * 98_304, 2, true);
             assert_eq!(c["layout"], "paged");
@@ -337,26 +331,7 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
     }
     let (mut serve, addr) = serve_on_a(&r, &["--once"]);
     let json = t.arg("fault.json");
-    let out = run(&send_args(
-        &r,
-        &addr,
-        &[
-            "--layout",
-            "paged",
-            "--tokens",
-            "64",
-            "--model",
-            "llama-3.1-8b",
-            "--reps",
-            "1",
-            "--warmup",
-            "0",
-            "--verify",
-            "--test-fault-swap-dests",
-            "--json",
-            &json,
-        ],
-    ));
+    let out = run(&send_args(&r, &addr, &[PAGED_SWAPPED_PIECES, &["--verify", "--json", &json]].concat()));
     out.expect_code(1);
     assert!(out.one_error().contains("verification failed"), "{}", out.stderr);
     let v = read_json(std::path::Path::new(&json));
@@ -364,40 +339,38 @@ fn paged_transfers_verify_with_and_without_coalescing_and_catch_a_misplaced_piec
     let _ = serve.wait_timeout(Duration::from_secs(10));
 }
 
+/// A byte corrupted in flight fails `--verify` over RDMA WRITEs, counted exactly, as tests/cli_tcp.rs shows for tcp
+/// (the test-only fault `KVXFER_TEST_FAULT=flip-byte` inverts one byte of the first measured rep at the sender):
+/// between serve on rxeA and send on rxeB, where serve exits 1 too, and in a sweep between the two devices.
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn a_byte_corrupted_in_flight_fails_verify_counting_one_byte() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-flip-byte");
+    let (sent, swept, dir) = (t.arg("send.json"), t.arg("sweep.json"), t.arg(""));
+    let reps = ["--sizes", "1MiB", "--reps", "2", "--verify"];
+    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+    let send = run_flipping_a_byte(&send_args(&r, &addr, &[&reps[..], &["--json", &sent]].concat()));
+    expect_one_corrupted_byte(&send, Path::new(&sent), 1 << 20);
+    assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(1), "{}", serve.stderr.text());
+    let devices = ["-d", &r.b_dev, "--peer-device", &r.a_dev, "--ack-timeout", "18"];
+    let args =
+        [&["sweep", "--transport", "verbs"][..], &devices, &reps, &["--json", &swept, "--out-dir", &dir]].concat();
+    expect_one_corrupted_byte(&run_flipping_a_byte(&args), Path::new(&swept), 1 << 20);
+}
+
 /// With `--dst-placement sequential`: each region's destination pieces are back to back, so SGE lists
 /// gather several scattered source pieces into one RDMA WRITE (fewer work requests than writes), and every byte
 /// still lands verified; `--max-sge 1` posts one WRITE per piece again.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn paged_sequential_destinations_gather_pieces_into_fewer_work_requests() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-sge");
-    for (i, sge) in ["16", "1"].into_iter().enumerate() {
-        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
-        let json = t.arg(&format!("r{i}.json"));
-        let args = [
-            "--layout",
-            "paged",
-            "--dst-placement",
-            "sequential",
-            "--tokens",
-            "64,256",
-            "--model",
-            "qwen3-30b-a3b",
-            "--qps",
-            "2",
-            "--max-sge",
-            sge,
-            "--reps",
-            "2",
-            "--verify",
-            "--json",
-            &json,
-        ];
-        let out = run(&send_args(&r, &addr, &args));
-        out.expect_code(0);
+    for sge in ["16", "1"] {
+        let knobs = ["--dst-placement", "sequential", "--tokens", "64,256", "--qps", "2", "--max-sge", sge];
+        let (out, v) = send_to_serve_once(&r, &t, &[PAGED_QWEN, &knobs, &["--reps", "2", "--verify"]].concat());
         assert!(out.stderr.contains("destination slots in order"), "{}", out.stderr);
-        assert_eq!(serve.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code()), Some(0));
-        let v = read_json(std::path::Path::new(&json));
         assert_eq!(v["config"]["transport_detail"]["sender"]["max_sge"].as_u64(), Some(sge.parse().unwrap()));
         for (c, (tokens, pieces)) in v["cases"].as_array().unwrap().iter().zip([(64u64, 384u64), (256, 1536)]) {
             check_case(c, tokens * 98_304, 2, true);
@@ -469,6 +442,7 @@ fn cluster_case(r: &Rxe, c: &serde_json::Value, flows: u64) -> (u64, u64) {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn cluster_of_four_ranks_two_per_device_measures_every_pair_and_an_incast() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-cluster");
@@ -533,6 +507,7 @@ fn check_rails(c: &serde_json::Value, size: u64, devices: [&str; 2]) {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn send_and_serve_stripe_one_transfer_over_two_rails() {
     let Some(r) = rxe() else { return };
     let Some((a2, b2)) = second_rails() else { return };
@@ -565,6 +540,7 @@ fn send_and_serve_stripe_one_transfer_over_two_rails() {
 }
 
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_sweep_stripes_over_two_rails_and_unequal_rail_counts_are_refused() {
     let Some(r) = rxe() else { return };
     let Some((a2, b2)) = second_rails() else { return };
@@ -599,6 +575,7 @@ fn a_sweep_stripes_over_two_rails_and_unequal_rail_counts_are_refused() {
 /// Rail 2's egress slowed to 40 Mbit/s by netem (queued, never dropped: soft-RoCE's retransmissions are fragile): it
 /// carries its half of the bytes far slower than rail 1, and the case flags it by name.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn a_rail_slowed_by_netem_is_flagged_as_lagging() {
     let Some(r) = rxe() else { return };
     let Some((a2, b2)) = second_rails() else { return };
@@ -644,6 +621,7 @@ fn a_rail_slowed_by_netem_is_flagged_as_lagging() {
 /// RDMA here because kvxfer checks that the engine found the devices. Needs the engine venv (scripts/test passes
 /// KVXFER_ENGINES_PYTHON into the VM; KVXFER_REQUIRE_ENGINES=1 makes its absence a failure).
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn mooncake_over_rdma_between_two_rxe_devices_verifies() {
     let Some(r) = rxe() else { return };
     let py = match std::env::var("KVXFER_ENGINES_PYTHON") {
@@ -707,6 +685,7 @@ fn tc(args: &[&str]) {
 /// retransmits: one slow mode, one fast. Needs a one-CPU guest (scripts/test-rxe runs it so): with two, the guest
 /// reorders packets and rxe retransmits in every rep on its own.
 #[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
 fn attribution_names_the_retransmissions_of_the_reps_that_lost_a_packet() {
     if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) > 1 {
         eprintln!("skipped: needs a one-CPU guest (RXE_VM_CPUS=1); scripts/test-rxe runs it so");

@@ -208,6 +208,17 @@ impl Buffer {
         Ok(())
     }
 
+    /// Invert the byte at `offset` of host memory: the test-only fault `KVXFER_TEST_FAULT=flip-byte` (see
+    /// `run::sender`), which proves that `--verify` counts a corrupted byte.
+    pub fn flip_byte(&mut self, offset: u64) -> Result<()> {
+        let at = self.range(offset, 1)?.start;
+        let Some(s) = self.host_bytes_mut() else {
+            anyhow::bail!("KVXFER_TEST_FAULT=flip-byte corrupts host memory; this buffer is on a GPU");
+        };
+        s[at] ^= 0xff;
+        Ok(())
+    }
+
     /// Count mismatches in host memory `[offset, offset + len)`, a slice of the transfer (see `fill_pattern_range`).
     /// Reads through volatile loads: a peer may still be writing (see [`region`]).
     pub fn count_mismatches_range(&self, offset: u64, len: u64, seed: u64, rep: u64) -> Result<u64> {

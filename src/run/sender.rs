@@ -75,10 +75,30 @@ pub struct SenderSession {
     pub numa: NumaSides,
     counters: RepCounters,
     started: Instant,
+    /// Test-only: corrupt one byte of each contiguous case's first measured rep (see [`flip_byte_fault`]).
+    flip_byte: bool,
 }
 
 fn ms_since(t0: Instant, t: Instant) -> f64 {
     t.saturating_duration_since(t0).as_secs_f64() * 1e3
+}
+
+/// A test-only fault, read from the hidden `KVXFER_TEST_FAULT=flip-byte`: under `--verify` the sender inverts the
+/// middle byte of its source buffer after filling the pattern of each contiguous case's first measured rep, so the
+/// bytes that arrive differ from the pattern in exactly one place. The end-to-end tests of `--verify` use it to show
+/// that a corrupted transfer fails, counting one mismatched byte (tests/cli_tcp.rs, tests/verbs.rs); paged layouts
+/// have `--test-fault-swap-dests`.
+fn flip_byte_fault() -> Result<bool> {
+    match std::env::var("KVXFER_TEST_FAULT") {
+        Err(_) => Ok(false),
+        Ok(v) if v == "flip-byte" => {
+            crate::errln!(
+                "note: KVXFER_TEST_FAULT=flip-byte: a test-only fault corrupts one byte of the first measured rep"
+            );
+            Ok(true)
+        }
+        Ok(v) => bail!("KVXFER_TEST_FAULT={v}: the one test-only fault is flip-byte; unset it to run without"),
+    }
 }
 
 /// The `--verify` pattern's rep key: distinct for every (case, rep) of a run.
@@ -89,6 +109,7 @@ pub fn pattern_key(case: usize, rep: u32) -> u64 {
 impl SenderSession {
     /// Send the configuration, allocate the source buffer and connect the transport.
     pub fn establish(mut ch: ControlChannel, cfg: RunConfig, src: MemKind, ctx: &Context) -> Result<SenderSession> {
+        let flip_byte = flip_byte_fault()?;
         ch.send(&Msg::Config { config: Box::new(cfg.clone()) })?;
         let (offer, dst_mem, receiver_numa) = match ch.recv("Accept")? {
             Msg::Accept { offer, mem, numa } => (offer, mem, numa),
@@ -127,7 +148,8 @@ impl SenderSession {
         }
         let transport_detail = source.describe();
         let counters = super::rep_counters(Side::Sender, &cfg, ctx, src);
-        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, numa, source, counters, started: Instant::now() })
+        let started = Instant::now();
+        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, numa, source, counters, started, flip_byte })
     }
 
     /// Run every case in order; stop at the first failure (after handing completed cases to the sink).
@@ -252,7 +274,12 @@ impl SenderSession {
             // Paged: each source piece holds the pattern of its logical offset in the transfer.
             match paged_spans {
                 Some(spans) => self.buf.fill_spans(spans, self.cfg.knobs.seed, pattern_key(case, seq))?,
-                None => self.fill_watching_the_receiver(size, pattern_key(case, seq))?,
+                None => {
+                    self.fill_watching_the_receiver(size, pattern_key(case, seq))?;
+                    if self.flip_byte && !warmup && rec.reps.is_empty() {
+                        self.buf.flip_byte(size / 2)?;
+                    }
+                }
             }
         }
         self.counters.start();

@@ -76,6 +76,30 @@ pub fn missing_hardware(var: &str, found: usize, why: &str) {
     eprintln!("skipped: {why}");
 }
 
+/// What each `#[ignore]`d test of the suite needs, by the variable with which a harness promises it.
+pub const REQUIRE_VARS: &[&str] =
+    &["KVXFER_REQUIRE_GPU", "KVXFER_REQUIRE_RXE", "KVXFER_REQUIRE_ENGINES", launch::REQUIRE_SLURM];
+
+/// The tests that need hardware are `#[ignore]`d, so that where it is absent they are listed as ignored, with the
+/// reason, instead of passing without having run; a harness that provides it sets its `KVXFER_REQUIRE_*` and runs
+/// them with `--include-ignored` (libtest) or `--run-ignored` (nextest). Fails a libtest run that promises some
+/// hardware but leaves the ignored tests out: it would otherwise report them ignored and pass. (nextest starts each
+/// test in a process of its own without saying whether it runs the ignored ones; its harness's command is what
+/// includes them.)
+pub fn ignored_tests_run_where_promised() {
+    let promises: Vec<&str> = REQUIRE_VARS.iter().copied().filter(|v| promised(v) > 0).collect();
+    if promises.is_empty() || std::env::var_os("NEXTEST").is_some() {
+        return;
+    }
+    let included = std::env::args().any(|a| a == "--include-ignored" || a == "--ignored");
+    assert!(
+        included,
+        "{} promises the hardware, but this run leaves out the #[ignore]d tests that need it: pass --include-ignored \
+         to the test binary (cargo test -- --include-ignored)",
+        promises.join(", ")
+    );
+}
+
 // ------------------------------------------------------------------------------------------------ temp dirs
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -631,6 +655,50 @@ pub fn check_case_timed(c: &serde_json::Value, size_bytes: u64, reps: u64, verif
     let max = ts.iter().cloned().fold(0.0, f64::max);
     assert!((num(&c["transfer_ms"], "min") - min).abs() < 1e-9);
     assert!((num(&c["transfer_ms"], "max") - max).abs() < 1e-9);
+}
+
+/// A paged layout of qwen3-30b-a3b (16 KiB pieces: 16 tokens × 4 KV heads × head dim 128 × 2 B, 98,304 B/token)
+/// for `--tokens`.
+pub const PAGED_QWEN: &[&str] = &["--layout", "paged", "--model", "qwen3-30b-a3b"];
+
+/// One rep, no warm-up, of a paged transfer of 64 tokens of llama-3.1-8b whose sender swaps two pieces'
+/// destinations (the hidden, test-only `--test-fault-swap-dests`): `--verify` must catch it.
+pub const PAGED_SWAPPED_PIECES: &[&str] = &[
+    "--layout",
+    "paged",
+    "--tokens",
+    "64",
+    "--model",
+    "llama-3.1-8b",
+    "--reps",
+    "1",
+    "--warmup",
+    "0",
+    "--test-fault-swap-dests",
+];
+
+/// `kvxfer ARGS` run to completion with the test-only fault `KVXFER_TEST_FAULT=flip-byte`: the sender inverts one
+/// byte of each contiguous case's first measured rep after filling the `--verify` pattern (src/run/sender.rs).
+pub fn run_flipping_a_byte(args: &[&str]) -> Out {
+    let what = format!("KVXFER_TEST_FAULT=flip-byte kvxfer {}", args.join(" "));
+    Proc::start(kvxfer().env("KVXFER_TEST_FAULT", "flip-byte").args(args), what).finish()
+}
+
+/// What a `--verify` run of `--reps 2` at `size` bytes that [`run_flipping_a_byte`] corrupted must leave: exit 1 with
+/// one error line naming the failure, and in the results file (`json`) the case unverified with exactly one
+/// mismatched byte, all of it in the first measured rep. (The run stops after that case.)
+pub fn expect_one_corrupted_byte(out: &Out, json: &Path, size: u64) {
+    out.expect_code(1);
+    let line = out.one_error();
+    assert!(line.contains("verification failed: 1 mismatched bytes at size"), "{}: {line}", out.what);
+    let cases = read_json(json)["cases"].as_array().cloned().unwrap_or_default();
+    assert_eq!(cases.len(), 1, "{}: the run stops after the corrupted case: {cases:?}", out.what);
+    let c = &cases[0];
+    assert_eq!((c["size_bytes"].as_u64(), &c["verified"]), (Some(size), &serde_json::json!(false)), "{c}");
+    assert_eq!(c["mismatched_bytes"].as_u64(), Some(1), "{}: the one inverted byte, counted: {c}", out.what);
+    let per_rep: Vec<Option<u64>> =
+        c["reps"].as_array().unwrap().iter().map(|r| r["mismatched_bytes"].as_u64()).collect();
+    assert_eq!(per_rep, [Some(1), Some(0)], "{}: {c}", out.what);
 }
 
 /// Run kvxfer to completion with the raw `Output`, echoing the command and its output to the test's log (shown
