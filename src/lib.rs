@@ -13,6 +13,7 @@ pub mod control;
 pub mod env;
 pub mod error;
 pub mod export;
+pub mod measure;
 pub mod mem;
 pub mod named;
 pub mod observe;
@@ -31,8 +32,10 @@ pub mod units;
 pub const LAYERS: &[&[&str]] = &[
     // Leaves every layer may use: errors and exit codes, the --verify byte pattern and the seeded generator, units
     // of bandwidth, printing that never panics (console), the median's order-statistic interval (order_stats), the
-    // names of closed sets (named), and the binary's glibc shim (src/glibc_compat.rs, a module of main.rs).
-    &["error", "pattern", "units", "glibc_compat", "console", "order_stats", "named"],
+    // names of closed sets (named), the binary's glibc shim (src/glibc_compat.rs, a module of main.rs), and what a
+    // measurement hands up (measure: a sample's summary, a warning, a transport's extras as ordered JSON), so that a
+    // transport can summarize and warn about its own extras while stats and export carry them without knowing them.
+    &["error", "pattern", "units", "glibc_compat", "console", "order_stats", "named", "measure"],
     // What to run: sizes, models, paged layouts, orders, sweep files.
     &["plan"],
     // Buffers: host, pinned and GPU memory, and the GPU kernels that fill and check them.

@@ -23,8 +23,8 @@
 //! ±11% (a test); where they differ, a short sub-run's higher median had raised the old rule's top above the run
 //! that is longest from its start.
 
-use super::summary::quantile_sorted;
 use super::CaseResult;
+use crate::measure::summary::quantile_sorted;
 
 /// p50s within this fraction of the plateau's rate count as flat.
 pub const FLAT_TOLERANCE: f64 = 0.05;

@@ -3,7 +3,7 @@
 //! a run queue for a tenth of the rep or more. Numbers from such reps measure the host's other work as much as the
 //! transfer.
 
-use super::warnings::{Warning, WarningKind};
+use crate::measure::{Warning, WarningKind};
 use crate::observe::contention::{CPUS, LOAD_1M_MILLI, RUN_QUEUE_WAIT_US};
 use crate::run::RepRecord;
 

@@ -9,12 +9,10 @@ pub mod host;
 pub mod interpolate;
 pub mod modes;
 pub mod rails;
-pub mod summary;
 pub mod warnings;
 
+pub use crate::measure::{RateSummary, Summary, Warning, WarningKind};
 pub use case::CaseResult;
 pub use ceiling::{ceiling, Ceiling, Verdict as CeilingVerdict};
 pub use confidence::MedianCi;
 pub use modes::Bimodality;
-pub use summary::{RateSummary, Summary};
-pub use warnings::{Warning, WarningKind};

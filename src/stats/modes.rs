@@ -15,7 +15,7 @@
 //! The reported modes are the medians of the two clusters (ascending) and the counts their sizes; when the size is
 //! not bimodal, the one mode is the median of all reps.
 
-use super::summary::quantile_sorted;
+use crate::measure::summary::quantile_sorted;
 use serde::{Deserialize, Serialize};
 
 /// Fewest reps a size needs before bimodality is tested.

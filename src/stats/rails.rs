@@ -1,8 +1,7 @@
 //! Rails of a striped verbs transfer, per case: each rail's share of the bytes and its median rate over the reps,
 //! and the rail that carries far less than its share flagged.
 
-use super::summary::Summary;
-use super::warnings::{Warning, WarningKind};
+use crate::measure::{Summary, Warning, WarningKind};
 use crate::run::RepRecord;
 use serde::{Deserialize, Serialize};
 
