@@ -96,6 +96,23 @@ fn wrong_token_with_once_exits_serve_with_one_error() {
     assert!(s.one_error().contains("token"), "{}", s.stderr);
 }
 
+/// A sender of the protocol before this one (its Config had another shape) is turned away at Hello, in one line
+/// naming both protocols.
+#[test]
+fn a_sender_of_the_previous_protocol_is_refused_naming_both() {
+    let mut serve = Serve::start(&[]);
+    let mut s = connect(&serve.addr);
+    let hello = br#"{"type":"hello","magic":"kvxfer","protocol":5,"version":"0.0.9","nonce":""}"#;
+    s.write_all(&frame(hello)).unwrap();
+    let reply = read_reply(&mut s).expect("an Error frame before the close");
+    let msg = reply["message"].as_str().unwrap();
+    assert!(!msg.contains('\n'), "one line: {msg}");
+    assert!(msg.contains("sender kvxfer 0.0.9 speaks protocol 5") && msg.contains("speaks 6"), "{msg}");
+    wait_sessions(&serve, 1);
+    assert!(serve.proc.is_running());
+    assert_serves(&serve, None);
+}
+
 #[test]
 fn protocol_version_mismatch_gets_an_error_frame() {
     let mut serve = Serve::start(&[]);
@@ -153,7 +170,7 @@ fn garbage_huge_and_truncated_frames_do_not_crash_serve() {
         ("huge length prefix", vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
         ("length just above the limit", ((1u32 << 20) + 1).to_be_bytes().to_vec()),
         ("truncated frame", {
-            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":5,"version":"x","nonce":""}"#);
+            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":6,"version":"x","nonce":""}"#);
             f.truncate(20);
             f
         }),
@@ -221,7 +238,7 @@ impl RawSender {
         // The challenge-response of control/auth.rs, with serve's empty token.
         let sender = [9u8; auth::NONCE_LEN];
         let hello = format!(
-            r#"{{"type":"hello","magic":"kvxfer","protocol":5,"version":"{}","nonce":"{}"}}"#,
+            r#"{{"type":"hello","magic":"kvxfer","protocol":6,"version":"{}","nonce":"{}"}}"#,
             env!("CARGO_PKG_VERSION"),
             hex(&sender)
         );
@@ -249,9 +266,9 @@ impl RawSender {
 
     fn config(&mut self, size: u64, streams: u32) -> serde_json::Value {
         self.send_config(serde_json::json!({
-            "transport": "tcp", "block_size": size, "streams": streams, "reps": 1, "warmup": 0,
-            "verify": true, "seed": 7, "hugepages": false,
-            "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]}))
+            "transport": {"name": "tcp", "knobs": {}}, "block_size": size, "streams": streams, "reps": 1,
+            "warmup": 0, "verify": true, "seed": 7, "hugepages": false, "block_size_default": false,
+            "src_mem": "host", "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]}))
     }
 
     /// Send Config and return the answer.
@@ -421,9 +438,9 @@ fn receiver_limits_are_checked_before_allocating() {
     // By hand: an unknown transport and a size beyond any memory.
     let mut s = RawSender::hello(&serve);
     let e = s.send_config(serde_json::json!({
-        "transport": "smoke-signals", "block_size": 1, "streams": 1, "reps": 1, "warmup": 0,
-        "verify": false, "seed": 0, "hugepages": false,
-        "cases": [{"size_bytes": 1, "tokens": null, "bytes_per_token": null}]}));
+        "transport": {"name": "smoke-signals", "knobs": {}}, "block_size": 1, "streams": 1, "reps": 1,
+        "warmup": 0, "verify": false, "seed": 0, "hugepages": false, "block_size_default": false,
+        "src_mem": "host", "cases": [{"size_bytes": 1, "tokens": null, "bytes_per_token": null}]}));
     assert!(e["message"].as_str().unwrap().contains("smoke-signals"), "{e}");
     let mut s = RawSender::hello(&serve);
     let e = s.config(u64::MAX, 1);
@@ -441,7 +458,7 @@ fn a_replayed_proof_is_refused_and_the_token_is_never_sent() {
     let mut serve = Serve::start(&["--token", token]);
     let sender = [7u8; auth::NONCE_LEN];
     let hello = format!(
-        r#"{{"type":"hello","magic":"kvxfer","protocol":5,"version":"{}","nonce":"{}"}}"#,
+        r#"{{"type":"hello","magic":"kvxfer","protocol":6,"version":"{}","nonce":"{}"}}"#,
         env!("CARGO_PKG_VERSION"),
         hex(&sender)
     );

@@ -4,6 +4,7 @@
 
 use crate::cluster::Pattern;
 use crate::mem::MemKind;
+use crate::named::Named;
 use crate::plan::sizes::parse_size;
 use crate::plan::TransportKind;
 use clap::builder::{PossibleValue, TypedValueParser};
@@ -139,7 +140,7 @@ pub struct TransportChoiceParser;
 
 impl TransportChoiceParser {
     fn values() -> impl Iterator<Item = PossibleValue> {
-        let named = TransportKind::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+        let named = TransportKind::NAMES.iter().map(|&n| PossibleValue::new(n));
         std::iter::once(PossibleValue::new("auto")).chain(named)
     }
 }
@@ -203,7 +204,7 @@ impl std::str::FromStr for TransportChoice {
         if text == "auto" {
             return Ok(TransportChoice::Auto);
         }
-        <TransportKind as ValueEnum>::from_str(text, false).map(TransportChoice::Named).map_err(|_| {
+        text.parse::<TransportKind>().map(TransportChoice::Named).map_err(|_| {
             let names: Vec<String> = TransportChoiceParser::values().map(|v| v.get_name().to_string()).collect();
             format!("unknown transport; choose one of {}", names.join(", "))
         })

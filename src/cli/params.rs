@@ -8,9 +8,11 @@ use crate::plan::layout::LayoutOptions;
 use crate::plan::paged::{DstPlacement, Layout};
 use crate::plan::sizes::{parse_size, parse_tokens, SizeList, TokenList};
 use crate::plan::text::{from_texts, TextError};
-use crate::plan::{
-    CopyMode, CountersMode, CqMode, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlOp, NumaMode, Staging,
-};
+use crate::plan::{CountersMode, NumaMode, TransportConfig};
+use crate::transport::cuda::{CopyMode, CudaConfig, Staging};
+use crate::transport::mooncake::{MooncakeConfig, MooncakeEntries, MooncakeProtocol};
+use crate::transport::nixl::{NixlBackend, NixlConfig, NixlOp};
+use crate::transport::verbs::{CqMode, VerbsConfig};
 use clap::Args;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::PathBuf;
@@ -107,31 +109,31 @@ pub struct RunArgs {
     /// cuda transport: copy engine (ce: cuMemcpyAsync per write; batch: one cuMemcpyBatchAsync for all writes,
     /// driver ≥ 12.8, else ce with a note), SM kernel (sm: one launch for all pieces of a paged transfer), or auto
     /// (ce for contiguous transfers, sm for transfers of many small pieces; fastest measured)
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = named::<CopyMode>())]
     pub copy: CopyMode,
     /// cuda transport, GPU on both ends: none (copy each piece to its slot), or gather (an SM kernel packs the
     /// pieces into a staging buffer on the source GPU, one contiguous copy to a staging buffer on the destination
     /// GPU, a kernel there unpacks them into their slots; all three steps are timed and reported; the middle copy
     /// is the SM copy kernel with --copy sm, else the copy engine)
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value = "none", value_parser = named::<Staging>())]
     pub staging: Staging,
     /// mooncake transport: Mooncake Transfer Engine's tcp, rdma or nvlink-intra transport (rdma uses the devices of
     /// -d, and is refused when the engine would find no RDMA device rather than falling back to TCP; nvlink-intra
     /// needs the CUDA wheel and GPU memory on both ends). Each is forced through the engine's environment and
     /// checked in its log, since the engine otherwise picks RDMA whenever it sees an HCA
-    #[arg(long, default_value = "tcp")]
+    #[arg(long, default_value = "tcp", value_parser = named::<MooncakeProtocol>())]
     pub mooncake_protocol: MooncakeProtocol,
     /// mooncake transport: grouped (writes adjacent on both ends share one batch entry, as vLLM's connector
     /// groups blocks) or per-write (one entry per write, as Mooncake's transfer_engine_bench posts blocks)
-    #[arg(long, default_value = "grouped")]
+    #[arg(long, default_value = "grouped", value_parser = named::<MooncakeEntries>())]
     pub mooncake_entries: MooncakeEntries,
     /// nixl transport: the NIXL backend plugin (ucx; libfabric needs libfabric >= 1.10 on the host)
-    #[arg(long, default_value = "ucx")]
+    #[arg(long, default_value = "ucx", value_parser = named::<NixlBackend>())]
     pub nixl_backend: NixlBackend,
     /// nixl transport: write (the sender WRITEs into the receiver) or read (the receiver, the decode side, READs
     /// from the sender with prepped descriptor lists and notifies it, as vLLM's NixlConnector does; the receiver
     /// times the READ)
-    #[arg(long, default_value = "write")]
+    #[arg(long, default_value = "write", value_parser = named::<NixlOp>())]
     pub nixl_op: NixlOp,
 
     /// Fill a per-rep pattern and have the receiver check every byte; a mismatch fails the run
@@ -191,6 +193,29 @@ impl RunArgs {
     pub fn from_texts(entries: &[(&str, &str)]) -> Result<RunArgs, TextError> {
         Ok(RunArgs { verbs: from_texts(entries)?, paged: from_texts(entries)?, ..from_texts(entries)? })
     }
+
+    /// The knobs of every transport that has flags, as the flags (or a sweep file's case) set them; each transport
+    /// checks its own.
+    pub fn transport_knobs(&self) -> Vec<TransportConfig> {
+        let v = &self.verbs;
+        vec![
+            TransportConfig::of(&VerbsConfig {
+                qps: v.qps,
+                batch: v.batch,
+                inflight: v.inflight,
+                signal_every: v.signal_every,
+                mr_chunk: v.mr_chunk,
+                dst_mr_chunk: v.dst_mr_chunk,
+                reg_per_rep: v.reg_per_rep,
+                cq_mode: v.cq_mode,
+                ack_timeout: v.ack_timeout,
+                max_sge: v.max_sge,
+            }),
+            TransportConfig::of(&CudaConfig { copy: self.copy, staging: self.staging }),
+            TransportConfig::of(&MooncakeConfig { protocol: self.mooncake_protocol, entries: self.mooncake_entries }),
+            TransportConfig::of(&NixlConfig { backend: self.nixl_backend, op: self.nixl_op }),
+        ]
+    }
 }
 
 /// RDMA verbs knobs (`--transport verbs`).
@@ -224,7 +249,7 @@ pub struct VerbsArgs {
     #[arg(long)]
     pub reg_per_rep: bool,
     /// Completion handling: poll (busy-poll) or event (completion channel, sleeps)
-    #[arg(long, default_value = "poll")]
+    #[arg(long, default_value = "poll", value_parser = named::<CqMode>())]
     pub cq_mode: CqMode,
     /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
     #[arg(long, default_value_t = 14, value_parser = parse_ack_timeout)]

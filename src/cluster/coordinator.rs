@@ -7,6 +7,7 @@ use super::group::{Group, Link, Links, Member, RendezvousConfig};
 use super::wire::{self, JoinDecode, Wire};
 use crate::console::printable;
 use crate::control::auth::{self, Nonces};
+use crate::measure::Json;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::collections::BTreeMap;
@@ -321,7 +322,7 @@ pub(super) fn barrier(links: &mut Vec<Link>, seq: u64, timeout: Duration) -> Res
 
 /// Rank 0's side of a gathering: one `Gather{seq}` payload from every other rank, in rank order. Nobody is
 /// released: the ranks go on, and the next barrier carries rank 0's error if a rank left.
-pub(super) fn gather_payloads(links: &mut Vec<Link>, seq: u64, timeout: Duration) -> Result<Vec<serde_json::Value>> {
+pub(super) fn gather_payloads(links: &mut Vec<Link>, seq: u64, timeout: Duration) -> Result<Vec<Json>> {
     let outcome = arrive_all(links, seq, timeout, Collective::Gather);
     if let Err(e) = &outcome {
         tell_everyone(std::mem::take(links), &format!("{e:#}"));
@@ -347,10 +348,10 @@ impl Collective {
 
 /// Wait until every rank sent its message of `seq`: the payloads (null for a barrier), by link. Fails naming the
 /// rank whose connection closed, or the ranks missing at the timeout.
-fn arrive_all(links: &mut [Link], seq: u64, timeout: Duration, kind: Collective) -> Result<Vec<serde_json::Value>> {
+fn arrive_all(links: &mut [Link], seq: u64, timeout: Duration, kind: Collective) -> Result<Vec<Json>> {
     let what = kind.name(seq);
     let deadline = Instant::now() + timeout;
-    let mut arrived: Vec<Option<serde_json::Value>> = vec![None; links.len()];
+    let mut arrived: Vec<Option<Json>> = vec![None; links.len()];
     while let Some(first_missing) = arrived.iter().position(Option::is_none) {
         if Instant::now() >= deadline {
             let missing: Vec<String> = links
@@ -376,7 +377,7 @@ fn arrive_all(links: &mut [Link], seq: u64, timeout: Duration, kind: Collective)
             let link = &mut links[*i];
             match wire::recv(&mut link.stream) {
                 Ok(Wire::Barrier { seq: got }) if got == seq && kind == Collective::Barrier => {
-                    arrived[*i] = Some(serde_json::Value::Null)
+                    arrived[*i] = Some(Json::Null)
                 }
                 Ok(Wire::Gather { seq: got, payload }) if got == seq && kind == Collective::Gather => {
                     arrived[*i] = Some(payload)

@@ -7,6 +7,7 @@ use super::coordinator;
 use super::group::{Group, Links, Member, RendezvousConfig};
 use super::wire::{self, RecvError, Wire};
 use crate::control::auth::{self, Nonces};
+use crate::measure::Json;
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -152,7 +153,7 @@ impl Group {
 
     /// Send `payload` to rank 0. Rank 0 gets every rank's, in rank order (its own first); the others get None and
     /// do not wait. A rank that left fails rank 0 here, naming it; the others learn of it at their next barrier.
-    pub fn gather(&mut self, payload: serde_json::Value) -> Result<Option<Vec<serde_json::Value>>> {
+    pub fn gather(&mut self, payload: Json) -> Result<Option<Vec<Json>>> {
         self.barriers += 1;
         let seq = self.barriers;
         let timeout = self.timeout;

@@ -17,6 +17,7 @@
 
 use super::group::Member;
 use crate::control::frame::{read_frame, write_frame, FrameError, MAX_HELLO_FRAME};
+use crate::measure::Json;
 use serde::{Deserialize, Serialize};
 use std::net::TcpStream;
 
@@ -44,10 +45,11 @@ pub(super) enum Wire {
     Barrier {
         seq: u64,
     },
-    /// A rank's contribution to a gathering at rank 0 (a cluster run's results); rank 0 does not answer.
+    /// A rank's contribution to a gathering at rank 0 (a cluster run's results); rank 0 does not answer. Its
+    /// objects keep their keys' order (a transport's extras in the results are written as the rank wrote them).
     Gather {
         seq: u64,
-        payload: serde_json::Value,
+        payload: Json,
     },
     Error {
         message: String,
@@ -175,4 +177,19 @@ pub(super) fn send(stream: &mut TcpStream, msg: &Wire) -> Result<(), FrameError>
 pub(super) fn recv(stream: &mut TcpStream) -> Result<Wire, RecvError> {
     let payload = read_frame(stream)?;
     serde_json::from_slice(&payload).map_err(RecvError::Garbled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gathered_payload_keeps_its_keys_in_order_across_the_wire() {
+        // A case's transport keys as a rank wrote them (not sorted: a Value would sort them).
+        let text = r#"[{"size_bytes":1,"work_requests":3,"rails":[{"device":"mlx5_0","bytes":1,"share":1.0}]}]"#;
+        let payload: Json = serde_json::from_str(text).unwrap();
+        let bytes = serde_json::to_vec(&Wire::Gather { seq: 4, payload }).unwrap();
+        let Wire::Gather { seq, payload } = serde_json::from_slice(&bytes).unwrap() else { panic!("a Gather") };
+        assert_eq!((seq, serde_json::to_string(&payload).unwrap()), (4, text.to_string()));
+    }
 }

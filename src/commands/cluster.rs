@@ -5,14 +5,15 @@
 //! and rewrites the results files after every step, so a failure keeps what completed.
 
 use super::cluster_flows::{receive_in_background, run_step, FlowJob, FlowOutcome};
-use super::common::{bind, check_host_support, check_memory, configure, device_choice, Configured};
+use super::common::{bind, check_host_support, check_memory, configure, device_choice, results_config, Configured};
 use crate::bail_usage;
 use crate::cli::ClusterArgs;
 use crate::cluster::{self, launcher, Endpoint, Group, Member, Pattern, RankInfo, RendezvousConfig, Step};
 use crate::env::Env;
 use crate::export::cluster as cluster_out;
-use crate::export::json::{ConfigJson, Results, Role};
+use crate::export::json::{Results, Role};
 use crate::export::ExportManager;
+use crate::measure::Json;
 use crate::mem::MemKind;
 use crate::plan::sizes::format_size;
 use crate::plan::RunConfig;
@@ -44,7 +45,7 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let device = rank_device(&a.device, info.local_rank)?;
     check_host_support(&cfg, &[("--mem", mem)], &[&device])?;
     let out = a.out.outputs();
-    let exports = ExportManager::for_run(&out);
+    let exports = ExportManager::for_run(&out, crate::transport::registry::NOTES);
     if out.events.is_some() {
         bail_usage!("--events: a cluster run does not write per-rep events (each flow's reps are in the results JSON)");
     }
@@ -147,7 +148,7 @@ fn run_steps(group: &mut Group, steps: &[Step], job: &FlowJob, mut collector: Op
         }
         let at = || format!("step {}/{}", i + 1, steps.len());
         let outcomes = run_step(group, step, job).with_context(at)?;
-        let gathered = group.gather(serde_json::to_value(&outcomes)?).with_context(at)?;
+        let gathered = group.gather(Json::of(&outcomes)?).with_context(at)?;
         if let (Some(c), Some(all)) = (collector.as_deref_mut(), gathered) {
             if let Err(e) = c.record(i + 1, step, all) {
                 group.abort(&format!("{e:#}"));
@@ -198,9 +199,13 @@ fn endpoint(a: &ClusterArgs, m: &Member) -> Endpoint {
         Ok(MemKind::Gpu(i)) => Some(i),
         _ => None,
     };
-    // Only verbs uses the RDMA device; a NIC named for a tcp or cuda run would say something untrue.
-    let verbs = matches!(a.run.transport, crate::cli::TransportChoice::Named(crate::plan::TransportKind::Verbs));
-    let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.label()).filter(|_| verbs);
+    // Only a transport that opens the RDMA devices itself uses them; a NIC named for another would say something
+    // untrue.
+    let opens = match a.run.transport {
+        crate::cli::TransportChoice::Named(kind) => crate::transport::registry::get(kind).opens_rdma_devices(),
+        crate::cli::TransportChoice::Auto => false,
+    };
+    let nic = rank_device(&a.device, m.local_rank).ok().and_then(|d| d.label()).filter(|_| opens);
     Endpoint { rank: m.rank, host: m.host.clone(), gpu, nic, local_rank: m.local_rank, numa: m.numa }
 }
 
@@ -249,7 +254,7 @@ impl Collector {
     ) -> Collector {
         let label = a.run.label.clone().unwrap_or_else(|| format!("{} over {} ranks", a.pattern, info.world_size));
         let dst_mem = a.mem.to_string();
-        let config = ConfigJson::from_run(cfg, model, coordinator, Role::Cluster, dst_mem, serde_json::Value::Null);
+        let config = results_config(cfg, model, coordinator, Role::Cluster, dst_mem, serde_json::Value::Null);
         let mut results = Results::new(label, &Env::capture(), config);
         results.cluster = Some(ClusterJson {
             pattern: a.pattern,
@@ -296,11 +301,11 @@ impl Collector {
 
     /// Keep step `number`'s flows (every rank's outcomes, in rank order), its aggregates, the outlier marks; save.
     /// A flow that failed is this function's error, after its completed sizes are saved.
-    fn record(&mut self, number: usize, step: &Step, gathered: Vec<serde_json::Value>) -> Result<()> {
+    fn record(&mut self, number: usize, step: &Step, gathered: Vec<Json>) -> Result<()> {
         let mut outcomes: Vec<FlowOutcome> = Vec::new();
         for (rank, v) in gathered.into_iter().enumerate() {
             let list: Vec<FlowOutcome> =
-                serde_json::from_value(v).map_err(|e| anyhow!("rank {rank} sent results rank 0 cannot read: {e}"))?;
+                v.read().map_err(|e| anyhow!("rank {rank} sent results rank 0 cannot read: {e}"))?;
             outcomes.extend(list);
         }
         outcomes.sort_by_key(|o| step.flows.iter().position(|f| f.src == o.src && f.dst == o.dst));

@@ -35,8 +35,9 @@ pub fn measured_args(a: &ClusterArgs) -> Result<Map<String, Value>> {
 /// [`measured_args`], and rank 0 either releases them all at a barrier or fails the group with the mismatch (a
 /// usage error on rank 0; the others fail at the barrier with rank 0's message).
 pub fn check_same_args(group: &mut Group, a: &ClusterArgs) -> Result<()> {
-    let mine = Value::Object(measured_args(a)?);
+    let mine = crate::measure::Json::of(&measured_args(a)?)?;
     if let Some(all) = group.gather(mine)? {
+        let all: Vec<Value> = all.iter().map(|v| v.read().unwrap_or(Value::Null)).collect();
         if let Some(message) = disagreement(&all) {
             group.abort(&message);
             bail_usage!("{message}");

@@ -3,21 +3,19 @@
 //! way only (sweep → sweep_file → sweep_sessions → send).
 
 use crate::bail_usage;
-use crate::cli::{DeviceArgs, RunArgs, SizeArgs, TransportChoice, VerbsArgs};
+use crate::cli::{DeviceArgs, RunArgs, SizeArgs, TransportChoice};
 use crate::control::Timeouts;
 use crate::env::{memory, sysroot::SysRoot};
+use crate::export::json::{ConfigJson, Role};
 use crate::export::outputs::Outputs;
 use crate::mem::MemKind;
+use crate::named::Named;
 use crate::plan::kv::{self, KvGeometry};
 use crate::plan::layout::paged_config;
 use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, parse_token_list};
-use crate::plan::transport::AllKnobs;
-use crate::plan::{
-    CudaConfig, MooncakeConfig, NixlConfig, RunConfig, RunKnobs, SizeCase, Staging, TransportConfig, TransportKind,
-    VerbsConfig,
-};
-use crate::transport::DeviceChoice;
+use crate::plan::{RunConfig, RunKnobs, SizeCase, TransportConfig, TransportKind};
+use crate::transport::{registry, DeviceChoice, Transport};
 use anyhow::{anyhow, Result};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -114,26 +112,13 @@ fn timeouts(r: &RunArgs) -> Timeouts {
     Timeouts { connect: r.connect_timeout, io: r.io_timeout }
 }
 
-/// `--transport auto`: the transport chosen for buffers of `ends` (those this command knows, the source first), and
-/// why. cuda when any end is a GPU: on one host a GPU's memory is reached by CUDA copies (pinned or pageable host
-/// memory to and from it included), and tcp cannot read or write it at all; tcp otherwise.
-fn auto_transport(ends: &[MemKind]) -> (TransportKind, &'static str) {
-    let gpus = ends.iter().filter(|k| matches!(k, MemKind::Gpu(_))).count();
-    match (gpus, ends.len()) {
-        (0, _) => (TransportKind::Tcp, "no end is a GPU"),
-        (1, 1) => (TransportKind::Cuda, "the buffer is on a GPU"),
-        (g, n) if g == n => (TransportKind::Cuda, "both ends are GPUs"),
-        _ => (TransportKind::Cuda, "host and GPU memory on one host move by CUDA copies"),
-    }
-}
-
 /// The transport of `given`, resolving `auto` for `ends` and saying on stderr what it chose.
 fn resolve_transport(given: TransportChoice, ends: &[MemKind]) -> TransportKind {
     if let TransportChoice::Named(kind) = given {
         return kind;
     }
-    let (kind, why) = auto_transport(ends);
-    let names = crate::transport::TRANSPORTS.join("|");
+    let (kind, why) = registry::auto(ends);
+    let names = TransportKind::NAMES.join("|");
     crate::noteln!("transport: {kind} ({why}; --transport {names} to choose)");
     kind
 }
@@ -149,21 +134,10 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
     if r.streams == 0 || r.streams > 64 {
         bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
     }
-    if r.staging == Staging::Gather && (transport != TransportKind::Cuda || !matches!(src, MemKind::Gpu(_))) {
-        bail_usage!(
-            "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {transport} from {src} memory"
-        );
-    }
-    let block_size = r.block_size.unwrap_or_else(|| crate::transport::default_block_size(transport));
-    // Every transport's flags are checked, whichever runs (as they always were); the run carries its own.
-    let all = AllKnobs {
-        cuda: CudaConfig { copy: r.copy, staging: r.staging },
-        verbs: verbs_config(&r.verbs)?,
-        mooncake: MooncakeConfig { protocol: r.mooncake_protocol, entries: r.mooncake_entries },
-        nixl: NixlConfig { backend: r.nixl_backend, op: r.nixl_op },
-    };
+    let block_size = r.block_size.unwrap_or_else(|| registry::get(transport).default_block_size());
+    let knobs = transport_knobs(r, transport, src)?;
     let cfg = RunConfig {
-        transport: TransportConfig::select(transport, all),
+        transport: knobs,
         knobs: RunKnobs {
             block_size,
             streams: r.streams,
@@ -188,34 +162,50 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
     Ok(cfg)
 }
 
-fn verbs_config(v: &VerbsArgs) -> Result<VerbsConfig> {
-    if v.qps == 0 || v.qps > 256 {
-        bail_usage!("--qps {}: give 1 to 256 queue pairs", v.qps);
+/// The knobs of the transport that runs (`running`), from the flags. Every transport's flags are checked by it,
+/// whichever runs: first whether they fit this run at all, then their values. A transport without flags gets its
+/// defaults.
+fn transport_knobs(r: &RunArgs, running: TransportKind, src: MemKind) -> Result<TransportConfig> {
+    let given = r.transport_knobs();
+    let knobs: Vec<(&dyn Transport, TransportConfig)> = registry::all()
+        .iter()
+        .map(|&t| (t, given.iter().find(|k| k.kind() == t.kind()).cloned().unwrap_or_else(|| t.default_knobs())))
+        .collect();
+    for (t, k) in &knobs {
+        t.check_flags(k, running, src)?;
     }
-    if v.inflight == 0 || v.inflight > 16384 {
-        bail_usage!("--inflight {}: give 1 to 16384 outstanding work requests per queue pair", v.inflight);
+    for (t, k) in &knobs {
+        t.check_knobs(k)?;
     }
-    if v.batch == 0 || v.batch > v.inflight {
-        bail_usage!("--batch {}: give 1 to --inflight ({}) work requests per post", v.batch, v.inflight);
+    Ok(knobs.into_iter().find(|(t, _)| t.kind() == running).expect("the registry lists every transport kind").1)
+}
+
+/// `config` of a results file for a run of `cfg`: the configuration as the user set it (the transport's knobs where
+/// results v1 keeps them), who ran it against whom, the receiver's memory kind and what the sender's transport
+/// reported while connecting.
+pub fn results_config(
+    cfg: &RunConfig,
+    model: Option<String>,
+    peer: &str,
+    role: Role,
+    dst_mem: String,
+    transport_detail: serde_json::Value,
+) -> ConfigJson {
+    let knobs = registry::get(cfg.transport.kind()).results_knobs(&cfg.transport);
+    ConfigJson {
+        transport: cfg.transport.kind().to_string(),
+        knobs: cfg.knobs.clone(),
+        model,
+        peer: peer.to_string(),
+        role: role.name().to_string(),
+        copy: knobs.copy,
+        staging: knobs.staging,
+        src_mem: cfg.src_mem.clone(),
+        dst_mem,
+        verbs: knobs.verbs,
+        transport_detail,
+        numa: None,
     }
-    if v.signal_every == 0 || v.signal_every > v.inflight {
-        bail_usage!("--signal-every {}: give 1 to --inflight ({})", v.signal_every, v.inflight);
-    }
-    if v.max_sge == 0 || v.max_sge > 64 {
-        bail_usage!("--max-sge {}: give 1 to 64 scatter entries per work request (1 turns gathering off)", v.max_sge);
-    }
-    Ok(VerbsConfig {
-        qps: v.qps,
-        batch: v.batch,
-        inflight: v.inflight,
-        signal_every: v.signal_every,
-        mr_chunk: v.mr_chunk,
-        dst_mr_chunk: v.dst_mr_chunk,
-        reg_per_rep: v.reg_per_rep,
-        cq_mode: v.cq_mode,
-        ack_timeout: v.ack_timeout,
-        max_sge: v.max_sge,
-    })
 }
 
 /// `-d a,b` (or `a+b`): the rails' devices, in order. An empty name is refused.
@@ -256,7 +246,7 @@ pub fn loopback_devices(d: &DeviceArgs, peer_device: &Option<String>) -> Result<
 }
 
 /// Fail before connecting when the run needs CUDA (a GPU or pinned buffer) or what its transport needs (see
-/// [`crate::transport::check_host`]) and this host lacks it.
+/// [`crate::transport::Transport::check_host`]) and this host lacks it.
 pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &[&DeviceChoice]) -> Result<()> {
     if let Some((flag, k)) = kinds.iter().find(|(_, k)| *k != MemKind::Host) {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("{flag} {k}")))?;
@@ -266,7 +256,7 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
             crate::mem::cuda::check_ordinal(*i).map_err(|e| e.context(format!("{flag} {kind}")))?;
         }
     }
-    crate::transport::check_host(cfg.transport.kind(), devices)
+    registry::get(cfg.transport.kind()).check_host(devices)
 }
 
 /// Refuse sizes that cannot fit in host memory before allocating anything, counting the buffers of `kinds` that
@@ -287,9 +277,8 @@ pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
         );
     }
     let kind = cfg.transport.kind();
-    if let Some(lock) =
-        memory::lockable(root).filter(|l| need > 0 && crate::transport::pins_host_memory(kind) && need > l.bytes())
-    {
+    let pins = registry::get(kind).pins_host_memory();
+    if let Some(lock) = memory::lockable(root).filter(|l| need > 0 && pins && need > l.bytes()) {
         bail_usage!(
             "--transport {kind} pins {} of host memory here ({copies} buffer(s)), but ulimit -l (RLIMIT_MEMLOCK, {}) lets this process pin only {} more; raise it (ulimit -l {} in KiB, or unlimited; LimitMEMLOCK= for a systemd service, --ulimit memlock=-1 for docker) or {}",
             format_size(need),
@@ -350,19 +339,6 @@ mod tests {
             model: model.map(String::from),
             model_config: None,
             kv_bytes_per_token: bpt,
-        }
-    }
-
-    #[test]
-    fn auto_picks_cuda_whenever_a_gpu_is_an_end_and_tcp_between_host_buffers() {
-        let (h, p, g0, g1) = (MemKind::Host, MemKind::Pinned, MemKind::Gpu(0), MemKind::Gpu(1));
-        let pick = |ends: &[MemKind]| auto_transport(ends).0;
-        for ends in [[p, g0], [g0, p], [h, g0], [g1, h], [g0, g1]] {
-            assert_eq!(pick(&ends), TransportKind::Cuda, "{ends:?}");
-        }
-        assert_eq!(pick(&[g0]), TransportKind::Cuda);
-        for ends in [&[h, p][..], &[p, p], &[h, h], &[p]] {
-            assert_eq!(pick(ends), TransportKind::Tcp, "{ends:?}");
         }
     }
 

@@ -8,8 +8,7 @@ use crate::env::Env;
 use crate::mem::cuda;
 use crate::observe::topology;
 use crate::plan::sizes::format_size;
-use crate::transport::verbs::device as verbs;
-use crate::transport::{availability, Availability};
+use crate::transport::{availability, registry, Availability};
 use anyhow::Result;
 
 pub fn run(a: DevicesArgs) -> Result<()> {
@@ -42,7 +41,12 @@ pub fn run(a: DevicesArgs) -> Result<()> {
     for n in &nets {
         crate::outln!("{}", interface_line(n));
     }
-    print_rdma();
+    // What the transports find here themselves (the RDMA devices), between the network and the GPUs.
+    for inventory in registry::all().iter().filter_map(|t| t.inventory()) {
+        for line in inventory.lines {
+            crate::outln!("{line}");
+        }
+    }
     print_gpus(gpus, cuda_version);
     if a.topo {
         print_topology();
@@ -62,9 +66,11 @@ fn print_json(env: &Env, gpus: Result<Vec<cuda::GpuInfo>>, cuda_version: Option<
         Ok(g) => v["gpus"] = serde_json::to_value(g)?,
         Err(e) => v["gpu_error"] = format!("{e:#}").into(),
     }
-    match verbs::report() {
-        Ok(d) => v["rdma"] = serde_json::to_value(d)?,
-        Err(e) => v["rdma_error"] = format!("{e:#}").into(),
+    for inventory in registry::all().iter().filter_map(|t| t.inventory()) {
+        match inventory.json {
+            Ok(found) => v[inventory.key] = found,
+            Err(e) => v[format!("{}_error", inventory.key)] = e.into(),
+        }
     }
     if topo {
         let (gpus, nics) = topology::devices(SysRoot::get());
@@ -77,33 +83,6 @@ fn print_json(env: &Env, gpus: Result<Vec<cuda::GpuInfo>>, cuda_version: Option<
     }
     crate::outln!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
-}
-
-/// The RDMA devices, their ports and GIDs, or why there are none.
-fn print_rdma() {
-    match verbs::report() {
-        Err(e) => crate::outln!("rdma       none: {e:#}"),
-        Ok(devs) => {
-            crate::outln!("rdma       {} device(s)", devs.len());
-            for d in devs {
-                let mr = if d.max_mr_size >= 1 << 60 { "unlimited".into() } else { format_size(d.max_mr_size) };
-                crate::outln!("  {}  firmware {}  max_mr_size {mr}", d.name, d.firmware);
-                for p in d.ports {
-                    crate::outln!(
-                        "    port {}  {}  {}  active MTU {}  {}",
-                        p.port,
-                        p.state,
-                        p.link_layer,
-                        p.active_mtu,
-                        p.rate
-                    );
-                    for g in p.gids {
-                        crate::outln!("      gid[{:>3}]  {:<6}  {}  {}", g.index, g.gid_type, g.address, g.netdev);
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// The GPUs and which can reach which, or why there are none.

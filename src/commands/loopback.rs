@@ -1,11 +1,11 @@
 //! The receiver of a one-machine run (`sweep`): one session on a loopback port with a fresh random token, in a
 //! thread of this process — or, for transports that must not have both ends in one process, in a child
-//! `kvxfer serve --once` (see [`transport::receiver_in_own_process`]). Either way the sender drives it exactly as
+//! `kvxfer serve --once` (see [`Transport::receiver_in_own_process`](crate::transport::Transport::receiver_in_own_process)). Either way the sender drives it exactly as
 //! `send` drives a remote `serve`, and the caller joins a thread that yields the receiver's outcome.
 
 use super::common::bind;
 use crate::run::receiver::{serve_session, ReceiverLimits};
-use crate::transport::{self, TransportKind};
+use crate::transport::{registry, TransportKind};
 use anyhow::{anyhow, Context as _, Result};
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -19,7 +19,7 @@ pub type LoopbackReceiver = (SocketAddr, String, JoinHandle<Result<()>>);
 pub fn loopback_receiver(limits: ReceiverLimits, transport: TransportKind) -> Result<LoopbackReceiver> {
     // A fresh token per session: another local user cannot write into the receiver's buffer.
     let token = crate::control::auth::new_token()?;
-    if transport::receiver_in_own_process(transport) {
+    if registry::get(transport).receiver_in_own_process() {
         return receiver_process(&limits, token);
     }
     let listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;

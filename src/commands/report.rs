@@ -3,12 +3,13 @@
 use crate::cli::ReportArgs;
 use crate::export::{self, compare::series_of, json::Results, ExportManager, Format, Target};
 use crate::output::{compare, table};
+use crate::transport::registry::NOTES;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 pub fn run(a: ReportArgs) -> Result<()> {
     let all = a.files.iter().map(|f| Results::read(f)).collect::<Result<Vec<_>>>()?;
-    let mut exports = ExportManager::default();
+    let mut exports = ExportManager::new(NOTES);
     for (format, path) in [(Format::Markdown, &a.md), (Format::Csv, &a.csv)] {
         if let Some(p) = path {
             exports.add(format, Target::file_or_stdout(p));
@@ -97,7 +98,7 @@ fn print_tables(all: &[Results], parts: &[Results]) {
         }
         crate::outln!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
         crate::outln!("{}", table::render(&r.cases));
-        for note in export::cells::notes(&r.cases) {
+        for note in export::cells::notes(&r.cases, NOTES) {
             crate::outln!("{note}");
         }
         if let Some(e) = &r.error {
@@ -116,7 +117,7 @@ fn print_tables(all: &[Results], parts: &[Results]) {
 /// would give thousands of notes), their count of warned cases always.
 fn print_cluster(r: &Results, cl: &crate::stats::cluster::ClusterJson) {
     crate::outln!("{}", export::cluster::markdown(r, cl).trim_end());
-    let notes = export::cells::notes(&r.cases);
+    let notes = export::cells::notes(&r.cases, NOTES);
     if export::cluster::full(crate::stats::cluster::link_count(&r.cases)) {
         for note in notes {
             crate::outln!("{note}");

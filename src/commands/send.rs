@@ -1,17 +1,17 @@
 //! `kvxfer send`: connect to a receiver and drive the run.
 
-use super::common::{self, configure, Configured};
+use super::common::{self, configure, results_config, Configured};
 use crate::cli::SendArgs;
 use crate::control::peer::{client_hello, PeerReported};
 use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
-use crate::export::json::{ConfigJson, Results, Role};
+use crate::export::json::{Results, Role};
 use crate::export::outputs::Outputs;
 use crate::mem::MemKind;
 use crate::output::Recorder;
 use crate::plan::RunConfig;
 use crate::run::sender::SenderSession;
-use crate::transport::{Context, DeviceChoice};
+use crate::transport::{registry, Context, DeviceChoice};
 use anyhow::Result;
 
 /// Everything needed to drive one sender run against a receiver.
@@ -113,13 +113,12 @@ fn busy(e: &anyhow::Error) -> bool {
 pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
     // A sweep's receiver is a thread of this process, unless its transport needs a process of its own.
-    let shares_process =
-        job.role == Role::Sweep && !crate::transport::receiver_in_own_process(job.cfg.transport.kind());
+    let shares_process = job.role == Role::Sweep && !registry::get(job.cfg.transport.kind()).receiver_in_own_process();
     let (session, receiver_host) =
         connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process)?;
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
     let detail = session.transport_detail.to_json();
-    let mut config = ConfigJson::from_run(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
+    let mut config = results_config(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
     config.numa = Some(session.numa.clone());
     let results = match job.previous {
         Some(mut prev) => {
@@ -140,11 +139,12 @@ pub fn drive(job: SendJob) -> Result<Results> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{CopyMode, CudaConfig, RunKnobs, SizeCase, Staging, TransportConfig, VerbsConfig};
+    use crate::plan::{RunKnobs, SizeCase, TransportConfig};
 
-    fn run_config(transport: TransportConfig) -> RunConfig {
+    /// A run of transport `name` with `knobs` as JSON (the transports' types are theirs).
+    fn run_config(name: &str, knobs: &str) -> RunConfig {
         RunConfig {
-            transport,
+            transport: TransportConfig::new(name.parse().unwrap(), serde_json::from_str(knobs).unwrap()),
             knobs: RunKnobs {
                 block_size: 1 << 20,
                 streams: 2,
@@ -166,21 +166,27 @@ mod tests {
 
     #[test]
     fn the_results_config_keeps_its_keys_and_values() {
-        let cuda = run_config(TransportConfig::Cuda(CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather }));
+        let cuda = run_config("cuda", r#"{"copy":"sm","staging":"gather"}"#);
         let detail = serde_json::json!({ "sender": { "gpu": 0 } });
-        let c = ConfigJson::from_run(&cuda, Some("qwen3-8b".into()), "h:1", Role::Send, "gpu:1".into(), detail);
+        let c = results_config(&cuda, Some("qwen3-8b".into()), "h:1", Role::Send, "gpu:1".into(), detail);
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
             r#"{"transport":"cuda","block_size":1048576,"streams":2,"reps":3,"warmup":1,"verify":true,"seed":9,"hugepages":false,"model":"qwen3-8b","peer":"h:1","role":"send","copy":"sm","staging":"gather","src_mem":"gpu:0","dst_mem":"gpu:1","transport_detail":{"sender":{"gpu":0}}}"#
         );
-        let verbs = run_config(TransportConfig::Verbs(VerbsConfig::default()));
-        let c = ConfigJson::from_run(&verbs, None, "loopback", Role::Sweep, "host".into(), serde_json::Value::Null);
-        let v = serde_json::to_value(&c).unwrap();
-        assert_eq!(
-            (v["transport"].as_str(), v["copy"].as_str(), v["staging"].as_str()),
-            (Some("verbs"), Some("auto"), Some("none"))
+        let verbs_knobs = r#"{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16}"#;
+        let verbs = run_config("verbs", verbs_knobs);
+        let c = results_config(&verbs, None, "loopback", Role::Sweep, "host".into(), serde_json::Value::Null);
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(
+            text.contains(&format!(
+                r#""copy":"auto","staging":"none","src_mem":"gpu:0","dst_mem":"host","verbs":{verbs_knobs}}}"#
+            )),
+            "{text}"
         );
-        assert_eq!(v["verbs"]["cq_mode"], "poll");
-        assert!(v.get("transport_detail").is_none());
+        assert!(!text.contains("transport_detail"), "{text}");
+        let tcp =
+            results_config(&run_config("tcp", "{}"), None, "h:1", Role::Send, "host".into(), serde_json::Value::Null);
+        let v = serde_json::to_value(&tcp).unwrap();
+        assert_eq!((v["copy"].as_str(), v["staging"].as_str(), v.get("verbs")), (Some("auto"), Some("none"), None));
     }
 }

@@ -37,15 +37,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if limits.mem != crate::mem::MemKind::Host {
         crate::mem::cuda::driver().map_err(|e| e.context(format!("--mem {}", limits.mem)))?;
     }
-    for name in limits.device.names.iter() {
-        crate::transport::verbs::device::open(&limits.device, Some(name))?;
+    for t in transport::registry::all() {
+        t.check_devices(&limits.device)?;
     }
     let listener = bind(addr)?;
     // The port bound, when --listen asked for any (:0).
     let addr = listener.local_addr().unwrap_or(addr);
     crate::errln!(
         "kvxfer serve: listening on {addr} (transports: {}{})",
-        transport::TRANSPORTS.join(", "),
+        <crate::plan::TransportKind as crate::named::Named>::NAMES.join(", "),
         if a.max_sessions > 1 { format!("; up to {} runs at once", a.max_sessions) } else { String::new() }
     );
     let shared = Arc::new(Shared {

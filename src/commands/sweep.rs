@@ -34,7 +34,7 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
 
     let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
     check_host_support(&cfg, &[("--src", src), ("--dst", dst)], &[&device, &peer_device])?;
-    let shares_process = !crate::transport::receiver_in_own_process(cfg.transport.kind());
+    let shares_process = !crate::transport::registry::get(cfg.transport.kind()).receiver_in_own_process();
     let limits = ReceiverLimits {
         max_size: None,
         max_streams: 64,

@@ -336,7 +336,8 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
         }
     }
     let null = serde_json::Value::Null;
-    let mut config = ConfigJson::from_run(&p.cfg, p.model.clone(), "loopback", Role::Sweep, p.dst.to_string(), null);
+    let mut config =
+        super::common::results_config(&p.cfg, p.model.clone(), "loopback", Role::Sweep, p.dst.to_string(), null);
     config.transport = transports.join("+");
     config
 }

@@ -10,7 +10,7 @@ use crate::mem::MemKind;
 use crate::plan::RunConfig;
 use crate::run::receiver::ReceiverLimits;
 use crate::run::sender::SenderSession;
-use crate::transport::DeviceChoice;
+use crate::transport::{registry, DeviceChoice};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
@@ -125,11 +125,11 @@ impl<'a> Pool<'a> {
                 timeouts: p.timeouts,
                 mem: p.dst,
                 device: p.peer_device.clone(),
-                shares_process: !crate::transport::receiver_in_own_process(p.cfg.transport.kind()),
+                shares_process: !registry::get(p.cfg.transport.kind()).receiver_in_own_process(),
                 gauge: None,
             };
             let (addr, token, receiver) = loopback_receiver(limits, p.cfg.transport.kind())?;
-            let shares_process = !crate::transport::receiver_in_own_process(p.cfg.transport.kind());
+            let shares_process = !registry::get(p.cfg.transport.kind()).receiver_in_own_process();
             let connected =
                 super::send::connect(&addr.to_string(), &token, p.timeouts, &p.device, &p.cfg, p.src, shares_process);
             let session = match connected {

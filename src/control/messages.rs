@@ -24,8 +24,9 @@ use crate::plan::RunConfig;
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &str = "kvxfer";
-/// Bumped on any incompatible change of these messages or of a transport's wire format.
-pub const PROTOCOL: u32 = 5;
+/// Bumped on any incompatible change of these messages or of a transport's wire format. 6: `Config` names its
+/// transport and carries its knobs as one object (`{"name": ..., "knobs": {...}}`).
+pub const PROTOCOL: u32 = 6;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

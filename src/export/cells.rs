@@ -1,6 +1,7 @@
 //! The per-size table's cells and the notes under it: one text for the results Markdown, and (through `output`)
 //! the live console rows and `report`'s boxed tables.
 
+use crate::measure::{CaseExtras, ExtrasNotes};
 use crate::plan::paged::Layout;
 use crate::plan::sizes::{format_size, format_tokens};
 use crate::stats::{ceiling, modes::format_gbps, warnings, CaseResult, CeilingVerdict, WarningKind};
@@ -56,37 +57,17 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
     ]
 }
 
-/// "gather 6.511 + copy 32.676 + scatter 6.528 ms" for a `--staging gather` case.
-pub fn staged_text(c: &CaseResult) -> Option<String> {
-    let s = c.staged_p50.as_ref()?;
-    Some(format!("gather {:.3} + copy {:.3} + scatter {:.3} ms", s.gather_ms, s.copy_ms, s.scatter_ms))
-}
-
-/// "mlx5_0 9.61 GB/s (50%), mlx5_1 4.02 GB/s (50%, lagging)" for a verbs transfer striped over rails: each rail's
-/// median rate and share of the bytes.
-pub fn rails_text(c: &CaseResult) -> Option<String> {
-    let rails = c.rails.as_ref()?;
-    let each: Vec<String> = rails
-        .iter()
-        .map(|r| {
-            let lag = if r.lagging { ", lagging" } else { "" };
-            format!("{} {:.2} GB/s ({:.0}%{lag})", r.device, r.gbps_p50, r.share * 100.0)
-        })
-        .collect();
-    Some(each.join(", "))
-}
-
-/// "96 RDMA WRITEs for 1536 writes (SGE lists)" when verbs posted a different number of work requests: fewer when
-/// SGE lists gathered writes, more when writes were cut at registration or message-size boundaries.
-pub fn work_requests_text(c: &CaseResult) -> Option<String> {
-    let wr = c.work_requests.filter(|&wr| wr != c.writes as u64)?;
-    let why = if wr < c.writes as u64 { "SGE lists" } else { "cut at MR or message-size boundaries" };
-    Some(format!("{wr} RDMA WRITEs for {} writes ({why})", c.writes))
+/// The extras of `cases` as their transports' notes read them (`names`: each case's [`case_name`]).
+pub fn case_extras<'a>(cases: &'a [CaseResult], names: &'a [String]) -> Vec<CaseExtras<'a>> {
+    cases.iter().zip(names).map(|(c, name)| CaseExtras { name, extras: &c.extras, writes: c.writes }).collect()
 }
 
 /// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count;
-/// then how staged cases split their time (p50), how many work requests SGE gathering left, and each rail's rate.
-pub fn notes(cases: &[CaseResult]) -> Vec<String> {
+/// then what the transports say about their extras (how staged cases split their time, how many work requests
+/// SGE gathering left, each rail's rate), and why spread cases were slow.
+pub fn notes(cases: &[CaseResult], extras: &dyn ExtrasNotes) -> Vec<String> {
+    let names: Vec<String> = cases.iter().map(case_name).collect();
+    let transport_notes = extras.notes(&case_extras(cases, &names)).into_iter().map(|n| n.line);
     let others = cases.iter().filter_map(|c| {
         let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != WarningKind::Bimodal).cloned().collect();
         (!rest.is_empty()).then(|| format!("{} at {}", warnings::describe(&rest), case_name(c)))
@@ -97,9 +78,7 @@ pub fn notes(cases: &[CaseResult]) -> Vec<String> {
         .chain(others)
         .chain(std::iter::once(warning_summary(cases)))
         .chain(ci_note(cases))
-        .chain(cases.iter().filter_map(|c| staged_text(c).map(|t| format!("staged at {}: {t} (p50)", case_name(c)))))
-        .chain(cases.iter().filter_map(|c| work_requests_text(c).map(|t| format!("{}: {t}", case_name(c)))))
-        .chain(cases.iter().filter_map(|c| rails_text(c).map(|t| format!("rails at {}: {t} (p50)", case_name(c)))))
+        .chain(transport_notes)
         .chain(cases.iter().filter_map(why_note))
         .collect()
 }
@@ -180,24 +159,4 @@ pub fn bimodal_note(c: &CaseResult) -> Option<String> {
     let modes = c.bimodal.describe()?;
     let counts: Vec<String> = c.bimodal.counts.iter().map(|n| n.to_string()).collect();
     Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", case_name(c), counts.join(" + "), c.n))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::export::json::Results;
-
-    #[test]
-    fn work_request_notes_say_why_the_count_differs() {
-        // A real soft-RoCE run with SGE gathering (results/rxe-paged.json).
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/rxe-paged.json");
-        let r = Results::read(&path).unwrap();
-        let mut c = r.cases.iter().find(|c| c.work_requests.is_some_and(|w| w < c.writes as u64)).unwrap().clone();
-        let text = work_requests_text(&c).unwrap();
-        assert!(text.ends_with(&format!("for {} writes (SGE lists)", c.writes)), "{text}");
-        c.work_requests = Some(c.writes as u64 + 3);
-        assert!(work_requests_text(&c).unwrap().contains("cut at MR or message-size boundaries"));
-        c.work_requests = Some(c.writes as u64);
-        assert_eq!(work_requests_text(&c), None, "equal counts say nothing");
-    }
 }

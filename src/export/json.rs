@@ -2,6 +2,7 @@
 
 use super::Exporter;
 use crate::env::Env;
+use crate::measure::Json;
 use crate::named::named_enum;
 use crate::stats::CaseResult;
 use anyhow::{bail, Context, Result};
@@ -44,6 +45,15 @@ fn numa_mode_alone(results: &mut serde_json::Value) -> Result<Option<crate::plan
     serde_json::from_value(text).map(Some).map_err(|e| e.to_string())
 }
 
+/// Take `config.numa` out of a results file's ordered JSON (where [`numa_mode_alone`] found the mode alone).
+fn without_config_numa(results: &mut Json) {
+    if let Json::Object(top) = results {
+        if let Some(Json::Object(config)) = top.get_mut("config") {
+            config.retain(|k| k != "numa");
+        }
+    }
+}
+
 /// `config` in the results file: the run configuration as the user set it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConfigJson {
@@ -54,9 +64,10 @@ pub struct ConfigJson {
     pub peer: String,
     /// A [`Role`]'s name (read back as any text, so a results file never fails to load on it).
     pub role: String,
+    /// The cuda transport's `--copy` (its default for the others, as results v1 has always written it).
     #[serde(default)]
     pub copy: String,
-    /// cuda `--staging`: `none` or `gather`.
+    /// The cuda transport's `--staging`: `none` or `gather`.
     #[serde(default)]
     pub staging: String,
 
@@ -64,45 +75,15 @@ pub struct ConfigJson {
     pub src_mem: String,
     #[serde(default)]
     pub dst_mem: String,
-    /// Verbs knobs, when the transport is verbs.
+    /// The verbs transport's knobs, when it ran (an object of its own, in its order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verbs: Option<crate::plan::VerbsConfig>,
+    pub verbs: Option<crate::measure::Fields>,
     /// What each end's transport chose and measured while connecting (device, GID, MTU, registration...).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub transport_detail: serde_json::Value,
     /// Where each end bound its thread and buffers (`--numa`): node, CPUs, why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa: Option<crate::observe::numa::NumaSides>,
-}
-
-impl ConfigJson {
-    /// `config` of a results file for a run of `cfg`: the configuration as the user set it (cuda's `copy` and
-    /// `staging` at their defaults when another transport ran, `verbs` only for verbs), who ran it against whom, the
-    /// receiver's memory kind and what the sender's transport reported while connecting.
-    pub fn from_run(
-        cfg: &crate::plan::RunConfig,
-        model: Option<String>,
-        peer: &str,
-        role: Role,
-        dst_mem: String,
-        transport_detail: serde_json::Value,
-    ) -> ConfigJson {
-        let cuda = cfg.transport.all_knobs().cuda;
-        ConfigJson {
-            transport: cfg.transport.kind().to_string(),
-            knobs: cfg.knobs.clone(),
-            model,
-            peer: peer.to_string(),
-            role: role.name().to_string(),
-            copy: cuda.copy.to_string(),
-            staging: cuda.staging.to_string(),
-            src_mem: cfg.src_mem.clone(),
-            dst_mem,
-            verbs: cfg.transport.verbs().cloned(),
-            transport_detail,
-            numa: None,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -289,9 +270,18 @@ impl Results {
         }
         let mode = numa_mode_alone(&mut v)
             .map_err(|e| crate::error::usage(format!("{}: malformed results: config.numa: {e}", path.display())))?;
-        let mut r: Results = serde_json::from_value(v)
-            .map_err(|e| crate::error::usage(format!("{}: malformed results: {e}", path.display())))
-            .context("reading results")?;
+        // Read from the text as ordered JSON, not from the `Value`: a transport's extras keep the order the file
+        // holds them in (a `Value` sorts keys). The `Value` names what is malformed as it always has.
+        let mut ordered: Json = serde_json::from_str(text).expect("the text parsed as a Value above");
+        if mode.is_some() {
+            without_config_numa(&mut ordered);
+        }
+        let mut r: Results = match ordered.read() {
+            Ok(r) => r,
+            Err(_) => serde_json::from_value(v)
+                .map_err(|e| crate::error::usage(format!("{}: malformed results: {e}", path.display())))
+                .context("reading results")?,
+        };
         r.config.knobs.numa = match &r.config.numa {
             Some(sides) => sides.sender.mode,
             None => mode.unwrap_or_default(),

@@ -4,10 +4,12 @@ use super::cells::{case_cells, notes, CASE_HEADER};
 use super::compare;
 use super::json::Results;
 use super::Exporter;
+use crate::measure::ExtrasNotes;
 use crate::plan::paged::Layout;
 use anyhow::Result;
 
-pub fn render(all: &[Results]) -> String {
+/// Every run's section (`extras`: what the transports say about their cases' extras).
+pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
     let mut out = String::new();
     for r in all {
         if let Some(cl) = &r.cluster {
@@ -41,7 +43,7 @@ pub fn render(all: &[Results]) -> String {
             }
             out.push_str(&format!("| {} |\n", cells.join(" | ")));
         }
-        let notes = notes(&r.cases);
+        let notes = notes(&r.cases, extras);
         if !notes.is_empty() {
             out.push_str(&format!("\n{}\n", notes.join("  \n")));
         }
@@ -65,11 +67,13 @@ pub fn render(all: &[Results]) -> String {
 
 /// `--md`: a section per run; several runs (`report a.json b.json`) get one side-by-side table across all of them
 /// after their sections.
-pub struct MarkdownExporter;
+pub struct MarkdownExporter {
+    pub extras: &'static dyn ExtrasNotes,
+}
 
 impl Exporter for MarkdownExporter {
     fn serialize(&self, runs: &[Results]) -> Result<Vec<u8>> {
-        let mut md = render(runs);
+        let mut md = render(runs, self.extras);
         if runs.len() > 1 {
             md.push_str(&compare::markdown(&compare::series_of(runs)));
         }

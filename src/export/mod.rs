@@ -15,6 +15,7 @@ pub mod markdown;
 pub mod outputs;
 pub mod plot;
 
+use crate::measure::ExtrasNotes;
 use anyhow::Result;
 use json::Results;
 use outputs::Outputs;
@@ -60,11 +61,12 @@ impl Format {
         }
     }
 
-    fn exporter(self) -> Box<dyn Exporter> {
+    /// Its exporter (`extras`: the transports' words about their extras, for the notes under tables).
+    fn exporter(self, extras: &'static dyn ExtrasNotes) -> Box<dyn Exporter> {
         match self {
             Format::Json => Box::new(json::JsonExporter),
             Format::Csv => Box::new(csv::CsvExporter),
-            Format::Markdown => Box::new(markdown::MarkdownExporter),
+            Format::Markdown => Box::new(markdown::MarkdownExporter { extras }),
             Format::CompareCsv => Box::new(compare::CompareCsvExporter),
         }
     }
@@ -92,16 +94,23 @@ impl Target {
     }
 }
 
-/// The formats one command writes, in the order given.
-#[derive(Default, Clone)]
+/// The formats one command writes, in the order given, and the transports' words about their extras (notes under
+/// tables; export carries the extras without knowing them).
+#[derive(Clone)]
 pub struct ExportManager {
     exports: Vec<(Format, Target)>,
+    extras: &'static dyn ExtrasNotes,
 }
 
 impl ExportManager {
+    /// No formats yet.
+    pub fn new(extras: &'static dyn ExtrasNotes) -> ExportManager {
+        ExportManager { exports: Vec::new(), extras }
+    }
+
     /// The results files of a run (`--json`, `--csv`, `--md`), each rewritten whole after every size.
-    pub fn for_run(out: &Outputs) -> ExportManager {
-        let mut m = ExportManager::default();
+    pub fn for_run(out: &Outputs, extras: &'static dyn ExtrasNotes) -> ExportManager {
+        let mut m = ExportManager::new(extras);
         for (format, path) in [(Format::Json, &out.json), (Format::Csv, &out.csv), (Format::Markdown, &out.md)] {
             if let Some(p) = path {
                 let target = if out.created.contains(p) { Target::Created(p.clone()) } else { Target::File(p.clone()) };
@@ -150,7 +159,7 @@ impl ExportManager {
                     continue;
                 }
             }
-            let bytes = format.exporter().serialize(runs)?;
+            let bytes = format.exporter(self.extras).serialize(runs)?;
             match target {
                 Target::File(p) => write_atomic(p, &bytes)?,
                 Target::Created(p) => files::write_owned(p, &bytes)?,

@@ -2,13 +2,14 @@
 //! requested results file after each size, so an interrupted run keeps what it completed.
 
 use super::{compare, interrupt, progress::Progress, table};
-use crate::export::cells::{case_name, ceiling_note, ci_note, rails_text, warning_summary, why_note};
+use crate::export::cells::{case_extras, case_name, ceiling_note, ci_note, warning_summary, why_note};
 use crate::export::outputs::{Figures, Outputs};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
 use crate::plan::paged::Layout;
 use crate::plan::{sizes::format_size, RunConfig};
 use crate::run::{CaseRecord, RepRecord, RunSink};
 use crate::stats::CaseResult;
+use crate::transport::registry::NOTES;
 use anyhow::Result;
 
 pub struct Recorder {
@@ -38,7 +39,7 @@ impl Recorder {
             );
         }
         export::files::check_distinct(&named)?;
-        ExportManager::for_run(out).check_writable()?;
+        ExportManager::for_run(out, NOTES).check_writable()?;
         if let Some(p) = &out.events {
             export::check_writable("--events", p)?;
         }
@@ -84,7 +85,7 @@ impl Recorder {
         let events = out.events.as_deref().map(EventsFile::create).transpose()?;
         let progress = Progress::new(total);
         progress.println(&table::live_header());
-        let exports = ExportManager::for_run(out);
+        let exports = ExportManager::for_run(out, NOTES);
         let cases_total = results.cases.len();
         Ok(Recorder {
             results,
@@ -144,10 +145,10 @@ impl Recorder {
         if let Some(line) = ci_note(&self.results.cases) {
             crate::outln!("{line}");
         }
-        for c in &self.results.cases {
-            if let Some(text) = rails_text(c) {
-                crate::outln!("rails at {}: {text} (p50)", case_name(c));
-            }
+        // What the transports say about their extras, but for what each case's live row said already.
+        let names: Vec<String> = self.results.cases.iter().map(case_name).collect();
+        for note in NOTES.notes(&case_extras(&self.results.cases, &names)).into_iter().filter(|n| !n.live) {
+            crate::outln!("{}", note.line);
         }
         for line in self.results.cases.iter().filter_map(why_note) {
             crate::outln!("{line}");

@@ -1,8 +1,10 @@
 //! The per-size table on the console: live rows as sizes finish, and `report`'s boxed table. The cells and notes
 //! are the Markdown's ([`crate::export::cells`]).
 
-use crate::export::cells::{case_cells, staged_text, work_requests_text, CASE_HEADER};
+use crate::export::cells::{case_cells, case_name, CASE_HEADER};
+use crate::measure::CaseExtras;
 use crate::stats::{warnings, CaseResult};
+use crate::transport::registry::NOTES;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
 
 /// Live row column widths, one per [`CASE_HEADER`] column.
@@ -23,7 +25,8 @@ pub fn live_row(c: &CaseResult) -> String {
     if let Some(label) = &c.case_label {
         line.push_str(&format!("  {label}"));
     }
-    for extra in [staged_text(c), work_requests_text(c)].into_iter().flatten() {
+    let name = case_name(c);
+    for extra in NOTES.inline(&CaseExtras { name: &name, extras: &c.extras, writes: c.writes }) {
         line.push_str(&format!("  {extra}"));
     }
     let warned = warnings::describe(&c.warnings);

@@ -8,16 +8,12 @@ pub mod sizes;
 pub mod sweep_file;
 pub mod text;
 pub mod transport;
-mod wire;
 
 use crate::named::named_enum;
 use anyhow::Result;
 use paged::{Layout, PagedConfig, PagedPlan};
 use serde::{Deserialize, Serialize};
-pub use transport::{
-    CopyMode, CqMode, CudaConfig, MooncakeConfig, MooncakeEntries, MooncakeProtocol, NixlBackend, NixlConfig, NixlOp,
-    Staging, TcpConfig, TransportConfig, TransportKind, VerbsConfig,
-};
+pub use transport::{Knobs, TransportConfig, TransportKind};
 
 /// The most cases one sweep may hold (a sweep file's cases, or the values of one `--sizes`/`--tokens` list): at a
 /// few seconds each, already days of measuring; more is a typo in a list, refused before the cases are built.
@@ -31,21 +27,22 @@ pub struct SizeCase {
     pub bytes_per_token: Option<u64>,
 }
 
-/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated. Its JSON (the
-/// `Config` message) keeps the shape older peers know: see `wire`.
+/// How the sender moves one transfer, agreed with the receiver before any buffer is allocated (the `Config`
+/// message: the transport's name and its knobs as one object, then every transport's run knobs at the top).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(into = "wire::RunConfigWire", from = "wire::RunConfigWire")]
 pub struct RunConfig {
     /// The transport and its own knobs.
     pub transport: TransportConfig,
     /// What every transport's run is made of (also the results' `config`, which flattens the same struct).
+    #[serde(flatten)]
     pub knobs: RunKnobs,
     /// The block size is the transport's default (not the user's): clamping it to the transfer is not news.
     pub block_size_default: bool,
     /// The sender's memory kind (`host`, `pinned`, `gpu:N`), recorded for the results.
     pub src_mem: String,
     pub cases: Vec<SizeCase>,
-    /// `--layout paged`; absent: contiguous, which is what older peers send.
+    /// `--layout paged`; absent: contiguous.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paged: Option<PagedConfig>,
 }
 
@@ -272,22 +269,16 @@ mod tests {
         assert_eq!(p.writes.len(), 1);
     }
 
-    /// A full configuration as it travels to the receiver in `Config`: this exact JSON is the wire format (an older
-    /// or newer peer parses it), so the types behind it may change but these bytes may not.
+    /// A verbs configuration with its knobs as JSON (this layer cannot name the verbs transport's type).
+    fn verbs_knobs() -> TransportConfig {
+        let knobs = r#"{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4}"#;
+        TransportConfig::new("verbs".parse().unwrap(), serde_json::from_str(knobs).unwrap())
+    }
+
+    /// A full configuration as it travels to the receiver in `Config`.
     fn full_config() -> RunConfig {
         RunConfig {
-            transport: TransportConfig::Verbs(VerbsConfig {
-                qps: 8,
-                batch: 4,
-                inflight: 64,
-                signal_every: 8,
-                mr_chunk: Some(1 << 30),
-                dst_mr_chunk: Some(1 << 21),
-                reg_per_rep: true,
-                cq_mode: CqMode::Event,
-                ack_timeout: 12,
-                max_sge: 4,
-            }),
+            transport: verbs_knobs(),
             knobs: RunKnobs {
                 block_size: 65536,
                 streams: 2,
@@ -316,69 +307,29 @@ mod tests {
         }
     }
 
-    const FULL_CONFIG_JSON: &str = r#"{"transport":"verbs","block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":false,"copy":"sm","staging":"gather","src_mem":"gpu:1","verbs":{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4},"cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}],"paged":{"block_tokens":16,"pool_tokens":64,"layers":2,"regions_per_layer":2,"region_bytes_per_token":16384,"coalesce":true,"dst_placement":"sequential"}}"#;
-
-    const TCP_CONFIG_JSON: &str = r#"{"transport":"tcp","block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":true,"copy":"auto","staging":"none","src_mem":"host","verbs":{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16},"cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}]}"#;
+    const FULL_CONFIG_JSON: &str = r#"{"transport":{"name":"verbs","knobs":{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4}},"block_size":65536,"streams":2,"reps":5,"warmup":1,"verify":true,"seed":7,"hugepages":true,"block_size_default":false,"src_mem":"gpu:1","cases":[{"size_bytes":1048576,"tokens":16,"bytes_per_token":65536}],"paged":{"block_tokens":16,"pool_tokens":64,"layers":2,"regions_per_layer":2,"region_bytes_per_token":16384,"coalesce":true,"dst_placement":"sequential"}}"#;
 
     #[test]
     fn run_config_wire_json_is_pinned() {
-        // FULL_CONFIG_JSON was written by the stringly-typed RunConfig: a verbs run that also set cuda's knobs
-        // (which never had an effect there). Read now, those are dropped, and the config writes the same bytes
-        // with cuda's keys at their defaults, as every configuration of one transport always did.
+        // The transport's name and its knobs as one object, in the order the transport wrote them.
         let cfg = full_config();
-        let back: RunConfig = serde_json::from_str(FULL_CONFIG_JSON).unwrap();
-        assert_eq!(back, cfg);
-        let without_cuda_knobs =
-            FULL_CONFIG_JSON.replace(r#""copy":"sm","staging":"gather""#, r#""copy":"auto","staging":"none""#);
-        assert_eq!(serde_json::to_string(&cfg).unwrap(), without_cuda_knobs);
-        // The same run on cuda with those knobs: verbs' key at its defaults.
-        let mut cuda = full_config();
-        cuda.transport = TransportConfig::Cuda(CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather });
-        let verbs_json = serde_json::to_string(&VerbsConfig::default()).unwrap();
-        let cuda_json = FULL_CONFIG_JSON.replace(r#""transport":"verbs""#, r#""transport":"cuda""#).replace(
-            r#"{"qps":8,"batch":4,"inflight":64,"signal_every":8,"mr_chunk":1073741824,"dst_mr_chunk":2097152,"reg_per_rep":true,"cq_mode":"event","ack_timeout":12,"max_sge":4}"#,
-            &verbs_json,
-        );
-        assert_eq!(serde_json::to_string(&cuda).unwrap(), cuda_json);
-        assert_eq!(serde_json::from_str::<RunConfig>(&cuda_json).unwrap(), cuda);
-        // The CLI's defaults with tcp: cuda's and verbs' keys travel too, at their defaults (byte for byte).
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), FULL_CONFIG_JSON);
+        assert_eq!(serde_json::from_str::<RunConfig>(FULL_CONFIG_JSON).unwrap(), cfg);
         let mut tcp = full_config();
-        tcp.transport = TransportConfig::Tcp(TcpConfig {});
-        tcp.src_mem = "host".into();
-        tcp.block_size_default = true;
+        tcp.transport = TransportConfig::new("tcp".parse().unwrap(), Default::default());
         tcp.paged = None;
-        assert_eq!(serde_json::to_string(&tcp).unwrap(), TCP_CONFIG_JSON);
-        assert_eq!(serde_json::from_str::<RunConfig>(TCP_CONFIG_JSON).unwrap(), tcp);
-        // mooncake's knobs travel only when they differ from their defaults (an older peer never sees the key).
-        let mut mc = tcp.clone();
-        let rdma = MooncakeConfig { protocol: MooncakeProtocol::Rdma, entries: MooncakeEntries::PerWrite };
-        mc.transport = TransportConfig::Mooncake(rdma);
-        let json = serde_json::to_string(&mc).unwrap();
-        assert!(json.contains(r#""mooncake":{"protocol":"rdma","entries":"per-write"}"#), "{json}");
-        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), mc);
-        mc.transport = TransportConfig::Mooncake(MooncakeConfig::default());
-        let json = serde_json::to_string(&mc).unwrap();
-        assert!(!json.contains("mooncake\":{"), "{json}");
-        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), mc);
-        // So do nixl's.
-        let mut nx = tcp.clone();
-        nx.transport = TransportConfig::Nixl(NixlConfig { op: NixlOp::Read, ..NixlConfig::default() });
-        let json = serde_json::to_string(&nx).unwrap();
-        assert!(json.contains(r#""nixl":{"backend":"ucx","op":"read"}"#), "{json}");
-        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), nx);
-        nx.transport = TransportConfig::Nixl(NixlConfig::default());
-        let json = serde_json::to_string(&nx).unwrap();
-        assert!(!json.contains("nixl\":{"), "{json}");
+        let json = serde_json::to_string(&tcp).unwrap();
+        assert!(json.starts_with(r#"{"transport":{"name":"tcp","knobs":{}},"block_size":65536,"#), "{json}");
+        assert!(!json.contains("paged"), "{json}");
+        assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), tcp);
     }
 
     #[test]
-    fn an_older_peers_config_without_cuda_or_verbs_keys_still_parses() {
+    fn a_config_of_the_shape_before_transport_objects_is_not_read() {
+        // Protocol 5's shape: the transport by name and its knobs at the top. Peers of that protocol are refused
+        // at Hello (see `control::messages::PROTOCOL`); were one to get this far, its config would not parse.
         let old = r#"{"transport":"tcp","block_size":1048576,"streams":1,"reps":3,"warmup":0,"verify":false,"seed":1,"hugepages":false,"cases":[{"size_bytes":1048576,"tokens":null,"bytes_per_token":null}]}"#;
-        let cfg: RunConfig = serde_json::from_str(old).unwrap();
-        assert_eq!((cfg.transport.kind(), cfg.knobs.block_size, cfg.knobs.reps), (TransportKind::Tcp, 1 << 20, 3));
-        assert!(cfg.paged.is_none() && !cfg.block_size_default);
-        assert_eq!(serde_json::to_value(&cfg).unwrap()["copy"], "auto");
-        assert_eq!(serde_json::to_value(&cfg).unwrap()["verbs"]["cq_mode"], "poll");
+        assert!(serde_json::from_str::<RunConfig>(old).is_err());
     }
 
     #[test]
@@ -396,7 +347,7 @@ mod tests {
         };
         let bpt = g.bytes_per_token();
         let mut cfg = RunConfig {
-            transport: TransportConfig::Tcp(TcpConfig {}),
+            transport: TransportConfig::new("tcp".parse().unwrap(), Default::default()),
             knobs: RunKnobs {
                 block_size: 1 << 20,
                 streams: 1,

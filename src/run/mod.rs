@@ -5,9 +5,10 @@ pub mod receiver;
 pub mod sender;
 
 use crate::control::RepReport;
+use crate::measure::{Fields, Warning};
 use crate::observe::counters::{Deltas, RepCounters, Side, Uses};
-use crate::plan::{MooncakeProtocol, RunConfig, SizeCase, TransportConfig};
-use crate::transport::Context;
+use crate::plan::{RunConfig, SizeCase, TransportKind};
+use crate::transport::{registry, Context};
 use serde::{Deserialize, Serialize};
 
 /// The counters one end reads around its reps, for what `cfg`'s transport uses there.
@@ -30,11 +31,7 @@ fn rep_counters(side: Side, cfg: &RunConfig, ctx: &Context, mem: crate::mem::Mem
 
 /// Whether `cfg`'s transport drives an RDMA NIC from this end.
 fn drives_rdma(cfg: &RunConfig) -> bool {
-    match &cfg.transport {
-        TransportConfig::Verbs(_) => true,
-        TransportConfig::Mooncake(m) => m.protocol == MooncakeProtocol::Rdma,
-        _ => false,
-    }
+    registry::get(cfg.transport.kind()).drives_rdma(&cfg.transport)
 }
 
 /// Bind this end's thread as `--numa` says (before it allocates anything), following its NIC or GPU.
@@ -81,9 +78,10 @@ pub struct RepRecord {
     /// receiver's NIC and memory, and its counters. Absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_runs: Option<u32>,
-    /// What the transport measured besides the times (`reg_ms`, `work_requests`, `staged`: keys of the rep).
+    /// What the transport measured besides the times (`reg_ms`, `work_requests`, `staged`...: keys of the rep,
+    /// the transport's own, carried in the order it wrote them).
     #[serde(flatten)]
-    pub extras: crate::transport::TransferExtras,
+    pub extras: Fields,
     #[serde(skip)]
     pub sender: StageTimes,
     #[serde(skip)]
@@ -94,6 +92,8 @@ pub struct RepRecord {
 pub struct CaseRecord {
     pub index: usize,
     pub case: SizeCase,
+    /// The transport that moved it, which summarizes its reps' extras.
+    pub transport: TransportKind,
     /// The block size actually used (the requested one clamped to the transfer size).
     pub block_size: u64,
     pub block_clamped: bool,
@@ -106,6 +106,14 @@ pub struct CaseRecord {
     pub warmups: Vec<RepRecord>,
     /// Per-block completion latency (µs from the start of the transfer's posting), measured reps only.
     pub block_latency_us: hdrhistogram::Histogram<u64>,
+}
+
+impl CaseRecord {
+    /// The case's extras, summarized by its transport from the measured reps', and the warnings they call for.
+    pub fn transport_extras(&self) -> (Fields, Vec<Warning>) {
+        let reps: Vec<&Fields> = self.reps.iter().map(|r| &r.extras).collect();
+        registry::get(self.transport).summarize(&reps)
+    }
 }
 
 /// Where the sender reports as it goes: live rows, progress, and files written as cases complete.
@@ -122,12 +130,12 @@ mod tests {
     fn a_reps_transport_extras_keep_their_keys() {
         let text = r#"{"i":0,"transfer_ms":2.0,"gbps":1.0,"setup_ms":0.1,"notify_ms":0.2,"total_ms":2.5,"reg_ms":0.5,"work_requests":7,"staged":{"gather_ms":0.5,"copy_ms":1.0,"scatter_ms":0.5}}"#;
         let rep: RepRecord = serde_json::from_str(text).unwrap();
-        assert_eq!((rep.extras.reg_ms, rep.extras.work_requests), (Some(0.5), Some(7)));
-        assert_eq!(rep.extras.staged.map(|s| s.copy_ms), Some(1.0));
+        let keys: Vec<&str> = rep.extras.keys().collect();
+        assert_eq!(keys, ["reg_ms", "work_requests", "staged"]);
         assert_eq!(serde_json::to_string(&rep).unwrap(), text);
         let plain = r#"{"i":1,"transfer_ms":2.0,"gbps":1.0,"setup_ms":0.1,"notify_ms":0.2,"total_ms":2.5}"#;
         let rep: RepRecord = serde_json::from_str(plain).unwrap();
-        assert_eq!(rep.extras, crate::transport::TransferExtras::default());
+        assert!(rep.extras.is_empty());
         assert_eq!(serde_json::to_string(&rep).unwrap(), plain);
     }
 }

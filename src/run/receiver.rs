@@ -8,7 +8,7 @@ use crate::env::{memory, sysroot::SysRoot};
 use crate::mem::{Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
-use crate::transport::{self, Context, Landing};
+use crate::transport::{registry, Context, Landing};
 use anyhow::{bail, Result};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -87,6 +87,7 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
         )));
     }
     cfg.check_plan_limits()?;
+    registry::get(cfg.transport.kind()).check_knobs(&cfg.transport).map_err(|e| usage(format!("{e:#}")))?;
     // What this receiver allocates: the largest transfer, or the paged layout's pool.
     let size = cfg.buffer_bytes();
     if let Some(max) = limits.max_size {
@@ -117,7 +118,8 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
         )));
     }
     let kind = cfg.transport.kind();
-    if let Some(lock) = memory::lockable(root).filter(|l| transport::pins_host_memory(kind) && size > l.bytes()) {
+    let pins = registry::get(kind).pins_host_memory();
+    if let Some(lock) = memory::lockable(root).filter(|l| pins && size > l.bytes()) {
         return Err(usage(format!(
             "--transport {kind} pins {} of the receiver's memory, but its ulimit -l (RLIMIT_MEMLOCK, {}) lets it pin only {} more; raise it where the receiver starts (ulimit -l unlimited) or use smaller sizes",
             format_size(size),
@@ -188,8 +190,9 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
     let mem = limits.mem;
     let gauge = limits.gauge.as_deref();
     let numa = super::place_numa(cfg, &ctx, mem, &cfg.src_mem)?;
-    let buf = Arc::new(transport::alloc_buffer(cfg, mem, "receiver", &ctx)?);
-    let mut target = transport::open_target(cfg, buf.clone(), &ctx)?;
+    let transport = registry::get(cfg.transport.kind());
+    let buf = Arc::new(transport.alloc_buffer(cfg, mem, "receiver", &ctx)?);
+    let mut target = transport.open_target(cfg, buf.clone(), &ctx)?;
     ch.send(&Msg::Accept { offer: target.offer(), mem: mem.to_string(), numa: Some(numa) })?;
     match ch.recv("Connect")? {
         Msg::Connect { answer } => target.accept(answer)?,
@@ -213,7 +216,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
                 let before = gauge.map(RunGauge::snapshot);
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
-                let landed = if transport::landing(&cfg.transport) == Landing::Announced {
+                let landed = if transport.landing(&cfg.transport) == Landing::Announced {
                     match ch.recv("Landed")? {
                         Msg::Landed => Instant::now(),
                         other => bail!("the sender sent {} instead of Landed", other.name()),

@@ -8,7 +8,7 @@ use crate::observe::counters::{RepCounters, Side};
 use crate::observe::numa::NumaSides;
 use crate::pattern::Span;
 use crate::plan::{RunConfig, TransferPlan};
-use crate::transport::{self, Context, Landing, Source, TransferHooks, TransportDetail};
+use crate::transport::{registry, Context, Landing, Source, TransferHooks, TransportDetail};
 use crate::units::gbps;
 use anyhow::{bail, Result};
 use std::time::Instant;
@@ -123,14 +123,14 @@ impl SenderSession {
             }
         };
         let numa = NumaSides { sender: sender_numa, receiver: receiver_numa };
-        let buf = match transport::alloc_buffer(&cfg, src, "sender", ctx) {
+        let buf = match registry::get(cfg.transport.kind()).alloc_buffer(&cfg, src, "sender", ctx) {
             Ok(b) => b,
             Err(e) => {
                 ch.send_error(&e);
                 return Err(e);
             }
         };
-        let mut source = match transport::connect_source(&cfg, &buf, offer, ctx) {
+        let mut source = match registry::get(cfg.transport.kind()).connect_source(&cfg, &buf, offer, ctx) {
             Ok(s) => s,
             Err(e) => {
                 ch.send_error(&e);
@@ -196,6 +196,7 @@ impl SenderSession {
         let rec = CaseRecord {
             index,
             case,
+            transport: self.cfg.transport.kind(),
             block_size: plan.block_size,
             block_clamped: plan.paged.is_none()
                 && plan.block_size < self.cfg.knobs.block_size
@@ -313,7 +314,7 @@ impl SenderSession {
             }
             Err(e) => return Err(e),
         };
-        if transport::landing(&self.cfg.transport) == Landing::Announced {
+        if registry::get(self.cfg.transport.kind()).landing(&self.cfg.transport) == Landing::Announced {
             self.ch.send(&Msg::Landed)?;
         }
         let report = match self.ch.recv("RepDone")? {

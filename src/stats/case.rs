@@ -1,10 +1,10 @@
 //! One size's results as stored in the results JSON (the `cases[]` contract) and rendered in tables.
 
 use super::{confidence, warnings, Bimodality, MedianCi, RateSummary, Summary, Warning};
+use crate::measure::Fields;
 use crate::plan::paged::Layout;
 use crate::run::{CaseRecord, RepRecord};
-use crate::transport::StagedMs;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -42,18 +42,11 @@ pub struct CaseResult {
     pub pieces: usize,
     #[serde(default)]
     pub piece_bytes: u64,
-    /// RDMA WRITEs posted per transfer when SGE lists gathered several writes into one (verbs); absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_requests: Option<u64>,
-    /// `--staging gather`: the median of each step's time over the measured reps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staged_p50: Option<StagedMs>,
-    /// An engine's batch (mooncake): the entries of one call, the most any rep used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub descriptors: Option<u64>,
-    /// Verbs striped over several devices: each rail's share and median rate, lagging ones flagged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rails: Option<Vec<super::rails::RailSummary>>,
+    /// The transport's own keys for the case, summarized by it from the reps' (verbs: `work_requests`, `rails`;
+    /// cuda: `staged_p50`; mooncake, nixl: `descriptors`), in the order it wrote them; none for most runs. Read
+    /// back, it holds every key of the case this version does not know (a cluster flow's aside).
+    #[serde(flatten, deserialize_with = "transport_keys")]
+    pub extras: Fields,
     /// Each counter's mean delta per measured rep, by source (`--counters auto`); absent without counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<crate::observe::counters::Deltas>,
@@ -110,6 +103,19 @@ pub struct ClusterFlow {
     pub outlier: Option<String>,
 }
 
+impl ClusterFlow {
+    /// Its keys in a case, which the case's other flattened keys leave alone.
+    const KEYS: &'static [&'static str] = &["src", "dst", "pattern", "step", "flows", "outlier"];
+}
+
+/// A case's keys that no field of [`CaseResult`] reads: the transport's, without a cluster flow's (flattened too;
+/// serde offers every unread key to each flattened field).
+fn transport_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+    let mut keys = Fields::deserialize(d)?;
+    keys.retain(|k| !ClusterFlow::KEYS.contains(&k));
+    Ok(keys)
+}
+
 fn complete() -> bool {
     true
 }
@@ -120,6 +126,7 @@ fn is_true(b: &bool) -> bool {
 
 impl CaseResult {
     pub fn from_record(rec: &CaseRecord, verify: bool) -> CaseResult {
+        let (extras, transport_warnings) = rec.transport_extras();
         let col = |f: fn(&RepRecord) -> f64| Summary::of(&rec.reps.iter().map(f).collect::<Vec<_>>());
         let h = &rec.block_latency_us;
         let mismatched: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
@@ -146,10 +153,7 @@ impl CaseResult {
             layout: rec.layout,
             pieces: rec.pieces,
             piece_bytes: rec.block_size,
-            work_requests: rec.reps.iter().filter_map(|r| r.extras.work_requests).max(),
-            staged_p50: staged_medians(&rec.reps),
-            descriptors: rec.reps.iter().filter_map(|r| r.extras.descriptors).max(),
-            rails: super::rails::of(&rec.reps),
+            extras,
             counters: super::attribution::means(&rec.reps),
             cpu_s_per_gib: super::attribution::cpu_s_per_gib(&rec.reps, rec.case.size_bytes),
             attribution: None,
@@ -166,11 +170,17 @@ impl CaseResult {
             complete: true,
             cluster: None,
         }
-        .with_derived()
+        .derive(transport_warnings)
     }
 
     /// Fill bimodality, the median's interval, CV and warnings from the reps (also for files written before them).
-    pub fn with_derived(mut self) -> CaseResult {
+    pub fn with_derived(self) -> CaseResult {
+        // A file written before warnings has no transport's warnings to add (its cases predate striped rails).
+        self.derive(Vec::new())
+    }
+
+    /// [`Self::with_derived`], with the warnings the case's transport raised about its extras.
+    fn derive(mut self, transport_warnings: Vec<Warning>) -> CaseResult {
         let ms: Vec<f64> = self.reps.iter().map(|r| r.transfer_ms).collect();
         let gbps: Vec<f64> = self.reps.iter().map(|r| r.gbps).collect();
         if self.bimodal.method.is_empty() {
@@ -187,23 +197,11 @@ impl CaseResult {
         }
         if self.warnings.is_empty() && !ms.is_empty() {
             self.warnings = warnings::of(&ms, &self.bimodal);
-            if let Some(rails) = &self.rails {
-                self.warnings.extend(super::rails::warnings(rails));
-            }
+            self.warnings.extend(transport_warnings);
             let shared: Vec<Option<u32>> = self.reps.iter().map(|r| r.shared_runs).collect();
             self.warnings.extend(warnings::shared_receiver(&shared));
             self.warnings.extend(super::host::warning(&self.reps));
         }
         self
     }
-}
-
-/// The median of each staged step over the reps that report them.
-fn staged_medians(reps: &[RepRecord]) -> Option<StagedMs> {
-    let staged: Vec<StagedMs> = reps.iter().filter_map(|r| r.extras.staged).collect();
-    if staged.is_empty() {
-        return None;
-    }
-    let p50 = |f: fn(&StagedMs) -> f64| Summary::of(&staged.iter().map(f).collect::<Vec<_>>()).p50;
-    Some(StagedMs { gather_ms: p50(|s| s.gather_ms), copy_ms: p50(|s| s.copy_ms), scatter_ms: p50(|s| s.scatter_ms) })
 }

@@ -8,7 +8,6 @@ pub mod confidence;
 pub mod host;
 pub mod interpolate;
 pub mod modes;
-pub mod rails;
 pub mod warnings;
 
 pub use crate::measure::{RateSummary, Summary, Warning, WarningKind};

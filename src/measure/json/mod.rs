@@ -97,6 +97,10 @@ impl Fields {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
     /// Set `key`: in its place when present, else last.
     pub fn insert(&mut self, key: impl Into<String>, value: Json) {
         let key = key.into();

@@ -6,15 +6,20 @@
 //! start to the last copy's end. The receiver cannot see copies land, so the sender tells it with a control
 //! message once its events completed.
 
+mod config;
+mod extras;
 mod staging;
 
-use super::{Context, Source, Target, TransferHooks, TransferTimes, TransportDetail};
+use super::api::{Context, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport};
+use super::{TransportDetail, Unusable};
+use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
 use crate::mem::cuda::{self, check, context, enable_peer_access, IpcMapping, OrDriverError};
 use crate::mem::{kernels, Buffer, MemKind};
-pub use crate::plan::{CopyMode, CudaConfig, Staging};
-use crate::plan::{RunConfig, Write};
+use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{bail, Context as _, Result};
+pub use config::{CopyMode, CudaConfig, Staging};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
+pub use extras::StagedMs;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,17 +29,101 @@ pub const DEFAULT_BLOCK_SIZE: u64 = 1 << 40;
 /// Per-write events are recorded for at most this many writes (per-block latency); beyond, only the total.
 const MAX_TIMED_WRITES: usize = 1024;
 
+/// The cuda transport, as the registry lists it: copies within one host, GPU memory at one end at least; the
+/// receiver cannot see copies land, so the sender announces it.
+pub struct Cuda;
+
+impl Transport for Cuda {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Cuda
+    }
+
+    fn default_block_size(&self) -> u64 {
+        DEFAULT_BLOCK_SIZE
+    }
+
+    fn default_knobs(&self) -> TransportConfig {
+        TransportConfig::of(&CudaConfig::default())
+    }
+
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
+        cfg.knobs::<CudaConfig>().map(drop)
+    }
+
+    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()> {
+        cfg.knobs::<CudaConfig>()?.check(running, src)
+    }
+
+    fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
+        let c = cfg.knobs::<CudaConfig>().unwrap_or_default();
+        ResultsKnobs { copy: c.copy.to_string(), staging: c.staging.to_string(), verbs: None }
+    }
+
+    /// On one host a GPU's memory is reached by CUDA copies (pinned or pageable host memory to and from it
+    /// included), and tcp cannot read or write it at all.
+    fn picked_by_auto(&self, ends: &[MemKind]) -> Option<&'static str> {
+        let gpus = ends.iter().filter(|k| matches!(k, MemKind::Gpu(_))).count();
+        match (gpus, ends.len()) {
+            (0, _) => None,
+            (1, 1) => Some("the buffer is on a GPU"),
+            (g, n) if g == n => Some("both ends are GPUs"),
+            _ => Some("host and GPU memory on one host move by CUDA copies"),
+        }
+    }
+
+    fn check_host(&self, _devices: &[&super::DeviceChoice]) -> Result<()> {
+        cuda::driver().map(drop).map_err(|e| e.context("--transport cuda"))
+    }
+
+    fn usable_here(&self) -> std::result::Result<(), Unusable> {
+        usable()
+    }
+
+    fn landing(&self, _cfg: &TransportConfig) -> Landing {
+        Landing::Announced
+    }
+
+    fn open_target(&self, _cfg: &RunConfig, buf: Arc<Buffer>, _ctx: &Context) -> Result<Box<dyn Target>> {
+        Ok(Box::new(CudaTarget::open(buf)?))
+    }
+
+    fn connect_source(
+        &self,
+        cfg: &RunConfig,
+        buf: &Buffer,
+        offer: serde_json::Value,
+        ctx: &Context,
+    ) -> Result<Box<dyn Source>> {
+        let knobs = cfg.transport.knobs::<CudaConfig>()?;
+        Ok(Box::new(CudaSource::connect(&knobs, cfg, buf, offer, ctx)?))
+    }
+
+    fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
+        extras::summarize(reps)
+    }
+}
+
+impl ExtrasNotes for Cuda {
+    fn notes(&self, cases: &[CaseExtras<'_>]) -> Vec<ExtrasNote> {
+        extras::notes(cases)
+    }
+
+    fn inline(&self, case: &CaseExtras<'_>) -> Vec<String> {
+        extras::staged_text(case).into_iter().collect()
+    }
+}
+
 /// Whether the cuda transport can run here: a CUDA driver that initialises and at least one GPU.
-pub fn usable() -> std::result::Result<(), super::Unusable> {
+fn usable() -> std::result::Result<(), Unusable> {
     if !cuda::driver_present() {
-        return Err(super::Unusable::new(
+        return Err(Unusable::new(
             "no CUDA driver (libcuda.so.1)",
             "libcuda.so.1 not found: install the NVIDIA driver",
         ));
     }
     match cuda::device_count() {
-        Err(e) => Err(super::Unusable::new("CUDA driver unusable", format!("{e:#}"))),
-        Ok(0) => Err(super::Unusable::new("no GPU", "the CUDA driver sees no GPU")),
+        Err(e) => Err(Unusable::new("CUDA driver unusable", format!("{e:#}"))),
+        Ok(0) => Err(Unusable::new("no GPU", "the CUDA driver sees no GPU")),
         Ok(_) => Ok(()),
     }
 }
@@ -295,9 +384,8 @@ impl CudaSource {
         };
         let posted = Instant::now();
         staging.enqueue(&s, src, self.dst, writes)?;
-        let mut times = self.finish_on_stream0(posted)?;
-        times.extras.staged = Some(self.staging.as_ref().expect("checked by the caller").split(&self.start)?);
-        Ok(times)
+        let staged = Some(self.staging.as_ref().expect("checked by the caller").split(&self.start)?);
+        Ok(self.finish_on_stream0(posted)?.with_extras(&extras::RepExtras { staged }))
     }
 
     /// `--copy batch`: every write in cuMemcpyBatchAsync calls (the driver's own batching of copy-engine work), for
@@ -347,7 +435,7 @@ impl Source for CudaSource {
     }
 
     fn describe(&self) -> TransportDetail {
-        TransportDetail::Cuda(CudaDetail {
+        TransportDetail::of(&CudaDetail {
             sender: CudaSenderDetail {
                 gpu: self.ordinal,
                 streams: self.streams.len(),
@@ -413,5 +501,42 @@ impl Source for CudaSource {
             }
         }
         Ok(TransferTimes::new(posted, at(total_ms)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_serialize_as_results_files_hold_them() {
+        let sender = CudaSenderDetail { gpu: 1, streams: 2, copy: CopyMode::Ce, staging: Staging::Gather };
+        let json = r#"{"sender":{"copy":"ce","gpu":1,"staging":"gather","streams":2}}"#;
+        assert_eq!(TransportDetail::of(&CudaDetail { sender }).to_json().to_string(), json);
+    }
+
+    #[test]
+    fn its_knobs_travel_as_one_object_and_results_keep_them_at_the_top() {
+        let cfg = TransportConfig::of(&CudaConfig { copy: CopyMode::Sm, staging: Staging::Gather });
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), r#"{"name":"cuda","knobs":{"copy":"sm","staging":"gather"}}"#);
+        let keys = Cuda.results_knobs(&cfg);
+        assert_eq!((keys.copy.as_str(), keys.staging.as_str(), keys.verbs), ("sm", "gather", None));
+        // Every other transport writes cuda's defaults there.
+        let defaults = Cuda.results_knobs(&Cuda.default_knobs());
+        assert_eq!(defaults, ResultsKnobs::default());
+        let names: Vec<&str> = <CopyMode as crate::named::Named>::NAMES.to_vec();
+        assert_eq!(names, ["auto", "ce", "batch", "sm"]);
+    }
+
+    #[test]
+    fn staging_needs_this_transport_and_a_gpu_source() {
+        let gather = CudaConfig { staging: Staging::Gather, ..CudaConfig::default() };
+        gather.check(TransportKind::Cuda, MemKind::Gpu(0)).unwrap();
+        let e = gather.check(TransportKind::Cuda, MemKind::Pinned).unwrap_err().to_string();
+        assert!(e.ends_with("not --transport cuda from pinned memory"), "{e}");
+        let tcp: TransportKind = "tcp".parse().unwrap();
+        let e = gather.check(tcp, MemKind::Gpu(0)).unwrap_err().to_string();
+        assert!(e.ends_with("not --transport tcp from gpu:0 memory"), "{e}");
+        CudaConfig::default().check(tcp, MemKind::Host).unwrap();
     }
 }

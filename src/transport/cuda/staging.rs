@@ -7,10 +7,10 @@
 //! The sender does all three steps: it maps the receiver's pool in the destination GPU's context (where the
 //! unpack kernel runs) and owns both staging buffers, so the receiver needs nothing beyond the plain cuda target.
 
+use super::extras::StagedMs;
 use crate::mem::cuda::{check, context, DeviceBuffer, OrDriverError};
 use crate::mem::kernels;
 use crate::plan::Write;
-use crate::transport::StagedMs;
 use anyhow::Result;
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use std::sync::Arc;

@@ -9,21 +9,90 @@
 //! own call is what is timed (inside the worker), so the harness is not what is measured. The target cannot see
 //! the bytes arrive: the sender announces each rep (`Landing::Announced`).
 
+mod config;
 mod worker;
 
-use super::{Context, Source, Target, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
-use crate::mem::Buffer;
-use crate::plan::{MooncakeConfig, MooncakeEntries, MooncakeProtocol, Write};
+use super::api::{Context, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
+use super::batch::{self, Batch};
+use super::{TransportDetail, Unusable};
+use crate::measure::{ExtrasNotes, Fields, Warning};
+use crate::mem::{Buffer, MemKind};
+use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
+pub use config::{MooncakeConfig, MooncakeEntries, MooncakeProtocol};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker::Worker;
 
-/// Whether the mooncake transport can run here: the Python that `KVXFER_PYTHON` names imports the engine.
-pub fn usable() -> std::result::Result<(), super::Unusable> {
-    worker::probe().map_err(|(reason, e)| super::Unusable::new(reason, e))
+/// The mooncake transport, as the registry lists it: the engine lives in a worker process per end, which moves
+/// this process's host memory (shared) and allocates its GPU memory; the sender announces each rep.
+pub struct Mooncake;
+
+impl ExtrasNotes for Mooncake {}
+
+impl Transport for Mooncake {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Mooncake
+    }
+
+    fn default_block_size(&self) -> u64 {
+        DEFAULT_BLOCK_SIZE
+    }
+
+    fn default_knobs(&self) -> TransportConfig {
+        TransportConfig::of(&MooncakeConfig::default())
+    }
+
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
+        cfg.knobs::<MooncakeConfig>().map(drop)
+    }
+
+    // The engine's worker checks Python and the wheel when it starts, before any rep: no `check_host`.
+
+    /// The Python that `KVXFER_PYTHON` names imports the engine.
+    fn usable_here(&self) -> std::result::Result<(), Unusable> {
+        worker::probe().map_err(|(reason, e)| Unusable::new(reason, e))
+    }
+
+    fn landing(&self, _cfg: &TransportConfig) -> Landing {
+        Landing::Announced
+    }
+
+    fn shares_host_memory(&self) -> bool {
+        true
+    }
+
+    fn drives_rdma(&self, cfg: &TransportConfig) -> bool {
+        cfg.knobs::<MooncakeConfig>().is_ok_and(|m| m.protocol == MooncakeProtocol::Rdma)
+    }
+
+    /// GPU memory comes from the engine's worker (see [`engine_gpu_buffer`]); host memory is allocated here,
+    /// shared with the worker.
+    fn alloc_buffer(&self, cfg: &RunConfig, kind: MemKind, role: &str, ctx: &Context) -> Result<Buffer> {
+        match kind {
+            MemKind::Gpu(n) => {
+                let knobs = cfg.transport.knobs::<MooncakeConfig>()?;
+                engine_gpu_buffer(role, &knobs, n, usize::try_from(cfg.buffer_bytes())?, ctx)
+            }
+            _ => Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.shares_host_memory()),
+        }
+    }
+
+    fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
+        let knobs = cfg.transport.knobs::<MooncakeConfig>()?;
+        Ok(Box::new(MooncakeTarget::open(&knobs, buf, ctx)?))
+    }
+
+    fn connect_source(&self, cfg: &RunConfig, buf: &Buffer, offer: Value, ctx: &Context) -> Result<Box<dyn Source>> {
+        let knobs = cfg.transport.knobs::<MooncakeConfig>()?;
+        Ok(Box::new(MooncakeSource::connect(&knobs, buf, offer, ctx)?))
+    }
+
+    fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
+        batch::summarize(reps)
+    }
 }
 
 /// The default write size of a contiguous transfer: vLLM hands Mooncake one entry per KV block, and at 64 MiB
@@ -106,7 +175,7 @@ fn registered_addr(reply: &Value) -> Result<u64> {
 /// cache is) and registered there; kvxfer opens it through its IPC handle to fill and verify. Mooncake's NVLink
 /// transport exports what it registers with cudaIpcGetMemHandle, which memory opened from another process's handle
 /// refuses, so the engine's process has to own it.
-pub fn engine_gpu_buffer(role: &str, cfg: &MooncakeConfig, ordinal: u32, len: usize, ctx: &Context) -> Result<Buffer> {
+fn engine_gpu_buffer(role: &str, cfg: &MooncakeConfig, ordinal: u32, len: usize, ctx: &Context) -> Result<Buffer> {
     crate::mem::cuda::check_ordinal(ordinal)?;
     let (mut worker, init) = spawn_engine(role, cfg, ctx)?;
     let reply = worker.call(json!({"op": "alloc", "gpu": ordinal, "len": len}))?;
@@ -125,7 +194,7 @@ pub fn engine_gpu_buffer(role: &str, cfg: &MooncakeConfig, ordinal: u32, len: us
 fn engine_for(role: &str, cfg: &MooncakeConfig, buf: &Buffer, ctx: &Context) -> Result<SharedEngine> {
     if let Buffer::Gpu(g) = buf {
         return g.keeper().and_then(|k| k.downcast_ref::<SharedEngine>()).cloned().ok_or_else(|| {
-            anyhow!("a mooncake GPU buffer must come from its engine's worker (transport::alloc_buffer)")
+            anyhow!("a mooncake GPU buffer must come from its engine's worker (Transport::alloc_buffer)")
         });
     }
     if cfg.protocol == MooncakeProtocol::NvlinkIntra {
@@ -289,7 +358,7 @@ impl Source for MooncakeSource {
     }
 
     fn describe(&self) -> TransportDetail {
-        TransportDetail::Mooncake(self.detail.clone())
+        TransportDetail::of(&self.detail)
     }
 
     fn transfer(&mut self, _mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
@@ -305,8 +374,7 @@ impl Source for MooncakeSource {
         for i in 0..writes.len() {
             (hooks.done)(i, started, done);
         }
-        let extras = TransferExtras { descriptors: Some(self.entries), ..TransferExtras::default() };
-        Ok(TransferTimes { extras, ..TransferTimes::new(started, done) })
+        Ok(TransferTimes::new(started, done).with_extras(&Batch { descriptors: Some(self.entries) }))
     }
 }
 

@@ -11,16 +11,20 @@
 //!
 //! NIXL is loaded at run time (see `library`): kvxfer starts without it and says what to install.
 
+mod config;
 mod library;
 mod source;
 mod target;
 
+pub use config::{NixlBackend, NixlConfig, NixlOp};
 pub use source::NixlSource;
 pub use target::NixlTarget;
 
-use super::TransportDetail;
+use super::api::{Context, Landing, Source, Target, Transport};
+use super::{batch, TransportDetail, Unusable};
+use crate::measure::{ExtrasNotes, Fields, Warning};
 use crate::mem::{Buffer, MemKind};
-use crate::plan::{NixlBackend, NixlConfig, NixlOp, Write};
+use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 use nixl_sys::{
     Agent, AgentConfig, Backend, MemType, MemoryRegion, NixlDescriptor, NotificationMap, RegistrationHandle,
@@ -29,7 +33,75 @@ use nixl_sys::{
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The nixl transport, as the registry lists it: one agent per end; `--nixl-op read` lets the receiver post and
+/// observe the transfer, `write` has the sender announce it.
+pub struct Nixl;
+
+impl ExtrasNotes for Nixl {}
+
+impl Transport for Nixl {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Nixl
+    }
+
+    fn default_block_size(&self) -> u64 {
+        DEFAULT_BLOCK_SIZE
+    }
+
+    fn default_knobs(&self) -> TransportConfig {
+        TransportConfig::of(&NixlConfig::default())
+    }
+
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
+        cfg.knobs::<NixlConfig>().map(drop)
+    }
+
+    fn check_host(&self, _devices: &[&super::DeviceChoice]) -> Result<()> {
+        check()
+    }
+
+    fn usable_here(&self) -> std::result::Result<(), Unusable> {
+        check().map_err(|e| Unusable::new("NIXL library not found (KVXFER_NIXL_LIB)", e))
+    }
+
+    /// The receiver posts a READ itself and sees it complete; it cannot see a WRITE land.
+    fn landing(&self, cfg: &TransportConfig) -> Landing {
+        match cfg.knobs::<NixlConfig>().map(|n| n.op) {
+            Ok(NixlOp::Read) => Landing::Observed,
+            _ => Landing::Announced,
+        }
+    }
+
+    /// UCX will not use CUDA IPC between two agents of one process ("cuda_ipc cannot reach: same process") and
+    /// quietly moves GPU buffers over loopback TCP instead (0.4 GB/s where two processes get NVLink), and two
+    /// processes are how its users run it.
+    fn receiver_in_own_process(&self) -> bool {
+        true
+    }
+
+    fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
+        let knobs = cfg.transport.knobs::<NixlConfig>()?;
+        Ok(Box::new(NixlTarget::open(&knobs, cfg, buf, ctx)?))
+    }
+
+    fn connect_source(
+        &self,
+        cfg: &RunConfig,
+        buf: &Buffer,
+        offer: serde_json::Value,
+        ctx: &Context,
+    ) -> Result<Box<dyn Source>> {
+        let knobs = cfg.transport.knobs::<NixlConfig>()?;
+        Ok(Box::new(NixlSource::connect(&knobs, buf, offer, ctx)?))
+    }
+
+    fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
+        batch::summarize(reps)
+    }
+}
 
 /// Contiguous transfers as 64 MiB writes, like the other host transports; UCX splits them as it likes.
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
@@ -209,7 +281,7 @@ impl Engine {
         for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("UCX_")) {
             env.entry(k).or_insert(v);
         }
-        TransportDetail::Nixl(NixlDetail {
+        TransportDetail::of(&NixlDetail {
             sender: NixlSenderDetail {
                 engine: "nixl",
                 backend: self.backend,
@@ -283,6 +355,6 @@ unsafe impl Send for Owned<(XferDlistHandle, XferDlistHandle)> {}
 unsafe impl Send for Owned<NotificationMap> {}
 
 /// Fail before connecting when NIXL's library cannot be found or loaded.
-pub fn check() -> Result<()> {
+fn check() -> Result<()> {
     library::load().map(|_| ())
 }

@@ -2,9 +2,11 @@
 //! their notifications (`--nixl-op read`).
 
 use super::{descriptor_lists, nixl, Engine, Owned, Region, PEER_CHECK, READ_DONE};
+use super::{NixlConfig, NixlOp};
 use crate::mem::Buffer;
-use crate::plan::{NixlConfig, NixlOp, Write};
-use crate::transport::{Context, Source, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
+use crate::plan::Write;
+use crate::transport::batch::Batch;
+use crate::transport::{Context, Source, TransferHooks, TransferTimes, TransportDetail};
 use anyhow::{bail, Result};
 use nixl_sys::{NotificationMap, XferOp, XferRequest};
 use std::time::{Duration, Instant};
@@ -63,8 +65,7 @@ impl NixlSource {
         for i in 0..writes.len() {
             (hooks.done)(i, started, done);
         }
-        let extras = TransferExtras { descriptors: Some(writes.len() as u64), ..TransferExtras::default() };
-        Ok(TransferTimes { extras, ..TransferTimes::new(started, done) })
+        Ok(TransferTimes::new(started, done).with_extras(&Batch { descriptors: Some(writes.len() as u64) }))
     }
 
     /// Wait for the receiver's READ of this rep to notify its completion. Polling the notifications also drives
@@ -100,8 +101,7 @@ impl NixlSource {
         for i in 0..writes.len() {
             (hooks.done)(i, started, done);
         }
-        let extras = TransferExtras { descriptors: Some(writes.len() as u64), ..TransferExtras::default() };
-        Ok(TransferTimes { extras, ..TransferTimes::new(started, done) })
+        Ok(TransferTimes::new(started, done).with_extras(&Batch { descriptors: Some(writes.len() as u64) }))
     }
 }
 

@@ -2,8 +2,9 @@
 //! through prepped descriptor lists and times it (`--nixl-op read`).
 
 use super::{descriptor_lists, nixl, Engine, Owned, Region, READ_DONE, RECEIVER_PROGRESS_DELAY_US};
+use super::{NixlConfig, NixlOp};
 use crate::mem::Buffer;
-use crate::plan::{NixlConfig, NixlOp, RunConfig, TransferPlan};
+use crate::plan::{RunConfig, TransferPlan};
 use crate::transport::{Context, Target};
 use anyhow::{anyhow, bail, Result};
 use nixl_sys::{OptArgs, XferDlistHandle, XferOp, XferRequest};

@@ -21,12 +21,71 @@ mod splice;
 pub use receiver::{frame_entries, frame_header, FrameHeader, TcpTarget};
 pub use sender::{ChosenBy, RecvRates, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
 
-use crate::mem::Buffer;
+use super::api::{Context, Landing, Source, Target, Transport};
+use crate::measure::ExtrasNotes;
+use crate::mem::{Buffer, MemKind};
+use crate::plan::{Knobs, RunConfig, TransportConfig, TransportKind};
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 use std::io::ErrorKind;
+use std::sync::Arc;
 
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 20;
+
+/// TCP has no knobs of its own (streams and block size are every transport's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TcpConfig {}
+
+impl Knobs for TcpConfig {
+    const KIND: TransportKind = TransportKind::Tcp;
+}
+
+/// The TCP transport, as the registry lists it: any two hosts, host memory at both ends, landing counted by the
+/// receiver.
+pub struct Tcp;
+
+impl ExtrasNotes for Tcp {}
+
+impl Transport for Tcp {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Tcp
+    }
+
+    fn default_block_size(&self) -> u64 {
+        DEFAULT_BLOCK_SIZE
+    }
+
+    fn default_knobs(&self) -> TransportConfig {
+        TransportConfig::of(&TcpConfig {})
+    }
+
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
+        cfg.knobs::<TcpConfig>().map(drop)
+    }
+
+    fn picked_by_auto(&self, ends: &[MemKind]) -> Option<&'static str> {
+        (!ends.iter().any(|k| matches!(k, MemKind::Gpu(_)))).then_some("no end is a GPU")
+    }
+
+    fn landing(&self, _cfg: &TransportConfig) -> Landing {
+        Landing::Observed
+    }
+
+    fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
+        Ok(Box::new(TcpTarget::open(cfg, buf, ctx)?))
+    }
+
+    fn connect_source(
+        &self,
+        cfg: &RunConfig,
+        buf: &Buffer,
+        offer: serde_json::Value,
+        ctx: &Context,
+    ) -> Result<Box<dyn Source>> {
+        Ok(Box::new(TcpSource::connect(cfg, buf, offer, ctx)?))
+    }
+}
+
 pub const HEADER_LEN: usize = 24;
 const ENTRY_LEN: usize = 16;
 const ACK_LEN: usize = 16;
@@ -111,4 +170,34 @@ fn data_error(role: &str, e: std::io::Error) -> anyhow::Error {
 /// The `i`-th little-endian u64 of `bytes`.
 fn word(bytes: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::TransportDetail;
+
+    #[test]
+    fn details_serialize_as_results_files_hold_them() {
+        let sender = TcpSenderDetail {
+            streams: 1,
+            send: SendPath::Splice,
+            send_choice: ChosenBy::Calibration,
+            send_gbps: Some(SendRates { splice: 3.5, write: 3.0 }),
+            recv: RecvPath::Bounce,
+            recv_choice: ChosenBy::Calibration,
+            recv_gbps: Some(RecvRates { direct: 3.0, bounce: 3.5 }),
+            calibration_gbps: [("splice+bounce".to_string(), 3.5)].into(),
+            path_reason: "measured".to_string(),
+        };
+        let mut detail = TcpDetail { sender };
+        let json = r#"{"sender":{"calibration_gbps":{"splice+bounce":3.5},"path_reason":"measured","recv":"bounce","recv_choice":"calibration","recv_gbps":{"bounce":3.5,"direct":3.0},"send":"splice","send_choice":"calibration","send_gbps":{"splice":3.5,"write":3.0},"streams":1}}"#;
+        assert_eq!(TransportDetail::of(&detail).to_json().to_string(), json);
+        let s = &mut detail.sender;
+        (s.send, s.send_choice, s.send_gbps) = (SendPath::Write, ChosenBy::NoPipe, None);
+        (s.recv, s.recv_choice, s.recv_gbps) = (RecvPath::Direct, ChosenBy::RecvEnvironment, None);
+        s.calibration_gbps.clear();
+        let json = r#"{"sender":{"path_reason":"measured","recv":"direct","recv_choice":"KVXFER_TCP_RECV","send":"write","send_choice":"no pipe","streams":1}}"#;
+        assert_eq!(TransportDetail::of(&detail).to_json().to_string(), json);
+    }
 }

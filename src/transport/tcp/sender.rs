@@ -261,7 +261,7 @@ impl Source for TcpSource {
             .rate(p.send, RecvPath::Direct)
             .zip(p.rate(p.send, RecvPath::Bounce))
             .map(|(direct, bounce)| RecvRates { direct, bounce });
-        TransportDetail::Tcp(TcpDetail {
+        TransportDetail::of(&TcpDetail {
             sender: TcpSenderDetail {
                 streams: self.conns.len(),
                 send,

@@ -228,6 +228,41 @@ pub fn usable() -> std::result::Result<(), crate::transport::Unusable> {
     device_list().map(|_| ()).map_err(|e| crate::transport::Unusable::new(reason, e))
 }
 
+/// The RDMA devices, their ports and GIDs, or why there are none, for `kvxfer devices` (`rdma` in its JSON).
+pub fn inventory() -> crate::transport::Inventory {
+    let found = report();
+    let json = match &found {
+        Ok(d) => Ok(serde_json::to_value(d).expect("device reports serialize")),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    let mut lines = Vec::new();
+    match found {
+        Err(e) => lines.push(format!("rdma       none: {e:#}")),
+        Ok(devs) => {
+            lines.push(format!("rdma       {} device(s)", devs.len()));
+            for d in devs {
+                let mr = if d.max_mr_size >= 1 << 60 {
+                    "unlimited".into()
+                } else {
+                    crate::plan::sizes::format_size(d.max_mr_size)
+                };
+                lines.push(format!("  {}  firmware {}  max_mr_size {mr}", d.name, d.firmware));
+                for p in d.ports {
+                    lines.push(format!(
+                        "    port {}  {}  {}  active MTU {}  {}",
+                        p.port, p.state, p.link_layer, p.active_mtu, p.rate
+                    ));
+                    for g in p.gids {
+                        lines
+                            .push(format!("      gid[{:>3}]  {:<6}  {}  {}", g.index, g.gid_type, g.address, g.netdev));
+                    }
+                }
+            }
+        }
+    }
+    crate::transport::Inventory { key: "rdma", json, lines }
+}
+
 pub fn report() -> Result<Vec<DeviceReport>> {
     let list = device_list()?;
     let mut out = Vec::new();

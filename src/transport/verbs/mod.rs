@@ -6,25 +6,29 @@
 //! on every queue pair. Built on `sideway` (which dlopens libibverbs, so kvxfer starts on hosts
 //! without it) for setup, and on raw preallocated work request arrays for the hot path.
 
+mod config;
 mod cq;
 pub mod device;
+mod extras;
 mod land;
 mod mr;
 mod post;
 mod qp;
 mod rails;
 
-use super::{Context, Source, Target, TransferExtras, TransferHooks, TransferTimes, TransportDetail};
+use super::api::{Context, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport};
+use super::{DeviceChoice, TransportDetail, Unusable};
+use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
 use crate::mem::Buffer;
-pub use crate::plan::CqMode;
-use crate::plan::{RunConfig, VerbsConfig, Write};
+use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{Context as _, Result};
+pub use config::{CqMode, VerbsConfig};
 use cq::Poller;
 use device::PortInfo;
+use extras::RepExtras;
 use land::{Lander, RECVS_PER_QP};
 use mr::{Piece, Registration};
 use qp::{Endpoint, QpSet};
-pub use rails::RailRep;
 use rails::{RailRun, SendRail};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -32,6 +36,101 @@ use std::time::{Duration, Instant};
 
 /// Mooncake's slice size: small enough to spread over queue pairs, large enough to keep the NIC busy.
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 10;
+
+/// The verbs transport, as the registry lists it: RDMA WRITEs into a registered region, landing seen by the
+/// receiver in its WRITE_WITH_IMMs; it pins the memory it moves in this process.
+pub struct Verbs;
+
+impl Transport for Verbs {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Verbs
+    }
+
+    fn default_block_size(&self) -> u64 {
+        DEFAULT_BLOCK_SIZE
+    }
+
+    fn default_knobs(&self) -> TransportConfig {
+        TransportConfig::of(&VerbsConfig::default())
+    }
+
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
+        cfg.knobs::<VerbsConfig>()?.check()
+    }
+
+    fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
+        let verbs = cfg.knobs::<VerbsConfig>().ok().and_then(|v| Fields::of(&v).ok());
+        ResultsKnobs { verbs, ..ResultsKnobs::default() }
+    }
+
+    /// Opening a device checks the library, its name, the port and the GID index at once.
+    fn check_host(&self, devices: &[&DeviceChoice]) -> Result<()> {
+        for d in devices {
+            for name in d.rails() {
+                device::open(d, name).map_err(|e| e.context("--transport verbs"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn usable_here(&self) -> std::result::Result<(), Unusable> {
+        device::usable()
+    }
+
+    fn check_devices(&self, named: &DeviceChoice) -> Result<()> {
+        named.names.iter().try_for_each(|name| device::open(named, Some(name)).map(drop))
+    }
+
+    fn inventory(&self) -> Option<Inventory> {
+        Some(device::inventory())
+    }
+
+    fn landing(&self, _cfg: &TransportConfig) -> Landing {
+        Landing::Observed
+    }
+
+    fn pins_host_memory(&self) -> bool {
+        true
+    }
+
+    fn drives_rdma(&self, _cfg: &TransportConfig) -> bool {
+        true
+    }
+
+    fn opens_rdma_devices(&self) -> bool {
+        true
+    }
+
+    fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
+        let knobs = cfg.transport.knobs::<VerbsConfig>()?;
+        Ok(Box::new(VerbsTarget::open(&knobs, buf, ctx)?))
+    }
+
+    fn connect_source(
+        &self,
+        cfg: &RunConfig,
+        buf: &Buffer,
+        offer: serde_json::Value,
+        ctx: &Context,
+    ) -> Result<Box<dyn Source>> {
+        let knobs = cfg.transport.knobs::<VerbsConfig>()?;
+        Ok(Box::new(VerbsSource::connect(&knobs, cfg, buf, offer, ctx)?))
+    }
+
+    fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
+        extras::summarize(reps)
+    }
+}
+
+impl ExtrasNotes for Verbs {
+    fn notes(&self, cases: &[CaseExtras<'_>]) -> Vec<ExtrasNote> {
+        extras::notes(cases)
+    }
+
+    fn inline(&self, case: &CaseExtras<'_>) -> Vec<String> {
+        extras::work_requests_text(case).into_iter().collect()
+    }
+}
 
 /// `transport_detail` of a verbs run: each end's port and memory registration, as the sender saw them.
 #[derive(Debug, Clone, Serialize)]
@@ -297,7 +396,7 @@ impl Source for VerbsSource {
     fn describe(&self) -> TransportDetail {
         let first = &self.rails[0];
         let striped = self.rails.len() > 1;
-        TransportDetail::Verbs(Box::new(VerbsDetail {
+        TransportDetail::of(&VerbsDetail {
             sender: VerbsSenderDetail {
                 port: first.set.port.clone(),
                 rails: if striped { self.rails.iter().map(|r| r.set.port.clone()).collect() } else { Vec::new() },
@@ -308,7 +407,7 @@ impl Source for VerbsSource {
                 reg_method: first.first_reg.1.clone(),
             },
             receiver: self.receiver.clone(),
-        }))
+        })
     }
 
     fn transfer(&mut self, mem: &Buffer, writes: &[Write], hooks: &mut TransferHooks) -> Result<TransferTimes> {
@@ -317,8 +416,8 @@ impl Source for VerbsSource {
         if let [rail] = &mut self.rails[..] {
             let t = rail.transfer(mem, writes, &run, hooks)?;
             let work_requests = (t.work_requests != writes.len()).then_some(t.work_requests as u64);
-            let extras = TransferExtras { reg_ms: t.reg_ms, work_requests, ..TransferExtras::default() };
-            return Ok(TransferTimes { extras, ..TransferTimes::new(t.first_post, t.last) });
+            let extras = RepExtras { reg_ms: t.reg_ms, work_requests, rails: None };
+            return Ok(TransferTimes::new(t.first_post, t.last).with_extras(&extras));
         }
         rails::striped(&mut self.rails, mem, writes, &run, hooks)
     }

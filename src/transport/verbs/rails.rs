@@ -5,32 +5,21 @@
 //! the transfer runs on the caller's thread, exactly as before rails existed; with several, one thread per rail.
 
 use super::cq::Poller;
+use super::extras::{RailRep, RepExtras};
 use super::mr::{self, Piece, Registration};
 use super::post::{self, Poster, Req, Seg};
 use super::qp::QpSet;
-use super::{open_set, CqMode, RailOffer};
+use super::{open_set, CqMode, RailOffer, VerbsConfig};
 use crate::mem::Buffer;
-use crate::plan::{VerbsConfig, Write};
-use crate::transport::{Context, TransferExtras, TransferHooks, TransferTimes};
+use crate::plan::Write;
+use crate::transport::{Context, TransferHooks, TransferTimes};
 use anyhow::{anyhow, Result};
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How often the striped transfer looks at the control connection while its rails run (as `post` does).
 const PEER_CHECK: Duration = Duration::from_millis(20);
-
-/// One rail's share of one rep, stored in the rep's `rails` list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RailRep {
-    /// The sender's device.
-    pub device: String,
-    pub bytes: u64,
-    /// From the rail's first post to its last completion.
-    pub ms: f64,
-    pub gbps: f64,
-}
 
 /// What every rail of a transfer shares: the knobs, the rep number its immediates carry, the stall timeout.
 pub(super) struct RailRun<'a> {
@@ -230,8 +219,8 @@ pub(super) fn striped(
         .ok_or_else(|| anyhow!("a rail's thread ended without a result"))?;
     let (first_post, last) = (first_post.expect("n >= 2 rails ran"), last.expect("n >= 2 rails ran"));
     let work_requests = (work_requests != writes.len()).then_some(work_requests as u64);
-    let extras = TransferExtras { reg_ms, work_requests, rails: Some(rails), ..TransferExtras::default() };
-    Ok(TransferTimes { extras, ..TransferTimes::new(first_post, last) })
+    let extras = RepExtras { reg_ms, work_requests, rails: Some(rails) };
+    Ok(TransferTimes::new(first_post, last).with_extras(&extras))
 }
 
 #[cfg(test)]

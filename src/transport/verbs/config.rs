@@ -1,0 +1,117 @@
+//! The verbs transport's knobs: queue pairs, batching, depth, signaling, memory registration, and their limits.
+
+use crate::bail_usage;
+use crate::plan::{Knobs, TransportKind};
+use anyhow::Result;
+use crate::named::named_enum;
+use serde::{Deserialize, Serialize};
+
+named_enum! {
+    /// `--cq-mode`: how completions are waited for.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum CqMode {
+        // Busy-poll the completion queue.
+        #[default]
+        Poll = "poll",
+        // Sleep on a completion channel.
+        Event = "event",
+    }
+}
+
+/// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerbsConfig {
+    pub qps: u32,
+    /// Work requests linked into one post.
+    pub batch: u32,
+    /// Outstanding work requests per queue pair (send queue depth).
+    pub inflight: u32,
+    /// Signal every Nth work request (and always the last).
+    pub signal_every: u32,
+    /// Register memory in pieces of at most this many bytes (None: the device's max_mr_size, at most 2 GiB).
+    pub mr_chunk: Option<u64>,
+    /// The receiver's pieces, when they differ from `mr_chunk` (the destination-MR axis of sweeps/mr-cliff.toml).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_mr_chunk: Option<u64>,
+    /// Register the sender's memory inside every rep (as an on-demand KV connector would) and time it.
+    pub reg_per_rep: bool,
+    pub cq_mode: CqMode,
+    /// Local ACK timeout exponent (4.096 µs × 2^N) of the queue pairs.
+    pub ack_timeout: u8,
+    /// Most scatter entries per RDMA WRITE when gathering paged pieces whose destinations are back to back (1: one
+    /// WRITE per piece); clamped to the device's max_sge.
+    pub max_sge: u32,
+}
+
+impl Knobs for VerbsConfig {
+    const KIND: TransportKind = TransportKind::Verbs;
+}
+
+impl Default for VerbsConfig {
+    /// The command line's defaults.
+    fn default() -> Self {
+        VerbsConfig {
+            qps: 4,
+            batch: 16,
+            inflight: 128,
+            signal_every: 16,
+            mr_chunk: None,
+            dst_mr_chunk: None,
+            reg_per_rep: false,
+            cq_mode: CqMode::Poll,
+            ack_timeout: 14,
+            max_sge: 16,
+        }
+    }
+}
+
+impl VerbsConfig {
+    /// Refuse knobs outside what a queue pair takes, naming the flag that sets each.
+    pub fn check(&self) -> Result<()> {
+        if self.qps == 0 || self.qps > 256 {
+            bail_usage!("--qps {}: give 1 to 256 queue pairs", self.qps);
+        }
+        if self.inflight == 0 || self.inflight > 16384 {
+            bail_usage!("--inflight {}: give 1 to 16384 outstanding work requests per queue pair", self.inflight);
+        }
+        if self.batch == 0 || self.batch > self.inflight {
+            bail_usage!("--batch {}: give 1 to --inflight ({}) work requests per post", self.batch, self.inflight);
+        }
+        if self.signal_every == 0 || self.signal_every > self.inflight {
+            bail_usage!("--signal-every {}: give 1 to --inflight ({})", self.signal_every, self.inflight);
+        }
+        if self.max_sge == 0 || self.max_sge > 64 {
+            bail_usage!(
+                "--max-sge {}: give 1 to 64 scatter entries per work request (1 turns gathering off)",
+                self.max_sge
+            );
+        }
+        if !(1..=31).contains(&self.ack_timeout) {
+            bail_usage!("--ack-timeout {}: give 1 to 31 (the verbs attribute has five bits)", self.ack_timeout);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::TransportConfig;
+
+    #[test]
+    fn its_knobs_travel_in_their_order_and_limits_name_their_flags() {
+        let cfg = TransportConfig::of(&VerbsConfig::default());
+        let json = r#"{"name":"verbs","knobs":{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16}}"#;
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), json);
+        assert_eq!(
+            serde_json::from_str::<TransportConfig>(json).unwrap().knobs::<VerbsConfig>().unwrap(),
+            VerbsConfig::default()
+        );
+        VerbsConfig::default().check().unwrap();
+        let bad = |v: VerbsConfig| v.check().unwrap_err().to_string();
+        assert_eq!(bad(VerbsConfig { qps: 0, ..VerbsConfig::default() }), "--qps 0: give 1 to 256 queue pairs");
+        assert!(bad(VerbsConfig { batch: 200, ..VerbsConfig::default() })
+            .starts_with("--batch 200: give 1 to --inflight (128)"));
+        assert!(bad(VerbsConfig { max_sge: 65, ..VerbsConfig::default() }).starts_with("--max-sge 65"));
+    }
+}
