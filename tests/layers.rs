@@ -9,6 +9,9 @@
 //! expanded (`use crate::{a, b::{c, d}}`), inline paths are read where they start with `crate`/`super`/`self`, and a
 //! name re-exported by a parent (`pub use case::CaseResult` in stats/mod.rs) is followed to the file defining it.
 
+mod source;
+
+use source::{sources_of, tokens};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 
@@ -44,122 +47,6 @@ struct Edge {
     to: usize,
     line: usize,
     path: String,
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Lexing
-
-/// The text with comments, string literals and char literals replaced by spaces (newlines kept, so lines count).
-fn blank_literals(src: &str) -> String {
-    let c: Vec<char> = src.chars().collect();
-    let mut out = String::with_capacity(src.len());
-    let mut i = 0;
-    let blank = |out: &mut String, s: &[char]| out.extend(s.iter().map(|&ch| if ch == '\n' { '\n' } else { ' ' }));
-    while i < c.len() {
-        let rest = &c[i..];
-        let end = if rest.starts_with(&['/', '/']) {
-            i + rest.iter().position(|&ch| ch == '\n').unwrap_or(rest.len())
-        } else if rest.starts_with(&['/', '*']) {
-            block_comment_end(&c, i)
-        } else if let Some(end) = raw_string_end(&c, i) {
-            end
-        } else if c[i] == '"' || (c[i] == 'b' && rest.get(1) == Some(&'"') && !ident_char_before(&c, i)) {
-            quoted_end(&c, i + rest.iter().position(|&ch| ch == '"').unwrap(), '"')
-        } else if c[i] == '\'' && (rest.get(1) == Some(&'\\') || rest.get(2) == Some(&'\'')) {
-            quoted_end(&c, i, '\'')
-        } else {
-            out.push(c[i]);
-            i += 1;
-            continue;
-        };
-        blank(&mut out, &c[i..end]);
-        i = end;
-    }
-    out
-}
-
-fn ident_char_before(c: &[char], i: usize) -> bool {
-    i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_')
-}
-
-/// End (exclusive) of the `/* … */` comment starting at `i`; such comments nest.
-fn block_comment_end(c: &[char], mut i: usize) -> usize {
-    let mut depth = 0;
-    while i < c.len() {
-        if c[i..].starts_with(&['/', '*']) {
-            depth += 1;
-            i += 2;
-        } else if c[i..].starts_with(&['*', '/']) {
-            depth -= 1;
-            i += 2;
-            if depth == 0 {
-                return i;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    c.len()
-}
-
-/// End of a raw string (`r"…"`, `r#"…"#`, `br##"…"##`) starting at `i`, if one starts there.
-fn raw_string_end(c: &[char], i: usize) -> Option<usize> {
-    if ident_char_before(c, i) {
-        return None;
-    }
-    let mut j = i + usize::from(c[i] == 'b');
-    if c.get(j) != Some(&'r') {
-        return None;
-    }
-    j += 1;
-    let hashes = c[j..].iter().take_while(|&&ch| ch == '#').count();
-    j += hashes;
-    if c.get(j) != Some(&'"') {
-        return None;
-    }
-    let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
-    let body = j + 1;
-    Some((body..c.len()).find(|&k| c[k..].starts_with(&close)).map_or(c.len(), |k| k + close.len()))
-}
-
-/// End of a `"…"` or `'…'` literal whose opening quote is at `open`, honouring backslash escapes.
-fn quoted_end(c: &[char], open: usize, quote: char) -> usize {
-    let mut i = open + 1;
-    while i < c.len() {
-        match c[i] {
-            '\\' => i += 2,
-            ch if ch == quote => return i + 1,
-            _ => i += 1,
-        }
-    }
-    c.len()
-}
-
-/// Identifiers (and numbers), `::`, and single punctuation characters, each with its line.
-fn tokens(src: &str) -> Vec<(String, usize)> {
-    let text = blank_literals(src);
-    let c: Vec<char> = text.chars().collect();
-    let (mut out, mut line, mut i) = (Vec::new(), 1, 0);
-    while i < c.len() {
-        let ch = c[i];
-        if ch == '\n' {
-            line += 1;
-            i += 1;
-        } else if ch.is_whitespace() {
-            i += 1;
-        } else if ch.is_alphanumeric() || ch == '_' {
-            let len = c[i..].iter().take_while(|&&x| x.is_alphanumeric() || x == '_').count();
-            out.push((c[i..i + len].iter().collect(), line));
-            i += len;
-        } else if c[i..].starts_with(&[':', ':']) {
-            out.push(("::".into(), line));
-            i += 2;
-        } else {
-            out.push((ch.to_string(), line));
-            i += 1;
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -483,18 +370,6 @@ fn shortest_cycle<'a>(start: usize, edges: &[(usize, usize, &'a Edge)], scc: &[u
 // ---------------------------------------------------------------------------------------------------------------
 // The tests
 
-fn sources_of(dir: &Path, root: &Path, out: &mut Vec<(String, String)>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            sources_of(&p, root, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
-            out.push((rel, std::fs::read_to_string(&p).unwrap()));
-        }
-    }
-}
-
 /// Violations another branch removes, each the first line of its message as printed. A listed violation
 /// that no longer exists fails the test: delete its line. (The sweep commands' file cycle is gone: their shared
 /// helpers live in commands/common.rs.)
@@ -518,6 +393,44 @@ fn src_follows_the_declared_layers() {
         }
     }
     assert!(problems.is_empty(), "the module graph breaks the layer order of src/lib.rs:\n{}", problems.join("\n"));
+}
+
+/// Imports the layer order allows but the design does not: (importer, imported, why).
+const FORBIDDEN: &[(&str, &str, &str)] = &[
+    ("stats", "transport", "stats carries a transport's extras without knowing them (see `measure`)"),
+    ("export", "transport", "export writes a transport's extras without knowing them (see `measure`)"),
+];
+
+/// Each import of `g` that [`FORBIDDEN`] names, as "file:line (path): why".
+fn forbidden(g: &Graph, rules: &[(&str, &str, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in &g.edges {
+        let (from, to) = (g.top(e.from), g.top(e.to));
+        for (a, b, why) in rules {
+            if from == *a && to == *b {
+                out.push(format!("{}: {from} imports {to}: {why}", g.at(e)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn stats_and_export_import_nothing_of_a_transport() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = Vec::new();
+    sources_of(&root.join("src"), root, &mut sources);
+    let found = forbidden(&Graph::build(&sources), FORBIDDEN);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    // The rule bites: an import of a transport's type from stats is named.
+    let g = example(&[
+        ("src/stats/case.rs", "use crate::transport::verbs::RailRep;\n"),
+        ("src/transport/mod.rs", "pub mod verbs;\n"),
+        ("src/transport/verbs.rs", "pub struct RailRep;\n"),
+    ]);
+    let found = forbidden(&g, FORBIDDEN);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].starts_with("src/stats/case.rs:1 (crate::transport::verbs::RailRep): stats imports transport"));
 }
 
 fn example(files: &[(&str, &str)]) -> Graph {
