@@ -42,9 +42,9 @@ pub struct CaseResult {
     pub pieces: usize,
     #[serde(default)]
     pub piece_bytes: u64,
-    /// The transport's own keys for the case, summarized by it from the reps' (verbs: `work_requests`, `rails`;
-    /// cuda: `staged_p50`; mooncake, nixl: `descriptors`), in the order it wrote them; none for most runs. Read
-    /// back, it holds every key of the case this version does not know (a cluster flow's aside).
+    /// The transport's own keys for the case (`work_requests`, `staged_p50`, `descriptors`, `rails`...), which it
+    /// summarized from the reps' and which are carried in the order it wrote them; none for most runs. Read back,
+    /// it holds every key of the case this version does not know (a cluster flow's aside).
     #[serde(flatten, deserialize_with = "transport_keys")]
     pub extras: Fields,
     /// Each counter's mean delta per measured rep, by source (`--counters auto`); absent without counters.
