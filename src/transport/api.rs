@@ -79,12 +79,13 @@ pub trait Transport: ExtrasNotes + Sync {
     }
 
     /// Whether it pins the host memory it moves in this process (registers it with an RDMA device), which
-    /// RLIMIT_MEMLOCK bounds unless the process holds CAP_IPC_LOCK.
+    /// RLIMIT_MEMLOCK bounds unless the process holds CAP_IPC_LOCK. The engines pin in their own worker or library.
     fn pins_host_memory(&self) -> bool {
         false
     }
 
-    /// Whether a one-machine run (`sweep`) must put its receiver in a process of its own.
+    /// Whether a one-machine run (`sweep`) must put its receiver in a process of its own (an engine that lives in
+    /// worker processes already need not).
     fn receiver_in_own_process(&self) -> bool {
         false
     }
