@@ -3,6 +3,7 @@
 # PAIRS times so machine drift hits both alike. Prints, per pair and over all, the p50 of transfer_ms (the timed
 # interval, which the reads stay outside of) and the wall time per rep (which the reads add to), and their ratios.
 #   scripts/bench-counters.sh [PAIRS] [extra sweep flags...]     (default: 5 pairs of --sizes 1MiB --reps 300)
+#   KVXFER=path/to/kvxfer scripts/bench-counters.sh   # that binary, without building
 #   scripts/bench-counters.sh --quick     # 1 pair of 20 reps (scripts/test runs it): proves the script works, its
 #                                         # figures mean nothing
 set -euo pipefail
@@ -14,8 +15,7 @@ else
   pairs=${1:-5}
   shift || true
 fi
-cargo build --release --quiet
-K=$PWD/target/release/kvxfer
+if [ -n "${KVXFER:-}" ]; then K=$KVXFER; else cargo build --release --quiet; K=$PWD/target/release/kvxfer; fi
 t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
 args=(sweep --sizes 1MiB --reps "$reps" --warmup 0 "$@")
 for i in $(seq "$pairs"); do

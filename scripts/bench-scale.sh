@@ -3,12 +3,12 @@
 # 100,000-case sweep file planned (--plan), a 10^6-case sweep file refused. Targets: each under 10 s. Prints seconds per step; the
 # files are made from results/tcp-loopback.json (its first case, copied with new sizes and rates).
 #   scripts/bench-scale.sh [N_CASES]
+#   KVXFER=path/to/kvxfer scripts/bench-scale.sh    # that binary, without building
 #   scripts/bench-scale.sh --quick    # a 1,000-case results file (scripts/test runs it): proves the script works
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --quick ]; then n=1000; else n=${1:-100000}; fi
-cargo build --release --quiet
-K=$PWD/target/release/kvxfer
+if [ -n "${KVXFER:-}" ]; then K=$KVXFER; else cargo build --release --quiet; K=$PWD/target/release/kvxfer; fi
 t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
 python3 - "$n" "$t" <<'PY'
 import json, sys

@@ -15,6 +15,7 @@
 #   scripts/bench-tcp.sh
 #   SIZE=512MiB REPS=10 IPERF_SECS=10 scripts/bench-tcp.sh
 #   STRICT=1 scripts/bench-tcp.sh      # exit 1 when a target is missed
+#   KVXFER=path/to/kvxfer scripts/bench-tcp.sh   # that binary, without building (a machine without cargo)
 #   scripts/bench-tcp.sh --quick       # every step at 16 MiB, 2 reps, 1 s of iperf3 (scripts/test runs it): proves the
 #                                      # script works, its figures mean nothing
 set -euo pipefail
@@ -58,9 +59,11 @@ for k in sys.argv[2].split("."):
 print(v)' "$1" "$2"
 }
 
-say "bench-tcp: cargo build --release"
-cargo build --release --quiet
-KVXFER="$ROOT/target/release/kvxfer"
+if [ -z "${KVXFER:-}" ]; then
+    say "bench-tcp: cargo build --release"
+    cargo build --release --quiet
+    KVXFER="$ROOT/target/release/kvxfer"
+fi
 
 WORK=$(mktemp -d /tmp/bench-tcp.XXXXXX)
 IPERF_PID=""
