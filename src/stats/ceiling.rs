@@ -18,10 +18,8 @@
 //! each start's farthest possible end, and the run is shortened from there (at most [`MAX_SHRINK`] sizes) until it
 //! is flat; medians, minima and maxima come from an order-statistic tree over the p50s' ranks as the window slides.
 //! The longest flat run of all is always among these; the highest median is taken over them too, not over every
-//! sub-run as before (O(n³ log n): 36.6 s for 4,000 cases). Both give the same ceiling on every results file here
-//! (the 31 in results/ and 29 from the 2×H200 runs of 2026-11-30) and on 2,961 of 3,000 random curves wandering
-//! ±11% (a test); where they differ, a short sub-run's higher median had raised the old rule's top above the run
-//! that is longest from its start.
+//! sub-run (that would cost O(n³ log n)): a short sub-run's higher median would otherwise raise the top above the
+//! run that is longest from its start.
 
 use super::CaseResult;
 use crate::measure::summary::quantile_sorted;

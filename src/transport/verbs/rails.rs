@@ -2,7 +2,7 @@
 //! multi-rail do on 8-NIC nodes. Rail k of the sender writes into rail k of the receiver, each over its own queue
 //! pairs and its own registration of the whole buffer; write i goes to rail i mod R, so every rail carries an equal
 //! share spread over the whole buffer, and a rail that lags shows as a lower rate for the same bytes. With one rail
-//! the transfer runs on the caller's thread, exactly as before rails existed; with several, one thread per rail.
+//! the transfer runs on the caller's thread; with several, one thread per rail.
 
 use super::cq::Poller;
 use super::extras::{RailRep, RepExtras};
