@@ -369,8 +369,9 @@ impl Collector {
                     .filter(|c| pair.is_none_or(|[a, b]| [(a, b), (b, a)].contains(&ends(c))))
                     .collect();
                 if flows.len() == *count {
-                    aggregates
-                        .extend(StepAggregate::of(number, &flows).map(|agg| StepAggregate { pair: *pair, ..agg }));
+                    aggregates.extend(
+                        StepAggregate::over_flows(number, &flows).map(|agg| StepAggregate { pair: *pair, ..agg }),
+                    );
                 }
             }
         }

@@ -64,7 +64,7 @@ pub fn marks_legend(median: Option<SizeMedian>) -> String {
 pub fn slowest_line(r: &Results, size: u64) -> Option<String> {
     let i = *stats::slowest(&r.cases, size, 1).first()?;
     let (c, f) = (&r.cases[i], r.cases[i].cluster.as_ref()?);
-    let median = SizeMedian::of(&r.cases, size)?;
+    let median = SizeMedian::at_size(&r.cases, size)?;
     let ratio = if median.median_gbps > 0.0 { c.gbps.p50 / median.median_gbps } else { 1.0 };
     Some(format!(
         "slowest: {}→{} at {}, p50 {:.2} GB/s ({ratio:.2}× the median of {} links)",
@@ -101,7 +101,7 @@ pub fn matrix(r: &Results, cl: &ClusterJson) -> String {
     let mut out = format!(
         "p50 GB/s at {} (rows: source, columns: destination; · not measured; {})\n\n| src \\ dst |",
         format_size(size),
-        marks_legend(SizeMedian::of(&r.cases, size))
+        marks_legend(SizeMedian::at_size(&r.cases, size))
     );
     out += &(0..n).map(|d| format!(" {d} |")).collect::<String>();
     out += &format!("\n|---|{}\n", "---:|".repeat(n));
@@ -265,7 +265,7 @@ mod tests {
         for slowest_ms in [2.4, 3.0] {
             let (r, cl) = results(incast(slowest_ms), 4);
             let text = matrix(&r, &cl);
-            let median = SizeMedian::of(&r.cases, 4 << 20).unwrap();
+            let median = SizeMedian::at_size(&r.cases, 4 << 20).unwrap();
             assert!(text.contains(&marks_legend(Some(median))) && text.contains("~ bimodal reps"), "{text}");
             for c in r.cases.iter().filter(|c| c.size_bytes == 4 << 20) {
                 let f = c.cluster.as_ref().unwrap();

@@ -127,7 +127,7 @@ fn is_true(b: &bool) -> bool {
 impl CaseResult {
     pub fn from_record(rec: &CaseRecord, verify: bool) -> CaseResult {
         let (extras, transport_warnings) = rec.transport_extras();
-        let col = |f: fn(&RepRecord) -> f64| Summary::of(&rec.reps.iter().map(f).collect::<Vec<_>>());
+        let col = |f: fn(&RepRecord) -> f64| Summary::of_samples(&rec.reps.iter().map(f).collect::<Vec<_>>());
         let h = &rec.block_latency_us;
         let mismatched: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
         CaseResult {
@@ -184,19 +184,19 @@ impl CaseResult {
         let ms: Vec<f64> = self.reps.iter().map(|r| r.transfer_ms).collect();
         let gbps: Vec<f64> = self.reps.iter().map(|r| r.gbps).collect();
         if self.bimodal.method.is_empty() {
-            self.bimodal = Bimodality::of(&gbps);
+            self.bimodal = Bimodality::detect(&gbps);
         }
         if self.p50_ci.is_none() {
-            self.p50_ci = MedianCi::of(&ms, &gbps);
+            self.p50_ci = MedianCi::estimate(&ms, &gbps);
         }
         if self.cv.is_none() && !ms.is_empty() {
             self.cv = Some(confidence::cv(&ms));
         }
         if self.attribution.is_none() {
-            self.attribution = super::attribution::of(&self.reps, &self.bimodal, self.cv);
+            self.attribution = super::attribution::attribute(&self.reps, &self.bimodal, self.cv);
         }
         if self.warnings.is_empty() && !ms.is_empty() {
-            self.warnings = warnings::of(&ms, &self.bimodal);
+            self.warnings = warnings::for_case(&ms, &self.bimodal);
             self.warnings.extend(transport_warnings);
             let shared: Vec<Option<u32>> = self.reps.iter().map(|r| r.shared_runs).collect();
             self.warnings.extend(warnings::shared_receiver(&shared));

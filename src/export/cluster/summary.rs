@@ -89,7 +89,7 @@ fn slowest_rows(r: &Results) -> String {
             "\nSlowest {} links at {} ({})\n\n{}",
             at.len(),
             format_size(size),
-            marks_legend(SizeMedian::of(&r.cases, size)),
+            marks_legend(SizeMedian::at_size(&r.cases, size)),
             FLOW_HEADER.replace("| verified |\n", "| verified | marks |\n").replace("|---|\n", "|---|---|\n")
         );
         for i in at {
@@ -130,7 +130,7 @@ fn aggregate_summary(cl: &ClusterJson) -> String {
             if p50s.is_empty() {
                 continue;
             }
-            let s = Summary::of(&p50s);
+            let s = Summary::of_samples(&p50s);
             out += &format!(
                 "| {} | {over} | {} | {:.2} | {:.2} | {:.2} |\n",
                 format_size(size),

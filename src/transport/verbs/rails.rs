@@ -7,7 +7,7 @@
 use super::cq::Poller;
 use super::extras::{RailRep, RepExtras};
 use super::mr::{self, Piece, Registration};
-use super::post::{self, Poster, Req, Seg};
+use super::post::{self, Poster, WriteRequest, Segment};
 use super::qp::QpSet;
 use super::{open_set, CqMode, RailOffer, VerbsConfig};
 use crate::mem::Buffer;
@@ -50,9 +50,9 @@ pub(super) struct SendRail {
     /// Scatter entries per work request: `--max-sge` clamped to the device for the paged layout, 1 for contiguous
     /// transfers (their writes are back to back on both sides, so gathering would only re-cut `--block-size`).
     pub max_sge: u32,
-    segs: Vec<Seg>,
+    segs: Vec<Segment>,
     /// The work requests of the current transfer, gathered from `segs`.
-    reqs: Vec<Req>,
+    reqs: Vec<WriteRequest>,
     /// The first (the "cold") registration: ms and method.
     pub first_reg: (f64, String),
 }
