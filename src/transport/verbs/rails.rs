@@ -6,10 +6,10 @@
 
 use super::cq::Poller;
 use super::extras::{RailRep, RepExtras};
-use super::mr::{self, Piece, Registration};
+use super::mr::{self, Piece, RegMethod, Registration};
 use super::post::{self, Poster, WriteRequest, Segment};
 use super::qp::QpSet;
-use super::{open_set, CqMode, RailOffer, VerbsConfig};
+use super::{open_set, RailOffer, VerbsConfig};
 use crate::mem::Buffer;
 use crate::plan::Write;
 use crate::transport::{Context, TransferHooks, TransferTimes};
@@ -54,7 +54,7 @@ pub(super) struct SendRail {
     /// The work requests of the current transfer, gathered from `segs`.
     reqs: Vec<WriteRequest>,
     /// The first (the "cold") registration: ms and method.
-    pub first_reg: (f64, String),
+    pub first_reg: (f64, RegMethod),
 }
 
 impl SendRail {
@@ -66,11 +66,11 @@ impl SendRail {
         buf: &Buffer,
         remote: &RailOffer,
     ) -> Result<SendRail> {
-        let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
+        let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
-        let first_reg = (reg.reg_ms, reg.method.to_string());
+        let first_reg = (reg.reg_ms, reg.method);
         set.init(false)?;
         set.connect(&remote.endpoints, v.ack_timeout)?;
         let poller = Poller::new(&set);
