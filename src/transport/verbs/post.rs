@@ -468,7 +468,7 @@ mod tests {
             };
             let (tokens, pool) = (70, cfg.pool_bytes());
             let plan = cfg.plan(5, tokens);
-            let writes = plan.writes(false, false);
+            let writes = plan.writes(crate::plan::paged::Merge::PerPiece, crate::plan::paged::DestFault::None);
             // Small MR pieces on both sides (different rkeys) so runs also break at remote piece boundaries.
             let (local, remote) = (pieces(pool, 1000, 0, 100), pieces(pool, 1536, 0, 200));
             let mut segs = Vec::new();
