@@ -98,6 +98,16 @@ pub fn gather(segs: &[Segment], max_sge: u32, max_len: u64, out: &mut Vec<WriteR
     }
 }
 
+/// One rep's work for [`Poster::run`]: the requests, gathered from the segments of `writes` writes.
+#[derive(Clone, Copy)]
+pub struct RepWork<'a> {
+    pub segs: &'a [Segment],
+    pub reqs: &'a [WriteRequest],
+    pub writes: usize,
+    /// The rep number, which rides as the immediate on each queue pair's last work request.
+    pub imm: u32,
+}
+
 pub struct Poster {
     wrs: Vec<ibv_send_wr>,
     /// `max_sge` scatter entries for each of the `batch` work requests of one post.
@@ -134,22 +144,18 @@ impl Poster {
         }
     }
 
-    /// Post every work request (`reqs`, gathered from `segs`) and wait for all completions; each write is done
-    /// (`hooks.done`) when the last of its segments completed. `imm` (the rep number) rides on each queue pair's
-    /// last work request. Returns (first post, last completion).
-    #[allow(clippy::too_many_arguments)]
+    /// Post every work request of `work` and wait for all completions; each write is done (`hooks.done`) when the
+    /// last of its segments completed. Returns (first post, last completion).
     pub fn run(
         &mut self,
         set: &QpSet,
         poller: &mut Poller,
-        segs: &[Segment],
-        reqs: &[WriteRequest],
-        writes: usize,
+        work: RepWork,
         cfg: &VerbsConfig,
-        imm: u32,
         stall_timeout: Duration,
         hooks: &mut TransferHooks,
     ) -> Result<(Instant, Instant)> {
+        let RepWork { segs, reqs, writes, .. } = work;
         let nq = set.qps.len();
         // Work requests per queue pair (request i goes to queue pair i % nq), or one empty WRITE_WITH_IMM when it
         // got none.
@@ -178,7 +184,7 @@ impl Poster {
                 let free = cfg.inflight as u64 - (self.posted[q] - self.completed[q]);
                 let n = free.min(cfg.batch as u64).min(total_q - self.posted[q]) as usize;
                 if n > 0 {
-                    let t = self.post(set, q, nq, n, segs, reqs, total_q, cfg.signal_every as u64, imm)?;
+                    let t = self.post(set, work, q, n, total_q, cfg.signal_every as u64)?;
                     first_post.get_or_insert(t);
                 }
             }
@@ -259,20 +265,18 @@ impl Poster {
         Ok(finished)
     }
 
-    /// Post `n` work requests of queue pair `q` as one linked list.
-    #[allow(clippy::too_many_arguments)]
+    /// Post the next `n` of the `total` work requests of queue pair `q` as one linked list.
     fn post(
         &mut self,
         set: &QpSet,
+        work: RepWork,
         q: usize,
-        nq: usize,
         n: usize,
-        segs: &[Segment],
-        reqs: &[WriteRequest],
         total: u64,
         signal_every: u64,
-        imm: u32,
     ) -> Result<Instant> {
+        let RepWork { segs, reqs, imm, .. } = work;
+        let nq = set.qps.len();
         let start = self.posted[q];
         for k in 0..n {
             let seq = start + k as u64;

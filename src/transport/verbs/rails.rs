@@ -7,7 +7,7 @@
 use super::cq::Poller;
 use super::extras::{RailRep, RepExtras};
 use super::mr::{self, Piece, RegMethod, Registration};
-use super::post::{self, Poster, WriteRequest, Segment};
+use super::post::{self, Poster, RepWork, Segment, WriteRequest};
 use super::qp::QpSet;
 use super::{open_set, RailOffer, VerbsConfig};
 use crate::mem::Buffer;
@@ -110,17 +110,8 @@ impl SendRail {
         let max_len = self.set.port.max_msg_sz.max(4096) as u64;
         let outcome = post::segments(writes, &reg.pieces, &self.remote, max_len, &mut self.segs).and_then(|()| {
             post::gather(&self.segs, self.max_sge, max_len, &mut self.reqs);
-            self.poster.run(
-                &self.set,
-                &mut self.poller,
-                &self.segs,
-                &self.reqs,
-                writes.len(),
-                run.cfg,
-                run.rep,
-                run.stall_timeout,
-                hooks,
-            )
+            let work = RepWork { segs: &self.segs, reqs: &self.reqs, writes: writes.len(), imm: run.rep };
+            self.poster.run(&self.set, &mut self.poller, work, run.cfg, run.stall_timeout, hooks)
         });
         if !run.cfg.reg_per_rep {
             self.reg = Some(reg);
