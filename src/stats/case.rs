@@ -205,3 +205,77 @@ impl CaseResult {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{SizeCase, TransportKind};
+
+    fn rep(i: u32, transfer_ms: f64, gbps: f64, mismatched_bytes: u64) -> RepRecord {
+        let total_ms = transfer_ms + 0.5;
+        let mut r: RepRecord = serde_json::from_str(&format!(
+            r#"{{"i":{i},"transfer_ms":{transfer_ms},"gbps":{gbps},"setup_ms":0.1,"notify_ms":0.2,"total_ms":{total_ms}}}"#
+        ))
+        .unwrap();
+        r.mismatched_bytes = Some(mismatched_bytes);
+        r
+    }
+
+    /// Five measured reps that all landed intact and one warm-up rep that did not.
+    fn record() -> CaseRecord {
+        let mut block_latency_us = hdrhistogram::Histogram::new(3).unwrap();
+        for us in [10, 20, 30, 40, 1000] {
+            block_latency_us.record(us).unwrap();
+        }
+        CaseRecord {
+            index: 0,
+            case: SizeCase { size_bytes: 4 << 20, tokens: Some(16), bytes_per_token: Some(256 << 10) },
+            transport: TransportKind::Tcp,
+            block_size: 1 << 20,
+            block_clamped: true,
+            writes: 4,
+            layout: Layout::Contiguous,
+            pieces: 4,
+            reps: (0..5).map(|i| rep(i, 1.0 + f64::from(i), 10.0 - f64::from(i), 0)).collect(),
+            warmups: vec![rep(0, 9.0, 0.5, 8)],
+            block_latency_us,
+        }
+    }
+
+    #[test]
+    fn a_record_becomes_its_statistics_and_the_fields_derived_from_them() {
+        let c = CaseResult::from_record(&record(), true);
+        assert_eq!((c.size_bytes, c.tokens, c.bytes_per_token), (4 << 20, Some(16), Some(256 << 10)));
+        assert_eq!(c.n, 5);
+        assert_eq!((c.transfer_ms.p50, c.transfer_ms.min, c.transfer_ms.max), (3.0, 1.0, 5.0));
+        assert_eq!((c.gbps.p50, c.gbps.min, c.gbps.max), (8.0, 6.0, 10.0));
+        assert_eq!((c.setup_ms.p50, c.notify_ms.p50, c.total_ms.p50), (0.1, 0.2, 3.5));
+        let lat = c.block_latency_us.expect("blocks were timed");
+        assert_eq!((lat.p50, lat.max), (30.0, 1000.0));
+        // The warm-up's damaged bytes count: a transport that corrupts data is wrong whichever rep showed it.
+        assert_eq!((c.verified, c.mismatched_bytes), (Some(false), Some(8)));
+        assert_eq!((c.block_size, c.block_clamped, c.writes, c.layout), (1 << 20, true, 4, Layout::Contiguous));
+        assert_eq!((c.pieces, c.piece_bytes), (4, 1 << 20));
+        assert_eq!((c.reps.len(), c.warmup_reps.len()), (5, 1));
+        // Derived from the reps, which no results file needs to hold.
+        assert!(!c.bimodal.method.is_empty(), "bimodality was tested");
+        assert!(c.p50_ci.is_some(), "five reps bound the median");
+        assert!(c.cv.is_some_and(|cv| cv > 0.0));
+        assert!(c.complete);
+        assert!(c.case_id.is_none() && c.params.is_none() && c.cluster.is_none());
+    }
+
+    #[test]
+    fn without_verify_nothing_is_claimed_about_the_bytes() {
+        let c = CaseResult::from_record(&record(), false);
+        assert_eq!((c.verified, c.mismatched_bytes), (None, None));
+    }
+
+    #[test]
+    fn a_case_reads_back_as_it_was_written() {
+        let c = CaseResult::from_record(&record(), true);
+        let text = serde_json::to_string(&c).unwrap();
+        let back: CaseResult = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+    }
+}
