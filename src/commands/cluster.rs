@@ -394,7 +394,7 @@ impl Collector {
         }
         for c in &self.results.cases[first_new..] {
             let Some(f) = &c.cluster else { continue };
-            let verified = match c.verified {
+            let verified = match c.check.verified {
                 Some(true) => ", verified",
                 Some(false) => ", VERIFY FAILED",
                 None => "",
@@ -404,9 +404,9 @@ impl Collector {
                 f.src.rank,
                 f.dst.rank,
                 format_size(c.size_bytes),
-                c.gbps.p50,
-                c.transfer_ms.p50,
-                c.n
+                c.stats.gbps.p50,
+                c.stats.transfer_ms.p50,
+                c.stats.n
             );
         }
     }

@@ -90,7 +90,7 @@ impl SizeMedian {
     /// The cluster cases at `size` (None when there is none).
     pub fn at_size(cases: &[CaseResult], size: u64) -> Option<SizeMedian> {
         let p50s: Vec<f64> =
-            cases.iter().filter(|c| c.cluster.is_some() && c.size_bytes == size).map(|c| c.gbps.p50).collect();
+            cases.iter().filter(|c| c.cluster.is_some() && c.size_bytes == size).map(|c| c.stats.gbps.p50).collect();
         (!p50s.is_empty()).then(|| SizeMedian {
             size_bytes: size,
             links: p50s.len(),
@@ -127,7 +127,7 @@ pub fn marks(cases: &[CaseResult]) -> Vec<Marks> {
             let Some(m) = c.cluster.as_ref().and(medians.iter().find(|m| m.size_bytes == c.size_bytes)) else {
                 return Marks::default();
             };
-            Marks { slow: m.is_slow(c.gbps.p50), bimodal: c.bimodal.is_bimodal }
+            Marks { slow: m.is_slow(c.stats.gbps.p50), bimodal: c.derived.bimodal.is_bimodal }
         })
         .collect()
 }
@@ -137,7 +137,7 @@ pub fn marks(cases: &[CaseResult]) -> Vec<Marks> {
 pub fn flag_outliers(cases: &mut [CaseResult]) {
     let (marks, medians) = (marks(cases), medians(cases));
     for (c, m) in cases.iter_mut().zip(marks) {
-        let (size, p50, modes) = (c.size_bytes, c.gbps.p50, c.bimodal.modes_gbps.clone());
+        let (size, p50, modes) = (c.size_bytes, c.stats.gbps.p50, c.derived.bimodal.modes_gbps.clone());
         let Some(flow) = c.cluster.as_mut() else { continue };
         let mut why: Vec<String> = Vec::new();
         if let (true, Some(med)) = (m.slow, medians.iter().find(|s| s.size_bytes == size)) {
@@ -197,7 +197,7 @@ pub fn host_pairs(cases: &[CaseResult], ranks: &[crate::cluster::Endpoint]) -> V
                     .zip(&marks)
                     .filter(|(c, _)| c.size_bytes == size)
                     .filter(|(c, _)| c.cluster.as_ref().is_some_and(|f| f.src.host == *src && f.dst.host == *dst))
-                    .map(|(c, m)| (c.gbps.p50, *m))
+                    .map(|(c, m)| (c.stats.gbps.p50, *m))
                     .unzip();
                 if p50s.is_empty() {
                     continue;
@@ -224,7 +224,7 @@ pub fn host_pairs(cases: &[CaseResult], ranks: &[crate::cluster::Endpoint]) -> V
 pub fn slowest(cases: &[CaseResult], size: u64, k: usize) -> Vec<usize> {
     let mut at: Vec<usize> =
         (0..cases.len()).filter(|i| cases[*i].cluster.is_some() && cases[*i].size_bytes == size).collect();
-    at.sort_by(|a, b| cases[*a].gbps.p50.total_cmp(&cases[*b].gbps.p50));
+    at.sort_by(|a, b| cases[*a].stats.gbps.p50.total_cmp(&cases[*b].stats.gbps.p50));
     at.truncate(k);
     at
 }
