@@ -122,7 +122,7 @@ fn run_flags_out_of_range() {
 
 #[test]
 fn unreachable_peer_is_a_runtime_failure() {
-    // Nothing listens: send keeps trying until --connect-timeout, says once that it waits, then fails as before.
+    // Nothing listens: send keeps trying until --connect-timeout, says once that it waits, then fails.
     let started = std::time::Instant::now();
     let out = send_fails(&["--sizes", "1MiB", "--connect-timeout", "1s"], 1, &["cannot reach", "receiver", "1s"]);
     assert!(out.stderr.contains("refused"), "{}", out.stderr);

@@ -371,8 +371,7 @@ fn shortest_cycle<'a>(start: usize, edges: &[(usize, usize, &'a Edge)], scc: &[u
 // The tests
 
 /// Violations another branch removes, each the first line of its message as printed. A listed violation
-/// that no longer exists fails the test: delete its line. (The sweep commands' file cycle is gone: their shared
-/// helpers live in commands/common.rs.)
+/// that no longer exists fails the test: delete its line.
 const PENDING: &[&str] = &[];
 
 #[test]

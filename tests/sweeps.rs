@@ -124,7 +124,7 @@ fn sweep_file_mistakes_are_one_line_usage_errors() {
     for (args, needle) in [
         (vec!["sweep", &file, "--set", "colour=red"], "unknown key \"colour\""),
         (vec!["sweep", &file, "--reps", "3"], "--set key=value"),
-        // Refused whatever the value, also the default's (it used to run, silently ignoring the flag).
+        // Refused whatever the value, also the default's: a sweep file sets the reps, and a flag ignored silently misleads.
         (vec!["sweep", &file, "--reps", "5"], "--reps: with a sweep file"),
         (vec!["sweep", &file, "--transport", "auto"], "--transport: with a sweep file"),
         (vec!["sweep", &file, "--src", "host"], "--src: with a sweep file"),

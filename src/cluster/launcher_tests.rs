@@ -180,7 +180,7 @@ fn pmix_comes_before_the_slurm_nodelist() {
     };
     let c = resolve_coordinator(None, &vars, no_expand, published).unwrap();
     assert_eq!((c.address(), c.source), ("n2:40000".to_string(), CoordinatorSource::Pmix));
-    // No PMIx: the nodelist, as before.
+    // No PMIx: the nodelist.
     let c = resolve_coordinator(None, &vars, |_| Ok(vec!["n1".into()]), no_pmix).unwrap();
     assert_eq!(c.source, CoordinatorSource::SlurmNodelist);
 }

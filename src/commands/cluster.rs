@@ -101,7 +101,9 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let members = flow_addresses(group.members(), loopback);
     let mut collector = (info.rank == 0).then(|| {
         let ranks: Vec<Endpoint> = members.iter().map(|m| endpoint(&a, m)).collect();
-        Collector::new(&a, &info, &cfg, model, &coordinator.address(), ranks, steps.len(), exports)
+        let coordinator = coordinator.address();
+        let start = RunStart { model, coordinator: &coordinator, ranks, steps_total: steps.len() };
+        Collector::new(&a, &info, &cfg, start, exports)
     });
     let sync_reps = !a.pattern.flows_apart();
     let job = FlowJob { cfg, token, timeouts, device, src: mem, members, sync_reps };
@@ -240,18 +242,17 @@ struct Collector {
     progress: Option<crate::output::progress::StepProgress>,
 }
 
+/// What rank 0 knows of the run when it starts recording it, besides the arguments and the configuration.
+struct RunStart<'a> {
+    model: Option<String>,
+    coordinator: &'a str,
+    ranks: Vec<Endpoint>,
+    steps_total: usize,
+}
+
 impl Collector {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        a: &ClusterArgs,
-        info: &RankInfo,
-        cfg: &RunConfig,
-        model: Option<String>,
-        coordinator: &str,
-        ranks: Vec<Endpoint>,
-        steps_total: usize,
-        exports: ExportManager,
-    ) -> Collector {
+    fn new(a: &ClusterArgs, info: &RankInfo, cfg: &RunConfig, start: RunStart, exports: ExportManager) -> Collector {
+        let RunStart { model, coordinator, ranks, steps_total } = start;
         let label = a.run.label.clone().unwrap_or_else(|| format!("{} over {} ranks", a.pattern, info.world_size));
         let dst_mem = a.mem.to_string();
         let config = results_config(cfg, model, coordinator, Role::Cluster, dst_mem, serde_json::Value::Null);
@@ -369,8 +370,9 @@ impl Collector {
                     .filter(|c| pair.is_none_or(|[a, b]| [(a, b), (b, a)].contains(&ends(c))))
                     .collect();
                 if flows.len() == *count {
-                    aggregates
-                        .extend(StepAggregate::of(number, &flows).map(|agg| StepAggregate { pair: *pair, ..agg }));
+                    aggregates.extend(
+                        StepAggregate::over_flows(number, &flows).map(|agg| StepAggregate { pair: *pair, ..agg }),
+                    );
                 }
             }
         }
@@ -392,7 +394,7 @@ impl Collector {
         }
         for c in &self.results.cases[first_new..] {
             let Some(f) = &c.cluster else { continue };
-            let verified = match c.verified {
+            let verified = match c.check.verified {
                 Some(true) => ", verified",
                 Some(false) => ", VERIFY FAILED",
                 None => "",
@@ -402,9 +404,9 @@ impl Collector {
                 f.src.rank,
                 f.dst.rank,
                 format_size(c.size_bytes),
-                c.gbps.p50,
-                c.transfer_ms.p50,
-                c.n
+                c.stats.gbps.p50,
+                c.stats.transfer_ms.p50,
+                c.stats.n
             );
         }
     }

@@ -101,8 +101,8 @@ fn print_gpus(gpus: Result<Vec<cuda::GpuInfo>>, cuda_version: Option<i32>) {
                     format_size(d.memory_bytes),
                     d.compute_capability.replace('.', ""),
                     d.pci_bus_id,
-                    yes(d.dma_buf),
-                    yes(d.gpudirect_rdma)
+                    yes_no(d.dma_buf),
+                    yes_no(d.gpudirect_rdma)
                 );
             }
             if g.len() > 1 {
@@ -112,7 +112,7 @@ fn print_gpus(gpus: Result<Vec<cuda::GpuInfo>>, cuda_version: Option<i32>) {
                     let cells: String = g
                         .iter()
                         .map(|o| {
-                            let c = if o.ordinal == d.ordinal { "-" } else { yes(d.peers.contains(&o.ordinal)) };
+                            let c = if o.ordinal == d.ordinal { "-" } else { yes_no(d.peers.contains(&o.ordinal)) };
                             format!("{c:<7}")
                         })
                         .collect();
@@ -183,7 +183,7 @@ fn interface_line(n: &NetInterface) -> String {
     format!("  {:<10} {:<8} {:<10} MTU {mtu}", n.name, n.operstate.as_deref().unwrap_or("?"), speed)
 }
 
-fn yes(b: bool) -> &'static str {
+fn yes_no(b: bool) -> &'static str {
     if b {
         "yes"
     } else {

@@ -70,13 +70,13 @@ pub fn run(a: PredictArgs) -> Result<()> {
     if a.decode_tokens == Some(0) {
         bail_usage!("--decode-tokens 0: give the number of tokens the transferred cache lets the receiver decode");
     }
-    let curve: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.transfer_ms.p50)).collect();
+    let curve: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.p50)).collect();
     // The curve keeps only positive times: a file with none (hand-edited, or a corrupt run) has nothing to predict from.
     if !curve.iter().any(|&(s, t)| s > 0.0 && t > 0.0) {
         bail_usage!("{}: no selected case has a positive p50 transfer time to predict from", a.results.display());
     }
     let ci = |end: usize| -> Option<Vec<(f64, f64)>> {
-        cases.iter().map(|c| c.p50_ci.as_ref().map(|ci| (c.size_bytes as f64, ci.transfer_ms[end]))).collect()
+        cases.iter().map(|c| c.derived.p50_ci.as_ref().map(|ci| (c.size_bytes as f64, ci.transfer_ms[end]))).collect()
     };
     let (lo, hi) = (ci(0), ci(1));
     let predictions: Vec<Prediction> = targets
@@ -184,8 +184,8 @@ fn pick<'a>(r: &'a Results, filters: &[String], file: &str) -> Result<Vec<&'a Ca
     let mut cases: Vec<&CaseResult> = r
         .cases
         .iter()
-        .filter(|c| c.complete && c.n > 0)
-        .filter(|c| want.iter().all(|(k, v)| c.params.as_ref().and_then(|p| p.get(*k)).is_some_and(|x| x == v)))
+        .filter(|c| c.sweep.complete && c.stats.n > 0)
+        .filter(|c| want.iter().all(|(k, v)| c.sweep.params.as_ref().and_then(|p| p.get(*k)).is_some_and(|x| x == v)))
         .collect();
     if cases.is_empty() {
         bail_usage!("{file}: no measured case{}", if want.is_empty() { "" } else { " matches --where" });
@@ -195,7 +195,7 @@ fn pick<'a>(r: &'a Results, filters: &[String], file: &str) -> Result<Vec<&'a Ca
         let names: Vec<&str> = cases
             .iter()
             .filter(|c| c.size_bytes == w[0].size_bytes)
-            .map(|c| c.case_label.as_deref().unwrap_or("?"))
+            .map(|c| c.sweep.case_label.as_deref().unwrap_or("?"))
             .collect();
         bail_usage!(
             "{file}: {} cases at {} ({}); pick one configuration with --where key=value",

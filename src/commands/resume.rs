@@ -48,7 +48,7 @@ pub fn continue_sweep(path: &Path, cfg: &mut RunConfig) -> Result<Results> {
             );
         }
     }
-    let done = |size: u64| prev.cases.iter().any(|c| c.complete && c.size_bytes == size);
+    let done = |size: u64| prev.cases.iter().any(|c| c.sweep.complete && c.size_bytes == size);
     let total = cfg.cases.len();
     cfg.cases.retain(|k| !done(k.size_bytes));
     crate::errln!("resume: {} of {total} cases complete in {} (skipped)", total - cfg.cases.len(), path.display());

@@ -129,7 +129,7 @@ pub fn drive(job: SendJob) -> Result<Results> {
         None => Results::new(label, &Env::capture(), config),
     };
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
-    let total = rec.results.cases.iter().filter(|c| c.complete).count() + job.cfg.cases.len();
+    let total = rec.results.cases.iter().filter(|c| c.sweep.complete).count() + job.cfg.cases.len();
     rec.set_plan(total, job.resumable)?;
     let outcome = session.run(&mut rec);
     rec.finish(outcome.as_ref().err())?;

@@ -99,7 +99,7 @@ fn measure(
     );
     let mut rec = Recorder::with_total(results, total, verify, out)?;
     rec.set_plan(sweep.cases.len(), true)?;
-    for c in kept.values().filter(|c| c.complete) {
+    for c in kept.values().filter(|c| c.sweep.complete) {
         rec.put_case(c.clone())?;
     }
 
@@ -125,7 +125,7 @@ fn measure(
 fn kept_cases(previous: Option<&Results>, sweep: &SweepFile) -> BTreeMap<usize, CaseResult> {
     let mut kept = BTreeMap::new();
     for c in previous.map_or(&[][..], |p| &p.cases[..]) {
-        let id = sweep.cases.iter().find(|s| Some(&s.params) == c.params.as_ref()).map(|s| s.id);
+        let id = sweep.cases.iter().find(|s| Some(&s.params) == c.sweep.params.as_ref()).map(|s| s.id);
         kept.insert(id.expect("resumable() matched every case"), c.clone());
     }
     kept
@@ -244,10 +244,10 @@ fn run_rounds(
             rec.results.sweep.as_mut().expect("a sweep").rounds.last_mut().expect("pushed").push(id);
             let mut result = CaseResult::from_record(&run.rec, plans[g].cfg.knobs.verify);
             let case = &sweep.cases[id];
-            result.case_id = Some(id);
-            result.case_label = (!case.label.is_empty()).then(|| case.label.clone());
-            result.params = Some(case.params.clone());
-            result.complete = run.is_done();
+            result.sweep.case_id = Some(id);
+            result.sweep.case_label = (!case.label.is_empty()).then(|| case.label.clone());
+            result.sweep.params = Some(case.params.clone());
+            result.sweep.complete = run.is_done();
             rec.put_case(result)?;
             run.check_verified()?;
         }
@@ -353,7 +353,7 @@ fn resumable(path: &Path, sweep: &SweepFile) -> Result<Results> {
         );
     }
     for c in &prev.cases {
-        let Some(params) = &c.params else {
+        let Some(params) = &c.sweep.params else {
             bail_usage!("--resume {}: a case has no parameters; was it written by an older kvxfer?", path.display());
         };
         if !sweep.cases.iter().any(|s| &s.params == params) {

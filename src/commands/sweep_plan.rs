@@ -155,9 +155,9 @@ impl Curves {
         let r = Results::read(path).map_err(|e| e.context("--estimate-from"))?;
         // Several cases of one transport at one size (other knobs differing): their mean p50.
         let mut points: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
-        for c in r.cases.iter().filter(|c| c.complete && c.n > 0 && c.transfer_ms.p50 > 0.0) {
-            let transport = c.params.as_ref().and_then(|p| p.get("transport")).unwrap_or(&r.config.transport);
-            points.entry(transport.clone()).or_default().entry(c.size_bytes).or_default().push(c.transfer_ms.p50);
+        for c in r.cases.iter().filter(|c| c.sweep.complete && c.stats.n > 0 && c.stats.transfer_ms.p50 > 0.0) {
+            let transport = c.sweep.params.as_ref().and_then(|p| p.get("transport")).unwrap_or(&r.config.transport);
+            points.entry(transport.clone()).or_default().entry(c.size_bytes).or_default().push(c.stats.transfer_ms.p50);
         }
         let by_transport: BTreeMap<String, Vec<(f64, f64)>> = points
             .into_iter()

@@ -21,10 +21,10 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
     vec![
         format_size(c.size_bytes),
         c.tokens.map(format_tokens).unwrap_or_else(|| "-".into()),
-        c.n.to_string(),
-        ms(c.transfer_ms.p50),
+        c.stats.n.to_string(),
+        ms(c.stats.transfer_ms.p50),
         // The median's interval (stats::confidence); `~` marks one below 95% coverage (n ≤ 5).
-        match &c.p50_ci {
+        match &c.derived.p50_ci {
             Some(ci) => format!(
                 "{}{}–{}",
                 if ci.coverage < ci.level { "~" } else { "" },
@@ -33,23 +33,23 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
             ),
             None => "-".into(),
         },
-        ms(c.transfer_ms.min),
-        ms(c.transfer_ms.max),
-        format!("{:.2}", c.gbps.p50),
-        format!("{:.2}", c.gbps.max),
+        ms(c.stats.transfer_ms.min),
+        ms(c.stats.transfer_ms.max),
+        format!("{:.2}", c.stats.gbps.p50),
+        format!("{:.2}", c.stats.gbps.max),
         // Paged cases are marked `p`: their block is one piece of one layer's K or V.
         format!(
             "{}{}",
-            format_size(c.block_size),
-            if c.block_clamped {
+            format_size(c.shape.block_size),
+            if c.shape.block_clamped {
                 "*"
-            } else if c.layout == Layout::Paged {
+            } else if c.shape.layout == Layout::Paged {
                 " p"
             } else {
                 ""
             }
         ),
-        match (c.verified, c.mismatched_bytes) {
+        match (c.check.verified, c.check.mismatched_bytes) {
             (Some(true), _) => "ok".into(),
             (Some(false), Some(n)) => format!("{n} bad"),
             _ => "-".into(),
@@ -59,7 +59,7 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
 
 /// The extras of `cases` as their transports' notes read them (`names`: each case's [`case_name`]).
 pub fn case_extras<'a>(cases: &'a [CaseResult], names: &'a [String]) -> Vec<CaseExtras<'a>> {
-    cases.iter().zip(names).map(|(c, name)| CaseExtras { name, extras: &c.extras, writes: c.writes }).collect()
+    cases.iter().zip(names).map(|(c, name)| CaseExtras { name, extras: &c.extras, writes: c.shape.writes }).collect()
 }
 
 /// The lines printed under a run's table: its ceiling, every bimodal size, every other warning, and the count;
@@ -69,7 +69,7 @@ pub fn notes(cases: &[CaseResult], extras: &dyn ExtrasNotes) -> Vec<String> {
     let names: Vec<String> = cases.iter().map(case_name).collect();
     let transport_notes = extras.notes(&case_extras(cases, &names)).into_iter().map(|n| n.line);
     let others = cases.iter().filter_map(|c| {
-        let rest: Vec<_> = c.warnings.iter().filter(|w| w.kind != WarningKind::Bimodal).cloned().collect();
+        let rest: Vec<_> = c.derived.warnings.iter().filter(|w| w.kind != WarningKind::Bimodal).cloned().collect();
         (!rest.is_empty()).then(|| format!("{} at {}", warnings::describe(&rest), case_name(c)))
     });
     ceiling_note(cases)
@@ -85,17 +85,17 @@ pub fn notes(cases: &[CaseResult], extras: &dyn ExtrasNotes) -> Vec<String> {
 
 /// The attribution of a bimodal or spread case: "why at 64 MiB: 4 slow of 8 reps; slow vs fast: ...".
 pub fn why_note(c: &CaseResult) -> Option<String> {
-    c.attribution.as_ref().map(|a| format!("why at {}: {}", case_name(c), a.verdict))
+    c.host.attribution.as_ref().map(|a| format!("why at {}: {}", case_name(c), a.verdict))
 }
 
 /// "3 of 9 cases carry warnings (high CV 2, cold first rep 1)", or that none do.
 pub fn warning_summary(cases: &[CaseResult]) -> String {
-    let warned = cases.iter().filter(|c| !c.warnings.is_empty()).count();
+    let warned = cases.iter().filter(|c| !c.derived.warnings.is_empty()).count();
     if warned == 0 {
         return format!("{} case(s), none with warnings", cases.len());
     }
     let mut kinds: Vec<(&WarningKind, usize)> = Vec::new();
-    for w in cases.iter().flat_map(|c| &c.warnings) {
+    for w in cases.iter().flat_map(|c| &c.derived.warnings) {
         match kinds.iter_mut().find(|(k, _)| **k == w.kind) {
             Some((_, n)) => *n += 1,
             None => kinds.push((&w.kind, 1)),
@@ -110,9 +110,9 @@ pub fn warning_summary(cases: &[CaseResult]) -> String {
 pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
     let mut short: Vec<(usize, f64)> = Vec::new();
     for c in cases {
-        if let Some(ci) = c.p50_ci.as_ref().filter(|ci| ci.coverage < ci.level) {
-            if !short.iter().any(|(n, _)| *n == c.n) {
-                short.push((c.n, ci.coverage));
+        if let Some(ci) = c.derived.p50_ci.as_ref().filter(|ci| ci.coverage < ci.level) {
+            if !short.iter().any(|(n, _)| *n == c.stats.n) {
+                short.push((c.stats.n, ci.coverage));
             }
         }
     }
@@ -129,7 +129,7 @@ pub fn ci_note(cases: &[CaseResult]) -> Option<String> {
 
 /// The size, and the sweep case's name when it has one.
 pub fn case_name(c: &CaseResult) -> String {
-    match &c.case_label {
+    match &c.sweep.case_label {
         Some(l) => format!("{} ({l})", format_size(c.size_bytes)),
         None => format_size(c.size_bytes),
     }
@@ -139,7 +139,7 @@ pub fn case_name(c: &CaseResult) -> String {
 /// when its plateau's cases are too noisy to support one.
 pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
     // A sweep over several configurations has one curve per configuration, not one ceiling.
-    if cases.iter().any(|c| c.case_label != cases[0].case_label) {
+    if cases.iter().any(|c| c.sweep.case_label != cases[0].sweep.case_label) {
         return None;
     }
     let verdict = ceiling::verdict(cases);
@@ -156,7 +156,7 @@ pub fn ceiling_note(cases: &[CaseResult]) -> Option<String> {
 
 /// "⚠ bimodal at 12 GiB: 3.41 / 9.70 GB/s (2 + 3 of 5 reps)", when the size is bimodal.
 pub fn bimodal_note(c: &CaseResult) -> Option<String> {
-    let modes = c.bimodal.describe()?;
-    let counts: Vec<String> = c.bimodal.counts.iter().map(|n| n.to_string()).collect();
-    Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", case_name(c), counts.join(" + "), c.n))
+    let modes = c.derived.bimodal.describe()?;
+    let counts: Vec<String> = c.derived.bimodal.counts.iter().map(|n| n.to_string()).collect();
+    Some(format!("⚠ bimodal at {}: {modes} ({} of {} reps)", case_name(c), counts.join(" + "), c.stats.n))
 }

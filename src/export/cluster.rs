@@ -64,14 +64,14 @@ pub fn marks_legend(median: Option<SizeMedian>) -> String {
 pub fn slowest_line(r: &Results, size: u64) -> Option<String> {
     let i = *stats::slowest(&r.cases, size, 1).first()?;
     let (c, f) = (&r.cases[i], r.cases[i].cluster.as_ref()?);
-    let median = SizeMedian::of(&r.cases, size)?;
-    let ratio = if median.median_gbps > 0.0 { c.gbps.p50 / median.median_gbps } else { 1.0 };
+    let median = SizeMedian::at_size(&r.cases, size)?;
+    let ratio = if median.median_gbps > 0.0 { c.stats.gbps.p50 / median.median_gbps } else { 1.0 };
     Some(format!(
         "slowest: {}→{} at {}, p50 {:.2} GB/s ({ratio:.2}× the median of {} links)",
         f.src.rank,
         f.dst.rank,
         format_size(size),
-        c.gbps.p50,
+        c.stats.gbps.p50,
         median.links
     ))
 }
@@ -85,7 +85,7 @@ pub fn matrix_cells(r: &Results, world_size: usize) -> Option<(u64, Vec<Vec<Opti
     for ((c, m), f) in r.cases.iter().zip(marks).filter_map(|(c, m)| Some(((c, m), c.cluster.as_ref()?))) {
         let (s, d) = (f.src.rank, f.dst.rank);
         if c.size_bytes == size && s < world_size && d < world_size {
-            cells[s][d] = Some(Cell { gbps: c.gbps.p50, marks: m });
+            cells[s][d] = Some(Cell { gbps: c.stats.gbps.p50, marks: m });
         }
     }
     Some((size, cells))
@@ -101,7 +101,7 @@ pub fn matrix(r: &Results, cl: &ClusterJson) -> String {
     let mut out = format!(
         "p50 GB/s at {} (rows: source, columns: destination; · not measured; {})\n\n| src \\ dst |",
         format_size(size),
-        marks_legend(SizeMedian::of(&r.cases, size))
+        marks_legend(SizeMedian::at_size(&r.cases, size))
     );
     out += &(0..n).map(|d| format!(" {d} |")).collect::<String>();
     out += &format!("\n|---|{}\n", "---:|".repeat(n));
@@ -130,7 +130,7 @@ pub const FLOW_HEADER: &str = "| step | flow | size | flows at once | p50 GB/s |
 /// One flow at one size as a table row; `flow` names its link.
 pub fn flow_row(c: &CaseResult, flow: &str) -> String {
     let step_flows = c.cluster.as_ref().map(|f| (f.step, f.flows)).unwrap_or_default();
-    let verified = match c.verified {
+    let verified = match c.check.verified {
         Some(true) => "yes",
         Some(false) => "NO",
         None => "-",
@@ -140,11 +140,11 @@ pub fn flow_row(c: &CaseResult, flow: &str) -> String {
         step_flows.0,
         format_size(c.size_bytes),
         step_flows.1,
-        c.gbps.p50,
-        c.gbps.min,
-        c.gbps.max,
-        c.transfer_ms.p50,
-        c.n
+        c.stats.gbps.p50,
+        c.stats.gbps.min,
+        c.stats.gbps.max,
+        c.stats.transfer_ms.p50,
+        c.stats.n
     )
 }
 
@@ -265,22 +265,22 @@ mod tests {
         for slowest_ms in [2.4, 3.0] {
             let (r, cl) = results(incast(slowest_ms), 4);
             let text = matrix(&r, &cl);
-            let median = SizeMedian::of(&r.cases, 4 << 20).unwrap();
+            let median = SizeMedian::at_size(&r.cases, 4 << 20).unwrap();
             assert!(text.contains(&marks_legend(Some(median))) && text.contains("~ bimodal reps"), "{text}");
             for c in r.cases.iter().filter(|c| c.size_bytes == 4 << 20) {
                 let f = c.cluster.as_ref().unwrap();
                 let cell = &row(&text, f.src.rank)[f.dst.rank];
-                let slow = c.gbps.p50 < OUTLIER_FRACTION * median.median_gbps;
+                let slow = c.stats.gbps.p50 < OUTLIER_FRACTION * median.median_gbps;
                 assert_eq!(
                     cell.contains('!'),
                     slow,
                     "{}→{} {cell:?}: p50 {} vs median {}\n{text}",
                     f.src.rank,
                     f.dst.rank,
-                    c.gbps.p50,
+                    c.stats.gbps.p50,
                     median.median_gbps
                 );
-                assert_eq!(cell.contains('~'), c.bimodal.is_bimodal, "{cell:?}\n{text}");
+                assert_eq!(cell.contains('~'), c.derived.bimodal.is_bimodal, "{cell:?}\n{text}");
             }
             // The two bimodal links carry `~`, never `!`; the slowest is named whether or not it is marked.
             assert!(row(&text, 1)[0].ends_with(" ~") && row(&text, 2)[0].ends_with(" ~"), "{text}");

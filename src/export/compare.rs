@@ -43,7 +43,7 @@ pub fn rows(all: &[Results]) -> Vec<Row> {
             Row {
                 size,
                 tokens: if tokens.len() == 1 { tokens.into_iter().next().flatten() } else { None },
-                runs: cases.iter().map(|c| c.map(|c| (c.transfer_ms.p50, c.gbps.p50))).collect(),
+                runs: cases.iter().map(|c| c.map(|c| (c.stats.transfer_ms.p50, c.stats.gbps.p50))).collect(),
             }
         })
         .collect()

@@ -70,9 +70,11 @@ fn varying_params(all: &[Results]) -> Vec<String> {
 
 /// The sweep columns of a case: its id, its name and its value of each varying parameter (empty where it has none).
 fn sweep_cells(c: &crate::stats::CaseResult, varying: &[String]) -> Vec<String> {
-    let mut cells =
-        vec![c.case_id.map(|i| i.to_string()).unwrap_or_default(), c.case_label.clone().unwrap_or_default()];
-    cells.extend(varying.iter().map(|k| c.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default()));
+    let mut cells = vec![
+        c.sweep.case_id.map(|i| i.to_string()).unwrap_or_default(),
+        c.sweep.case_label.clone().unwrap_or_default(),
+    ];
+    cells.extend(varying.iter().map(|k| c.sweep.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default()));
     cells
 }
 
@@ -103,16 +105,16 @@ pub fn render(all: &[Results]) -> Result<String> {
     let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
     for r in all {
         for c in &r.cases {
-            let t = &c.transfer_ms;
-            let lat = c.block_latency_us;
+            let t = &c.stats.transfer_ms;
+            let lat = c.stats.block_latency_us;
             let mut row = vec![
                 r.label.clone(),
                 r.case_transport(c),
                 c.size_bytes.to_string(),
                 opt(c.tokens),
                 opt(c.bytes_per_token),
-                c.n.to_string(),
-                c.block_size.to_string(),
+                c.stats.n.to_string(),
+                c.shape.block_size.to_string(),
                 format!("{:.4}", t.p50),
                 format!("{:.4}", t.p90),
                 format!("{:.4}", t.p99),
@@ -120,21 +122,21 @@ pub fn render(all: &[Results]) -> Result<String> {
                 format!("{:.4}", t.max),
                 format!("{:.4}", t.mean),
                 format!("{:.4}", t.stdev),
-                format!("{:.4}", c.gbps.p50),
-                format!("{:.4}", c.gbps.min),
-                format!("{:.4}", c.gbps.max),
-                format!("{:.4}", c.gbps.mean),
-                format!("{:.4}", c.setup_ms.p50),
-                format!("{:.4}", c.notify_ms.p50),
-                format!("{:.4}", c.total_ms.p50),
+                format!("{:.4}", c.stats.gbps.p50),
+                format!("{:.4}", c.stats.gbps.min),
+                format!("{:.4}", c.stats.gbps.max),
+                format!("{:.4}", c.stats.gbps.mean),
+                format!("{:.4}", c.stats.setup_ms.p50),
+                format!("{:.4}", c.stats.notify_ms.p50),
+                format!("{:.4}", c.stats.total_ms.p50),
                 lat.map(|l| format!("{:.0}", l.p50)).unwrap_or_default(),
                 lat.map(|l| format!("{:.0}", l.p99)).unwrap_or_default(),
-                c.verified.map(|v| v.to_string()).unwrap_or_default(),
-                opt(c.mismatched_bytes),
-                c.layout.name().to_string(),
-                c.pieces.to_string(),
-                c.piece_bytes.to_string(),
-                c.writes.to_string(),
+                c.check.verified.map(|v| v.to_string()).unwrap_or_default(),
+                opt(c.check.mismatched_bytes),
+                c.shape.layout.name().to_string(),
+                c.shape.pieces.to_string(),
+                c.shape.piece_bytes.to_string(),
+                c.shape.writes.to_string(),
             ];
             if cluster {
                 row.extend(cluster_cells(c));

@@ -322,7 +322,7 @@ impl Results {
     pub fn series(&self) -> Vec<(String, Results)> {
         let mut names: Vec<String> = Vec::new();
         for c in &self.cases {
-            let n = c.case_label.clone().unwrap_or_default();
+            let n = c.sweep.case_label.clone().unwrap_or_default();
             if !names.contains(&n) {
                 names.push(n);
             }
@@ -334,7 +334,7 @@ impl Results {
             .into_iter()
             .map(|n| {
                 let mut r = self.clone();
-                r.cases.retain(|c| c.case_label.as_deref().unwrap_or_default() == n);
+                r.cases.retain(|c| c.sweep.case_label.as_deref().unwrap_or_default() == n);
                 r.sweep = None;
                 r.update_ceiling();
                 r.label = format!("{} {n}", self.label);
@@ -371,10 +371,10 @@ impl Results {
         let session = self
             .sweep
             .as_ref()
-            .zip(case.case_id)
+            .zip(case.sweep.case_id)
             .and_then(|(s, id)| s.sessions.iter().find(|p| p.case_ids.contains(&id)).map(|p| p.transport.clone()));
         session
-            .or_else(|| case.params.as_ref().and_then(|p| p.get("transport").cloned()))
+            .or_else(|| case.sweep.params.as_ref().and_then(|p| p.get("transport").cloned()))
             .unwrap_or_else(|| self.config.transport.clone())
     }
 

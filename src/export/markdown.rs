@@ -25,7 +25,7 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
         ));
         // A sweep file names its cases: say which configuration each row measured, by name and by each parameter
         // that varies across the file.
-        let named = r.cases.iter().any(|c| c.case_label.is_some());
+        let named = r.cases.iter().any(|c| c.sweep.case_label.is_some());
         let varying = if named { r.varying_params() } else { Vec::new() };
         let mut header = CASE_HEADER.to_vec();
         if named {
@@ -37,8 +37,8 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
         for c in &r.cases {
             let mut cells = case_cells(c);
             if named {
-                cells.push(c.case_label.clone().unwrap_or_default());
-                let value = |k: &String| c.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default();
+                cells.push(c.sweep.case_label.clone().unwrap_or_default());
+                let value = |k: &String| c.sweep.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default();
                 cells.extend(varying.iter().map(value));
             }
             out.push_str(&format!("| {} |\n", cells.join(" | ")));
@@ -47,10 +47,10 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
         if !notes.is_empty() {
             out.push_str(&format!("\n{}\n", notes.join("  \n")));
         }
-        if r.cases.iter().any(|c| c.block_clamped) {
+        if r.cases.iter().any(|c| c.shape.block_clamped) {
             out.push_str("\n\\* block size clamped to the transfer size\n");
         }
-        if r.cases.iter().any(|c| c.layout == Layout::Paged) {
+        if r.cases.iter().any(|c| c.shape.layout == Layout::Paged) {
             out.push_str("\np: paged layout, block = one piece (`--block-tokens` tokens of one layer's K or V)\n");
         }
         if let (Some(e), None) = (&r.error, &r.interrupted) {

@@ -35,7 +35,7 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 
 impl Summary {
     /// Summarize a non-empty sample.
-    pub fn of(samples: &[f64]) -> Summary {
+    pub fn of_samples(samples: &[f64]) -> Summary {
         let mut s = samples.to_vec();
         s.sort_by(f64::total_cmp);
         let n = s.len() as f64;
@@ -63,12 +63,12 @@ mod tests {
 
     #[test]
     fn quantiles_match_numpy_linear() {
-        let s = Summary::of(&[4.0, 1.0, 3.0, 2.0]);
+        let s = Summary::of_samples(&[4.0, 1.0, 3.0, 2.0]);
         assert_eq!(s.p50, 2.5);
         assert!((s.p90 - 3.7).abs() < 1e-12);
         assert_eq!((s.min, s.max, s.mean), (1.0, 4.0, 2.5));
         assert!((s.stdev - 1.2909944487358056).abs() < 1e-12);
-        let one = Summary::of(&[7.0]);
+        let one = Summary::of_samples(&[7.0]);
         assert_eq!((one.p50, one.p99, one.stdev), (7.0, 7.0, 0.0));
     }
 }

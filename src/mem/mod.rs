@@ -72,16 +72,23 @@ pub enum Buffer {
     Gpu(cuda::DeviceBuffer),
 }
 
+/// Who may map a host buffer: this process alone, or helper processes too (an engine's worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostSharing {
+    Private,
+    /// A memory file (see [`HostBuffer::shared`]); huge pages are not tried for it.
+    Shared,
+}
+
 impl Buffer {
     pub fn alloc(kind: MemKind, len: u64, hugepages: bool) -> Result<Buffer> {
-        Buffer::alloc_for(kind, len, hugepages, false)
+        Buffer::alloc_for(kind, len, hugepages, HostSharing::Private)
     }
 
-    /// [`Buffer::alloc`], with host memory `shared` with helper processes when asked (a memory file: see
-    /// [`HostBuffer::shared`]; huge pages are not tried for it).
-    pub fn alloc_for(kind: MemKind, len: u64, hugepages: bool, shared: bool) -> Result<Buffer> {
+    /// [`Buffer::alloc`], with host memory shared with helper processes when asked.
+    pub fn alloc_for(kind: MemKind, len: u64, hugepages: bool, sharing: HostSharing) -> Result<Buffer> {
         Ok(match kind {
-            MemKind::Host if shared => {
+            MemKind::Host if sharing == HostSharing::Shared => {
                 if hugepages {
                     crate::errln!("note: --hugepages: a buffer shared with the engine's worker uses normal pages");
                 }

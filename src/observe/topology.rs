@@ -34,7 +34,7 @@ pub struct Link {
 }
 
 /// `16.0 GT/s PCIe` → 16.0.
-fn gts(s: Option<&str>) -> Option<f64> {
+fn link_gts(s: Option<&str>) -> Option<f64> {
     s?.split_whitespace().next()?.parse().ok()
 }
 
@@ -75,7 +75,7 @@ impl PciLink<'_> {
         let speed = self
             .ends()
             .filter_map(speed)
-            .filter_map(|s| Some((gts(Some(s))?, s)))
+            .filter_map(|s| Some((link_gts(Some(s))?, s)))
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, s)| s.to_string());
         LinkRate { speed, width }
@@ -96,7 +96,8 @@ impl PciLink<'_> {
     pub fn degraded(&self) -> bool {
         let (now, can) = (self.current(), self.capable());
         let narrower = matches!((now.width, can.width), (Some(w), Some(m)) if w < m);
-        let slower = matches!((gts(now.speed.as_deref()), gts(can.speed.as_deref())), (Some(s), Some(m)) if s < m);
+        let slower =
+            matches!((link_gts(now.speed.as_deref()), link_gts(can.speed.as_deref())), (Some(s), Some(m)) if s < m);
         narrower || slower
     }
 }

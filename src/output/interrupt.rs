@@ -99,7 +99,7 @@ fn stop(sig: i32) -> ! {
 
 /// Mark the results interrupted and write every output; returns the line to print.
 fn finish_files(armed: &mut Armed, signal: &str, measuring: Option<String>) -> String {
-    let done = armed.results.cases.iter().filter(|c| c.complete).count();
+    let done = armed.results.cases.iter().filter(|c| c.sweep.complete).count();
     let total = armed.cases_total.max(done);
     let what = format!("interrupted by {signal} after {done} of {total} cases");
     armed.results.complete = false;

@@ -153,11 +153,11 @@ impl Recorder {
         for line in self.results.cases.iter().filter_map(why_note) {
             crate::outln!("{line}");
         }
-        let clamped = self.results.cases.iter().any(|c| c.block_clamped);
+        let clamped = self.results.cases.iter().any(|c| c.shape.block_clamped);
         if clamped {
             crate::outln!("* block size clamped to the transfer size");
         }
-        if self.results.cases.iter().any(|c| c.layout == Layout::Paged) {
+        if self.results.cases.iter().any(|c| c.shape.layout == Layout::Paged) {
             crate::outln!("p paged layout: block = one piece (--block-tokens tokens of one layer's K or V); the JSON has pieces and writes");
         }
         for (format, p) in self.exports.files() {
@@ -183,12 +183,17 @@ impl Recorder {
     /// row once it is complete.
     pub fn put_case(&mut self, result: CaseResult) -> Result<()> {
         self.events_failed()?;
-        let row = result.complete.then(|| table::live_row(&result));
-        match self.results.cases.iter_mut().find(|c| c.case_id.is_some() && c.case_id == result.case_id) {
+        let row = result.sweep.complete.then(|| table::live_row(&result));
+        match self
+            .results
+            .cases
+            .iter_mut()
+            .find(|c| c.sweep.case_id.is_some() && c.sweep.case_id == result.sweep.case_id)
+        {
             Some(slot) => *slot = result,
             // Sweep order (case ids), whatever order the cases were first measured in.
             None => {
-                let at = self.results.cases.iter().take_while(|c| c.case_id < result.case_id).count();
+                let at = self.results.cases.iter().take_while(|c| c.sweep.case_id < result.sweep.case_id).count();
                 self.results.cases.insert(at, result);
             }
         }

@@ -22,14 +22,14 @@ pub fn live_header() -> String {
 /// One console row, printed as soon as a size finishes (a sweep file's case name first; warnings at the end).
 pub fn live_row(c: &CaseResult) -> String {
     let mut line = row(&case_cells(c));
-    if let Some(label) = &c.case_label {
+    if let Some(label) = &c.sweep.case_label {
         line.push_str(&format!("  {label}"));
     }
     let name = case_name(c);
-    for extra in NOTES.inline(&CaseExtras { name: &name, extras: &c.extras, writes: c.writes }) {
+    for extra in NOTES.inline(&CaseExtras { name: &name, extras: &c.extras, writes: c.shape.writes }) {
         line.push_str(&format!("  {extra}"));
     }
-    let warned = warnings::describe(&c.warnings);
+    let warned = warnings::describe(&c.derived.warnings);
     if !warned.is_empty() {
         line.push_str(&format!("  {warned}"));
     }
@@ -38,7 +38,7 @@ pub fn live_row(c: &CaseResult) -> String {
 
 /// A boxed table of every case, for `report` (with a `case` column when a sweep file named its cases).
 pub fn render(cases: &[CaseResult]) -> String {
-    let named = cases.iter().any(|c| c.case_label.is_some());
+    let named = cases.iter().any(|c| c.sweep.case_label.is_some());
     let mut t = Table::new();
     let mut header = CASE_HEADER.to_vec();
     if named {
@@ -48,7 +48,7 @@ pub fn render(cases: &[CaseResult]) -> String {
     for c in cases {
         let mut cells = case_cells(c);
         if named {
-            cells.push(c.case_label.clone().unwrap_or_default());
+            cells.push(c.sweep.case_label.clone().unwrap_or_default());
         }
         t.add_row(cells);
     }

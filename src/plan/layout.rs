@@ -2,7 +2,7 @@
 //! with the model geometry into the paged configuration both ends plan from, said on stderr before the run.
 
 use super::kv::KvGeometry;
-use super::paged::{DstPlacement, Layout, PagedConfig, DEFAULT_BLOCK_TOKENS};
+use super::paged::{DstPlacement, Layout, Merge, PagedConfig, DEFAULT_BLOCK_TOKENS};
 use super::sizes::{format_size, format_tokens};
 use super::SizeCase;
 use crate::bail_usage;
@@ -86,7 +86,7 @@ pub fn paged_config(
             cfg.pieces(tokens)
         );
         if cfg.coalesce {
-            let writes = cfg.plan(seed, tokens).writes(true, cfg.fault_swap_dests).len();
+            let writes = cfg.plan(seed, tokens).writes(Merge::Coalesce, cfg.dest_fault()).len();
             line.push_str(&format!(" → {writes} writes after --coalesce"));
         }
         crate::errln!("{line}");

@@ -237,7 +237,7 @@ impl TransferPlan {
         let Some(p) = &cfg.paged else { return Ok(TransferPlan::contiguous(case.size_bytes, cfg.knobs.block_size)) };
         p.validate(std::slice::from_ref(case))?;
         let plan = p.plan(cfg.knobs.seed, case.tokens.expect("validated: paged cases have tokens"));
-        let writes = plan.writes(p.coalesce, p.fault_swap_dests);
+        let writes = plan.writes(p.merge(), p.dest_fault());
         Ok(TransferPlan { size_bytes: case.size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) })
     }
 

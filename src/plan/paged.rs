@@ -108,7 +108,40 @@ pub struct PagedPlan {
     pub blocks_per_region: u64,
 }
 
+/// How pieces become writes: one each, or merged where adjacent on both sides (`--coalesce`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    PerPiece,
+    Coalesce,
+}
+
+/// A fault planted in the writes to show that verification catches it (test-only), or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestFault {
+    None,
+    /// Swap the destinations of two pieces.
+    SwapTwo,
+}
+
 impl PagedConfig {
+    /// How this layout's pieces become writes.
+    pub fn merge(&self) -> Merge {
+        if self.coalesce {
+            Merge::Coalesce
+        } else {
+            Merge::PerPiece
+        }
+    }
+
+    /// The fault this layout asks planted, if any.
+    pub fn dest_fault(&self) -> DestFault {
+        if self.fault_swap_dests {
+            DestFault::SwapTwo
+        } else {
+            DestFault::None
+        }
+    }
+
     pub fn piece_bytes(&self) -> u64 {
         self.block_tokens * self.region_bytes_per_token
     }
@@ -216,13 +249,13 @@ impl PagedConfig {
 }
 
 impl PagedPlan {
-    /// The writes that move the pieces: one per piece in transfer order, or with `coalesce` pieces adjacent on both
-    /// sides merged (found in source address order, which meets every such pair) and returned in destination order.
-    /// `fault_swap_dests` (test-only) swaps the destinations of two pieces.
-    pub fn writes(&self, coalesce: bool, fault_swap_dests: bool) -> Vec<Write> {
+    /// The writes that move the pieces: one per piece in transfer order, or with [`Merge::Coalesce`] pieces adjacent
+    /// on both sides merged (found in source address order, which meets every such pair) and returned in
+    /// destination order; with the fault planted that `fault` names.
+    pub fn writes(&self, merge: Merge, fault: DestFault) -> Vec<Write> {
         let mut writes: Vec<Write> =
             self.pieces.iter().map(|p| Write { local_offset: p.src, remote_offset: p.dst, len: p.len }).collect();
-        if fault_swap_dests {
+        if fault == DestFault::SwapTwo {
             // Block 0 of region 0 and block 0 of region 1: equal lengths, so both stay inside the pools.
             let j = self.blocks_per_region as usize;
             if j < writes.len() {
@@ -231,7 +264,7 @@ impl PagedPlan {
                 writes[j].remote_offset = d;
             }
         }
-        if coalesce {
+        if merge == Merge::Coalesce {
             writes.sort_by_key(|w| w.local_offset);
             let mut merged: Vec<Write> = Vec::with_capacity(writes.len());
             for w in writes {
@@ -416,12 +449,12 @@ mod tests {
 
     /// Move the pieces through memory as a transport would: fill the source pool, copy every write, check the
     /// destination pool by logical offset.
-    fn simulate(cfg: &PagedConfig, tokens: u64, coalesce: bool, fault: bool) -> (usize, u64) {
+    fn simulate(cfg: &PagedConfig, tokens: u64, merge: Merge, fault: DestFault) -> (usize, u64) {
         let plan = cfg.plan(11, tokens);
         let pool = cfg.pool_bytes() as usize;
         let (mut src, mut dst) = (vec![0u8; pool], vec![0u8; pool]);
         fill_spans(&mut src, &plan.source_spans(), 5, 1).unwrap();
-        let writes = plan.writes(coalesce, fault);
+        let writes = plan.writes(merge, fault);
         assert_eq!(writes.iter().map(|w| w.len).sum::<u64>(), tokens * cfg.bytes_per_token());
         for w in &writes {
             let (l, r, n) = (w.local_offset as usize, w.remote_offset as usize, w.len as usize);
@@ -435,12 +468,12 @@ mod tests {
         let qwen = config(&kv::preset("qwen3-30b-a3b").unwrap(), 16, 512);
         for cfg in [qwen, odd()] {
             let tokens = cfg.pool_tokens / 2 + 1;
-            let (pieces, bad) = simulate(&cfg, tokens, false, false);
+            let (pieces, bad) = simulate(&cfg, tokens, Merge::PerPiece, DestFault::None);
             assert_eq!((pieces as u64, bad), (cfg.pieces(tokens), 0));
-            let (writes, bad) = simulate(&cfg, tokens, true, false);
+            let (writes, bad) = simulate(&cfg, tokens, Merge::Coalesce, DestFault::None);
             assert!(writes <= pieces);
             assert_eq!(bad, 0, "coalesced writes land every byte where it belongs");
-            let (_, bad) = simulate(&cfg, tokens, false, true);
+            let (_, bad) = simulate(&cfg, tokens, Merge::PerPiece, DestFault::SwapTwo);
             assert!(bad > 0, "a piece at the wrong destination fails verification");
         }
     }
@@ -454,7 +487,7 @@ mod tests {
             piece_bytes: 10,
             blocks_per_region: 4,
         };
-        let w = plan.writes(true, false);
+        let w = plan.writes(Merge::Coalesce, DestFault::None);
         assert_eq!(
             w,
             vec![
@@ -463,12 +496,12 @@ mod tests {
                 Write { local_offset: 40, remote_offset: 210, len: 10 },
             ]
         );
-        assert_eq!(plan.writes(false, false).len(), 4);
+        assert_eq!(plan.writes(Merge::PerPiece, DestFault::None).len(), 4);
         // A pool exactly as large as the transfer with one-token blocks still merges only true neighbours.
         let mut c = odd();
         c.block_tokens = 1;
         c.pool_tokens = 8;
-        let (writes, bad) = simulate(&c, 8, true, false);
+        let (writes, bad) = simulate(&c, 8, Merge::Coalesce, DestFault::None);
         assert_eq!(bad, 0);
         assert!(writes <= 48);
     }
@@ -496,7 +529,7 @@ mod tests {
                 }
                 // Coalesced writes come back in destination order, so back-to-back destinations stay neighbours
                 // (every write but the first of each region continues the one before it).
-                let merged = plan.writes(true, false);
+                let merged = plan.writes(Merge::Coalesce, DestFault::None);
                 let follows = merged.windows(2).filter(|w| w[0].remote_offset + w[0].len == w[1].remote_offset);
                 let regions = cfg.layers * cfg.regions_per_layer;
                 let gaps = if tokens == cfg.pool_blocks() * cfg.block_tokens { 0 } else { regions - 1 };
@@ -507,10 +540,13 @@ mod tests {
             }
             let cfg = PagedConfig { dst_placement: DstPlacement::Sequential, ..base };
             let tokens = cfg.pool_tokens / 2 + 1;
-            let (pieces, bad) = simulate(&cfg, tokens, false, false);
+            let (pieces, bad) = simulate(&cfg, tokens, Merge::PerPiece, DestFault::None);
             assert_eq!((pieces as u64, bad), (cfg.pieces(tokens), 0), "verify spans follow the planned slots");
-            assert_eq!(simulate(&cfg, tokens, true, false).1, 0);
-            assert!(simulate(&cfg, tokens, false, true).1 > 0, "a swapped piece is still caught");
+            assert_eq!(simulate(&cfg, tokens, Merge::Coalesce, DestFault::None).1, 0);
+            assert!(
+                simulate(&cfg, tokens, Merge::PerPiece, DestFault::SwapTwo).1 > 0,
+                "a swapped piece is still caught"
+            );
         }
     }
 

@@ -97,7 +97,7 @@ pub fn cpu_s_per_gib(reps: &[RepRecord], size_bytes: u64) -> Option<BTreeMap<Str
 
 /// The attribution of a case whose reps are bimodal or spread (CV above the warning's), when its reps carry
 /// counters.
-pub fn of(reps: &[RepRecord], bimodal: &Bimodality, cv: Option<f64>) -> Option<Attribution> {
+pub fn attribute(reps: &[RepRecord], bimodal: &Bimodality, cv: Option<f64>) -> Option<Attribution> {
     if reps.len() < MIN_REPS || reps.iter().any(|r| r.counters.is_none()) {
         return None;
     }
@@ -254,8 +254,8 @@ mod tests {
             })
             .collect();
         let gbps: Vec<f64> = reps.iter().map(|r| r.gbps).collect();
-        let bimodal = Bimodality::of(&gbps);
-        let a = of(&reps, &bimodal, Some(0.5)).expect("attributed");
+        let bimodal = Bimodality::detect(&gbps);
+        let a = attribute(&reps, &bimodal, Some(0.5)).expect("attributed");
         assert_eq!(a.slow_reps, [1, 3, 5, 7]);
         assert_eq!(a.counters.len(), 1, "{a:?}");
         assert_eq!((a.counters[0].name.as_str(), a.counters[0].fast_per_rep), ("out_of_seq_request", 0.0));
@@ -277,7 +277,7 @@ mod tests {
             })
             .collect();
         let gbps: Vec<f64> = reps.iter().map(|r| r.gbps).collect();
-        let a = of(&reps, &Bimodality::of(&gbps), Some(0.4)).expect("attributed");
+        let a = attribute(&reps, &Bimodality::detect(&gbps), Some(0.4)).expect("attributed");
         assert!(a.counters.is_empty(), "{a:?}");
     }
 
@@ -300,7 +300,7 @@ mod tests {
             })
             .collect();
         let gbps: Vec<f64> = reps.iter().map(|r| r.gbps).collect();
-        let a = of(&reps, &Bimodality::of(&gbps), Some(0.4)).expect("attributed");
+        let a = attribute(&reps, &Bimodality::detect(&gbps), Some(0.4)).expect("attributed");
         assert_eq!(a.slow_reps, [0, 3, 6, 9]);
         let names: Vec<&str> = a.counters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, [RUN_QUEUE_WAIT_US], "{a:?}");
@@ -314,7 +314,7 @@ mod tests {
                 r
             })
             .collect();
-        let a = of(&quiet, &Bimodality::of(&gbps), Some(0.4)).expect("attributed");
+        let a = attribute(&quiet, &Bimodality::detect(&gbps), Some(0.4)).expect("attributed");
         assert!(a.verdict.contains("no counter separates them from the fast ones; host busy: load 2.9"), "{a:?}");
     }
 
@@ -335,7 +335,7 @@ mod tests {
             })
             .collect();
         let gbps: Vec<f64> = reps.iter().map(|r| r.gbps).collect();
-        let a = of(&reps, &Bimodality::of(&gbps), Some(0.6)).expect("attributed");
+        let a = attribute(&reps, &Bimodality::detect(&gbps), Some(0.6)).expect("attributed");
         let names: Vec<&str> = a.counters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, [SOFTIRQ_US], "{a:?}");
         assert_eq!((a.counters[0].slow_per_rep, a.counters[0].fast_per_rep), (4000.0, 100.0), "per rep, as stored");
@@ -346,8 +346,8 @@ mod tests {
         let reps: Vec<RepRecord> = (0..6)
             .map(|i| rep(i, if i < 3 { 0.5 } else { 1.0 }, &[("sender net lo", "tx_packets", 100 + i as u64)]))
             .collect();
-        let a = of(&reps, &Bimodality::default(), Some(0.4)).expect("high CV is attributed");
+        let a = attribute(&reps, &Bimodality::default(), Some(0.4)).expect("high CV is attributed");
         assert!(a.counters.is_empty() && a.verdict.contains("no counter separates"), "{a:?}");
-        assert!(of(&reps, &Bimodality::default(), Some(0.01)).is_none(), "a steady case needs no attribution");
+        assert!(attribute(&reps, &Bimodality::default(), Some(0.01)).is_none(), "a steady case needs no attribution");
     }
 }

@@ -18,10 +18,8 @@
 //! each start's farthest possible end, and the run is shortened from there (at most [`MAX_SHRINK`] sizes) until it
 //! is flat; medians, minima and maxima come from an order-statistic tree over the p50s' ranks as the window slides.
 //! The longest flat run of all is always among these; the highest median is taken over them too, not over every
-//! sub-run as before (O(n³ log n): 36.6 s for 4,000 cases). Both give the same ceiling on every results file here
-//! (the 31 in results/ and 29 from the 2×H200 runs of 2026-11-30) and on 2,961 of 3,000 random curves wandering
-//! ±11% (a test); where they differ, a short sub-run's higher median had raised the old rule's top above the run
-//! that is longest from its start.
+//! sub-run (that would cost O(n³ log n)): a short sub-run's higher median would otherwise raise the top above the
+//! run that is longest from its start.
 
 use super::CaseResult;
 use crate::measure::summary::quantile_sorted;
@@ -79,8 +77,8 @@ pub fn verdict(cases: &[CaseResult]) -> Verdict {
     let Some(plateau) = plateau(cases) else { return Verdict::NoPlateau };
     let mut cvs: Vec<f64> = cases
         .iter()
-        .filter(|c| (plateau.first_size..=plateau.last_size).contains(&c.size_bytes) && c.gbps.p50.is_finite())
-        .filter_map(|c| c.cv.filter(|cv| cv.is_finite()))
+        .filter(|c| (plateau.first_size..=plateau.last_size).contains(&c.size_bytes) && c.stats.gbps.p50.is_finite())
+        .filter_map(|c| c.derived.cv.filter(|cv| cv.is_finite()))
         .collect();
     cvs.sort_by(f64::total_cmp);
     if !cvs.is_empty() && quantile_sorted(&cvs, 0.5) > MAX_PLATEAU_CV {
@@ -100,7 +98,7 @@ pub fn ceiling(cases: &[CaseResult]) -> Option<Ceiling> {
 /// The plateau of one run's cases (any order), however noisy they are.
 fn plateau(cases: &[CaseResult]) -> Option<Ceiling> {
     let mut points: Vec<(u64, f64)> =
-        cases.iter().map(|c| (c.size_bytes, c.gbps.p50)).filter(|(_, g)| g.is_finite()).collect();
+        cases.iter().map(|c| (c.size_bytes, c.stats.gbps.p50)).filter(|(_, g)| g.is_finite()).collect();
     points.sort_by_key(|p| p.0);
     let flat = longest_flat_runs(&points);
     let top = flat.iter().map(|f| f.1.gbps).fold(f64::NEG_INFINITY, f64::max);
@@ -220,6 +218,7 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::case::{CaseStats, Derived, HostCost, SweepCase, TransferShape, Verification};
     use crate::stats::{RateSummary, Summary};
 
     fn case(size_mib: u64, p50: f64) -> CaseResult {
@@ -228,35 +227,30 @@ mod tests {
             size_bytes: size_mib << 20,
             tokens: None,
             bytes_per_token: None,
-            n: 5,
-            transfer_ms: s,
-            gbps: RateSummary { p50, min: p50, max: p50, mean: p50 },
-            setup_ms: s,
-            notify_ms: s,
-            total_ms: s,
-            block_latency_us: None,
-            verified: None,
-            mismatched_bytes: None,
-            block_size: 1 << 20,
-            block_clamped: false,
-            writes: 1,
+            stats: CaseStats {
+                n: 5,
+                transfer_ms: s,
+                gbps: RateSummary { p50, min: p50, max: p50, mean: p50 },
+                setup_ms: s,
+                notify_ms: s,
+                total_ms: s,
+                block_latency_us: None,
+            },
+            check: Verification { verified: None, mismatched_bytes: None },
+            shape: TransferShape {
+                block_size: 1 << 20,
+                block_clamped: false,
+                writes: 1,
+                layout: crate::plan::paged::Layout::Contiguous,
+                pieces: 1,
+                piece_bytes: size_mib << 20,
+            },
+            extras: Default::default(),
+            host: HostCost::default(),
             reps: vec![],
             warmup_reps: vec![],
-            bimodal: Default::default(),
-            layout: crate::plan::paged::Layout::Contiguous,
-            pieces: 1,
-            piece_bytes: size_mib << 20,
-            extras: Default::default(),
-            counters: None,
-            cpu_s_per_gib: None,
-            attribution: None,
-            p50_ci: None,
-            cv: None,
-            warnings: vec![],
-            case_id: None,
-            case_label: None,
-            params: None,
-            complete: true,
+            derived: Derived::default(),
+            sweep: SweepCase::default(),
             cluster: None,
         }
     }
@@ -354,7 +348,7 @@ mod tests {
             // Rates that wander within about ±12%, so flat runs come and go.
             let points: Vec<(u64, f64)> = (0..n).map(|i| (i as u64, 9.0 + (next() % 2000) as f64 / 1000.0)).collect();
             let cases: Vec<CaseResult> = points.iter().map(|p| case(p.0 + 1, p.1)).collect();
-            let cases_points: Vec<(u64, f64)> = cases.iter().map(|c| (c.size_bytes, c.gbps.p50)).collect();
+            let cases_points: Vec<(u64, f64)> = cases.iter().map(|c| (c.size_bytes, c.stats.gbps.p50)).collect();
             total += 1;
             let got = ceiling(&cases);
             same += usize::from(got == every_sub_run(&cases_points));
@@ -377,8 +371,14 @@ mod tests {
     fn a_plateau_of_noisy_cases_is_not_declared_a_ceiling() {
         let p50s = [1.1, 2.0, 3.1, 3.0, 3.15, 3.05];
         let cvs = [0.12, 0.30, 0.36, 0.51, 0.44, 0.40];
-        let noisy: Vec<CaseResult> =
-            run(&p50s).into_iter().zip(cvs).map(|(c, cv)| CaseResult { cv: Some(cv), ..c }).collect();
+        let noisy: Vec<CaseResult> = run(&p50s)
+            .into_iter()
+            .zip(cvs)
+            .map(|(mut c, cv)| {
+                c.derived.cv = Some(cv);
+                c
+            })
+            .collect();
         assert_eq!(ceiling(&noisy), None);
         let v = verdict(&noisy);
         assert_eq!(
@@ -386,10 +386,16 @@ mod tests {
             Some("no ceiling: the flat run's cases (384 MiB to 3 GiB) vary 36–51% (CV) — too noisy to declare one")
         );
         // The same curve with steady reps has its ceiling; one noisy case among steady ones does not take it away.
-        let steady: Vec<CaseResult> = run(&p50s).into_iter().map(|c| CaseResult { cv: Some(0.03), ..c }).collect();
+        let steady: Vec<CaseResult> = run(&p50s)
+            .into_iter()
+            .map(|mut c| {
+                c.derived.cv = Some(0.03);
+                c
+            })
+            .collect();
         assert_eq!(ceiling(&steady).map(|c| c.gbps), Some(3.075));
         let mut one = steady.clone();
-        one[4].cv = Some(0.6);
+        one[4].derived.cv = Some(0.6);
         assert!(matches!(verdict(&one), Verdict::Ceiling(_)));
         assert_eq!(verdict(&steady).refusal(), None);
     }

@@ -45,7 +45,7 @@ pub struct StepAggregate {
 impl StepAggregate {
     /// The aggregate of the flows of one step at one size (each flow's reps paired by index; the flows started
     /// together at a barrier and each ran its reps back to back). None when a flow has no measured rep.
-    pub fn of(step: usize, flows: &[&CaseResult]) -> Option<StepAggregate> {
+    pub fn over_flows(step: usize, flows: &[&CaseResult]) -> Option<StepAggregate> {
         let first = flows.first()?;
         let reps = flows.iter().map(|c| c.reps.len()).min().filter(|n| *n > 0)?;
         let bytes: u64 = flows.iter().map(|c| c.size_bytes).sum();
@@ -58,8 +58,8 @@ impl StepAggregate {
             flows: flows.len(),
             pair: None,
             bytes,
-            slowest_transfer_ms: Summary::of(&slowest),
-            gbps: Summary::of(&gbps).rate(),
+            slowest_transfer_ms: Summary::of_samples(&slowest),
+            gbps: Summary::of_samples(&gbps).rate(),
         })
     }
 }
@@ -88,13 +88,13 @@ pub struct SizeMedian {
 
 impl SizeMedian {
     /// The cluster cases at `size` (None when there is none).
-    pub fn of(cases: &[CaseResult], size: u64) -> Option<SizeMedian> {
+    pub fn at_size(cases: &[CaseResult], size: u64) -> Option<SizeMedian> {
         let p50s: Vec<f64> =
-            cases.iter().filter(|c| c.cluster.is_some() && c.size_bytes == size).map(|c| c.gbps.p50).collect();
+            cases.iter().filter(|c| c.cluster.is_some() && c.size_bytes == size).map(|c| c.stats.gbps.p50).collect();
         (!p50s.is_empty()).then(|| SizeMedian {
             size_bytes: size,
             links: p50s.len(),
-            median_gbps: Summary::of(&p50s).p50,
+            median_gbps: Summary::of_samples(&p50s).p50,
         })
     }
 
@@ -114,7 +114,7 @@ pub fn cluster_sizes(cases: &[CaseResult]) -> Vec<u64> {
 
 /// Per size of a cluster run, ascending: the links compared there.
 pub fn medians(cases: &[CaseResult]) -> Vec<SizeMedian> {
-    cluster_sizes(cases).into_iter().filter_map(|s| SizeMedian::of(cases, s)).collect()
+    cluster_sizes(cases).into_iter().filter_map(|s| SizeMedian::at_size(cases, s)).collect()
 }
 
 /// Each case's marks, in the order of `cases` (a case of another command has none). Computed from the numbers, so
@@ -127,7 +127,7 @@ pub fn marks(cases: &[CaseResult]) -> Vec<Marks> {
             let Some(m) = c.cluster.as_ref().and(medians.iter().find(|m| m.size_bytes == c.size_bytes)) else {
                 return Marks::default();
             };
-            Marks { slow: m.is_slow(c.gbps.p50), bimodal: c.bimodal.is_bimodal }
+            Marks { slow: m.is_slow(c.stats.gbps.p50), bimodal: c.derived.bimodal.is_bimodal }
         })
         .collect()
 }
@@ -137,7 +137,7 @@ pub fn marks(cases: &[CaseResult]) -> Vec<Marks> {
 pub fn flag_outliers(cases: &mut [CaseResult]) {
     let (marks, medians) = (marks(cases), medians(cases));
     for (c, m) in cases.iter_mut().zip(marks) {
-        let (size, p50, modes) = (c.size_bytes, c.gbps.p50, c.bimodal.modes_gbps.clone());
+        let (size, p50, modes) = (c.size_bytes, c.stats.gbps.p50, c.derived.bimodal.modes_gbps.clone());
         let Some(flow) = c.cluster.as_mut() else { continue };
         let mut why: Vec<String> = Vec::new();
         if let (true, Some(med)) = (m.slow, medians.iter().find(|s| s.size_bytes == size)) {
@@ -197,12 +197,12 @@ pub fn host_pairs(cases: &[CaseResult], ranks: &[crate::cluster::Endpoint]) -> V
                     .zip(&marks)
                     .filter(|(c, _)| c.size_bytes == size)
                     .filter(|(c, _)| c.cluster.as_ref().is_some_and(|f| f.src.host == *src && f.dst.host == *dst))
-                    .map(|(c, m)| (c.gbps.p50, *m))
+                    .map(|(c, m)| (c.stats.gbps.p50, *m))
                     .unzip();
                 if p50s.is_empty() {
                     continue;
                 }
-                let s = Summary::of(&p50s);
+                let s = Summary::of_samples(&p50s);
                 out.push(HostPair {
                     src_host: src.to_string(),
                     dst_host: dst.to_string(),
@@ -224,7 +224,7 @@ pub fn host_pairs(cases: &[CaseResult], ranks: &[crate::cluster::Endpoint]) -> V
 pub fn slowest(cases: &[CaseResult], size: u64, k: usize) -> Vec<usize> {
     let mut at: Vec<usize> =
         (0..cases.len()).filter(|i| cases[*i].cluster.is_some() && cases[*i].size_bytes == size).collect();
-    at.sort_by(|a, b| cases[*a].gbps.p50.total_cmp(&cases[*b].gbps.p50));
+    at.sort_by(|a, b| cases[*a].stats.gbps.p50.total_cmp(&cases[*b].stats.gbps.p50));
     at.truncate(k);
     at
 }
@@ -247,7 +247,7 @@ pub(crate) mod test_flows {
 
     /// A flow src→dst of `size` bytes whose reps took `ms`.
     pub fn flow_of(src: usize, dst: usize, size: u64, ms: &[f64]) -> CaseResult {
-        let summary = |v: &[f64]| serde_json::to_value(Summary::of(v)).unwrap();
+        let summary = |v: &[f64]| serde_json::to_value(Summary::of_samples(v)).unwrap();
         let gbps: Vec<f64> = ms.iter().map(|m| crate::units::gbps(size, *m)).collect();
         let reps: Vec<serde_json::Value> = ms
             .iter()
@@ -257,7 +257,7 @@ pub(crate) mod test_flows {
             .collect();
         let v = serde_json::json!({
             "size_bytes": size, "tokens": null, "bytes_per_token": null, "n": ms.len(),
-            "transfer_ms": summary(ms), "gbps": serde_json::to_value(Summary::of(&gbps).rate()).unwrap(),
+            "transfer_ms": summary(ms), "gbps": serde_json::to_value(Summary::of_samples(&gbps).rate()).unwrap(),
             "setup_ms": summary(ms), "notify_ms": summary(ms), "total_ms": summary(ms),
             "block_latency_us": null, "verified": null, "mismatched_bytes": null,
             "block_size": size, "block_clamped": false, "writes": 1, "reps": reps, "warmup_reps": [],
@@ -284,7 +284,7 @@ mod tests {
     fn the_aggregate_is_all_bytes_over_the_slowest_flow_per_rep() {
         let flows = [flow(1, 0, &[1.0, 2.0]), flow(2, 0, &[4.0, 1.0]), flow(3, 0, &[2.0, 2.0])];
         let refs: Vec<&CaseResult> = flows.iter().collect();
-        let a = StepAggregate::of(7, &refs).unwrap();
+        let a = StepAggregate::over_flows(7, &refs).unwrap();
         assert_eq!((a.step, a.flows, a.bytes), (7, 3, 3 << 20));
         // Rep 0: slowest 4 ms; rep 1: slowest 2 ms.
         assert_eq!((a.slowest_transfer_ms.min, a.slowest_transfer_ms.max), (2.0, 4.0));

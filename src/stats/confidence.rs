@@ -30,7 +30,7 @@ pub struct MedianCi {
 }
 
 impl MedianCi {
-    pub fn of(transfer_ms: &[f64], gbps: &[f64]) -> Option<MedianCi> {
+    pub fn estimate(transfer_ms: &[f64], gbps: &[f64]) -> Option<MedianCi> {
         let (t, ranks, coverage) = median_interval(transfer_ms)?;
         let (g, _, _) = median_interval(gbps)?;
         Some(MedianCi { transfer_ms: t, gbps: g, level: LEVEL, coverage, ranks, method: METHOD.into() })
@@ -76,7 +76,7 @@ mod tests {
         let (iv, ranks, cov) = median_interval(&[9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0]).unwrap();
         assert_eq!((iv, ranks), ([2.0, 8.0], [2, 8]));
         assert!(cov > 0.95);
-        let ci = MedianCi::of(&[10.0, 12.0, 11.0, 13.0, 9.0], &[1.0, 0.8, 0.9, 0.7, 1.1]).unwrap();
+        let ci = MedianCi::estimate(&[10.0, 12.0, 11.0, 13.0, 9.0], &[1.0, 0.8, 0.9, 0.7, 1.1]).unwrap();
         assert_eq!((ci.transfer_ms, ci.gbps, ci.coverage), ([9.0, 13.0], [0.7, 1.1], 0.9375));
         assert!(median_interval(&[]).is_none());
     }

@@ -20,7 +20,7 @@ pub struct RepHost {
 }
 
 impl RepHost {
-    pub fn of(rep: &RepRecord) -> RepHost {
+    pub fn from_rep(rep: &RepRecord) -> RepHost {
         let mut h = RepHost::default();
         let Some(counters) = &rep.counters else { return h };
         for m in counters.values() {
@@ -70,7 +70,7 @@ fn what(reps: &[RepHost]) -> Option<String> {
 
 /// The busy-host warning of a case whose reps ran on a busy host, if any did.
 pub fn warning(reps: &[RepRecord]) -> Option<Warning> {
-    let busy: Vec<RepHost> = reps.iter().map(RepHost::of).filter(RepHost::busy).collect();
+    let busy: Vec<RepHost> = reps.iter().map(RepHost::from_rep).filter(RepHost::busy).collect();
     let why = what(&busy)?;
     Some(Warning {
         kind: WarningKind::BusyHost,
@@ -80,7 +80,7 @@ pub fn warning(reps: &[RepRecord]) -> Option<Warning> {
 
 /// "host busy: load 2.9 on 2 CPUs", when some of `reps` (a case's slow ones) ran on a busy host.
 pub fn context(reps: &[&RepRecord]) -> Option<String> {
-    let busy: Vec<RepHost> = reps.iter().map(|r| RepHost::of(r)).filter(RepHost::busy).collect();
+    let busy: Vec<RepHost> = reps.iter().map(|r| RepHost::from_rep(r)).filter(RepHost::busy).collect();
     what(&busy).map(|why| format!("host busy: {why}"))
 }
 
@@ -106,13 +106,13 @@ mod tests {
     fn a_load_at_the_cpu_count_or_a_tenth_of_a_rep_waiting_is_busy() {
         let host = "host (both ends)";
         let quiet = rep(10.0, host, &[(LOAD_1M_MILLI, 1_900), (CPUS, 2)]);
-        assert!(!RepHost::of(&quiet).busy());
+        assert!(!RepHost::from_rep(&quiet).busy());
         let loaded = rep(10.0, host, &[(LOAD_1M_MILLI, 2_900), (CPUS, 2)]);
-        assert!(RepHost::of(&loaded).busy());
+        assert!(RepHost::from_rep(&loaded).busy());
         let waited = rep(10.0, "sender process", &[(RUN_QUEUE_WAIT_US, 1_000)]);
-        assert!(RepHost::of(&waited).busy());
+        assert!(RepHost::from_rep(&waited).busy());
         let barely = rep(10.0, "sender process", &[(RUN_QUEUE_WAIT_US, 999)]);
-        assert!(!RepHost::of(&barely).busy());
+        assert!(!RepHost::from_rep(&barely).busy());
 
         assert_eq!(warning(&[quiet.clone(), barely.clone()]), None);
         let w = warning(&[quiet, loaded, waited]).expect("busy");

@@ -46,7 +46,7 @@ pub struct Bimodality {
 
 impl Bimodality {
     /// Test one size's per-rep bandwidths (GB/s).
-    pub fn of(gbps: &[f64]) -> Bimodality {
+    pub fn detect(gbps: &[f64]) -> Bimodality {
         let mut s: Vec<f64> = gbps.iter().copied().filter(|x| x.is_finite()).collect();
         if s.len() < MIN_REPS {
             return Bimodality { method: NOT_TESTED.into(), ..Bimodality::default() };
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn a_50_50_mixture_of_4_and_9_7_is_bimodal() {
         let reps: Vec<f64> = (0..10).map(|i| noisy(if i % 2 == 0 { 4.0 } else { 9.7 }, i)).collect();
-        let b = Bimodality::of(&reps);
+        let b = Bimodality::detect(&reps);
         assert!(b.is_bimodal, "{b:?}");
         assert_eq!(b.counts, vec![5, 5]);
         assert!((b.modes_gbps[0] - 4.0).abs() < 0.05 && (b.modes_gbps[1] - 9.7).abs() < 0.1, "{b:?}");
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn the_smallest_mixture_of_five_reps_is_bimodal() {
-        let b = Bimodality::of(&[9.71, 4.02, 9.68, 3.98, 9.7]);
+        let b = Bimodality::detect(&[9.71, 4.02, 9.68, 3.98, 9.7]);
         assert!(b.is_bimodal, "{b:?}");
         assert_eq!(b.counts, vec![2, 3]);
     }
@@ -155,17 +155,17 @@ mod tests {
     fn one_outlier_is_not_bimodal() {
         let mut reps: Vec<f64> = (0..9).map(|i| noisy(9.7, i)).collect();
         reps.push(4.0);
-        let b = Bimodality::of(&reps);
+        let b = Bimodality::detect(&reps);
         assert!(!b.is_bimodal, "{b:?}");
         assert_eq!(b.counts, vec![10]);
         // Five reps, one slow: still one mode.
-        assert!(!Bimodality::of(&[9.7, 9.69, 2.0, 9.71, 9.7]).is_bimodal);
+        assert!(!Bimodality::detect(&[9.7, 9.69, 2.0, 9.71, 9.7]).is_bimodal);
     }
 
     #[test]
     fn tight_noise_is_not_bimodal_even_when_ashman_d_is_large() {
         // The H200 12 GiB reps: a 0.05% spread that Ashman's D alone would split.
-        let b = Bimodality::of(&[394.13, 394.05, 394.15, 394.24, 394.07]);
+        let b = Bimodality::detect(&[394.13, 394.05, 394.15, 394.24, 394.07]);
         assert!(!b.is_bimodal, "{b:?}");
         assert_eq!(b.modes_gbps, vec![394.13]);
     }
@@ -174,24 +174,24 @@ mod tests {
     fn a_smear_of_noise_with_one_fast_rep_is_not_bimodal() {
         // TCP loopback on a busy 2-core VM: the best 3 + 2 split has Ashman's D ≈ 2.1 and modes 19% apart, but the
         // "fast cluster" is one fast rep and its neighbour, with no gap between the clusters.
-        let b = Bimodality::of(&[1.066, 1.104, 1.114, 1.168, 1.456]);
+        let b = Bimodality::detect(&[1.066, 1.104, 1.114, 1.168, 1.456]);
         assert!(!b.is_bimodal, "{b:?}");
-        assert!(!Bimodality::of(&[0.813, 0.895, 1.114, 1.251, 1.72]).is_bimodal);
+        assert!(!Bimodality::detect(&[0.813, 0.895, 1.114, 1.251, 1.72]).is_bimodal);
     }
 
     #[test]
     fn all_equal_is_not_bimodal() {
-        let b = Bimodality::of(&[5.0; 8]);
+        let b = Bimodality::detect(&[5.0; 8]);
         assert!(!b.is_bimodal);
         assert_eq!((b.modes_gbps, b.counts), (vec![5.0], vec![8]));
     }
 
     #[test]
     fn fewer_than_five_reps_are_not_tested() {
-        let b = Bimodality::of(&[4.0, 9.7, 4.0, 9.7]);
+        let b = Bimodality::detect(&[4.0, 9.7, 4.0, 9.7]);
         assert!(!b.is_bimodal && b.modes_gbps.is_empty() && b.counts.is_empty());
         assert!(b.method.starts_with("not tested"));
         // Non-finite samples (a zero-time rep) do not count toward the five.
-        assert!(Bimodality::of(&[4.0, 9.7, 4.0, 9.7, f64::INFINITY]).method.starts_with("not tested"));
+        assert!(Bimodality::detect(&[4.0, 9.7, 4.0, 9.7, f64::INFINITY]).method.starts_with("not tested"));
     }
 }

@@ -18,7 +18,7 @@ fn warn(kind: WarningKind, message: String) -> Warning {
 }
 
 /// The warnings of one case from its measured transfer times (in rep order) and its bimodality.
-pub fn of(transfer_ms: &[f64], bimodal: &Bimodality) -> Vec<Warning> {
+pub fn for_case(transfer_ms: &[f64], bimodal: &Bimodality) -> Vec<Warning> {
     let mut out = Vec::new();
     let n = transfer_ms.len();
     let c = cv(transfer_ms);
@@ -68,7 +68,7 @@ mod tests {
 
     fn kinds(t: &[f64]) -> Vec<WarningKind> {
         let gbps: Vec<f64> = t.iter().map(|ms| 1.0 / ms).collect();
-        of(t, &Bimodality::of(&gbps)).into_iter().map(|w| w.kind).collect::<Vec<_>>()
+        for_case(t, &Bimodality::detect(&gbps)).into_iter().map(|w| w.kind).collect::<Vec<_>>()
     }
 
     #[test]
@@ -88,7 +88,7 @@ mod tests {
         assert!(cold.contains(&WarningKind::ColdFirstRep), "{cold:?}");
         let two = kinds(&[10.0, 25.0, 10.1, 24.8, 10.05, 25.1]);
         assert!(two.contains(&WarningKind::Bimodal) && two.contains(&WarningKind::HighCv), "{two:?}");
-        let w = of(&[16.0, 10.2, 9.9, 10.1, 10.0], &Bimodality::default());
+        let w = for_case(&[16.0, 10.2, 9.9, 10.1, 10.0], &Bimodality::default());
         assert!(describe(&w).starts_with("⚠ CV"), "{}", describe(&w));
         assert_eq!(shared_receiver(&[None, Some(0), None]), None);
         let w = shared_receiver(&[None, Some(2), Some(1), None]).unwrap();

@@ -3,7 +3,7 @@
 //! and connects ([`Target`], [`Source`]) with what they report.
 
 use crate::measure::{ExtrasNotes, Fields, Warning};
-use crate::mem::{Buffer, MemKind};
+use crate::mem::{Buffer, HostSharing, MemKind};
 use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::Result;
 use serde::Serialize;
@@ -74,8 +74,8 @@ pub trait Transport: ExtrasNotes + Sync {
 
     /// Whether it moves host memory from another process (an engine's worker), which then needs the buffers
     /// allocated shared ([`Buffer::alloc_for`]).
-    fn shares_host_memory(&self) -> bool {
-        false
+    fn host_sharing(&self) -> HostSharing {
+        HostSharing::Private
     }
 
     /// Whether it pins the host memory it moves in this process (registers it with an RDMA device), which
@@ -102,7 +102,7 @@ pub trait Transport: ExtrasNotes + Sync {
 
     /// The buffer one end of a run moves (`role`: sender or receiver).
     fn alloc_buffer(&self, cfg: &RunConfig, kind: MemKind, _role: &str, _ctx: &Context) -> Result<Buffer> {
-        Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.shares_host_memory())
+        Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.host_sharing())
     }
 
     fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>>;

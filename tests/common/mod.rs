@@ -31,11 +31,10 @@ pub fn kvxfer() -> Command {
     c
 }
 
-/// A port that was free a moment ago: bind port 0, read the port, release it.
 /// A port for a test's listener to take: one no test holds now, drawn from 20000..32000 — below Linux's ephemeral
 /// range (32768..), which the kernel hands to every outgoing connection and to every `bind(0)` (the engines' own
-/// listeners too), and away from Mooncake's RPC ports (15000..17000). A port picked with `bind(0)` could be handed to
-/// someone else before the test's process bound it; under parallel tests that opened many connections it was.
+/// listeners too), and away from Mooncake's RPC ports (15000..17000). A port picked with `bind(0)` can be handed to
+/// someone else before the test's process binds it, which parallel tests opening many connections make likely.
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let mut seed = [0u8; 4];

@@ -89,7 +89,7 @@ fn slowest_rows(r: &Results) -> String {
             "\nSlowest {} links at {} ({})\n\n{}",
             at.len(),
             format_size(size),
-            marks_legend(SizeMedian::of(&r.cases, size)),
+            marks_legend(SizeMedian::at_size(&r.cases, size)),
             FLOW_HEADER.replace("| verified |\n", "| verified | marks |\n").replace("|---|\n", "|---|---|\n")
         );
         for i in at {
@@ -130,7 +130,7 @@ fn aggregate_summary(cl: &ClusterJson) -> String {
             if p50s.is_empty() {
                 continue;
             }
-            let s = Summary::of(&p50s);
+            let s = Summary::of_samples(&p50s);
             out += &format!(
                 "| {} | {over} | {} | {:.2} | {:.2} | {:.2} |\n",
                 format_size(size),
@@ -146,13 +146,14 @@ fn aggregate_summary(cl: &ClusterJson) -> String {
 
 /// "verified: all 992 flows", or the flows that failed (the first [`LISTED`]); nothing when none was verified.
 fn verification(r: &Results) -> String {
-    let checked: Vec<&CaseResult> = r.cases.iter().filter(|c| c.cluster.is_some() && c.verified.is_some()).collect();
+    let checked: Vec<&CaseResult> =
+        r.cases.iter().filter(|c| c.cluster.is_some() && c.check.verified.is_some()).collect();
     if checked.is_empty() {
         return String::new();
     }
     let bad: Vec<String> = checked
         .iter()
-        .filter(|c| c.verified == Some(false))
+        .filter(|c| c.check.verified == Some(false))
         .map(|c| format!("{} at {}", link_name(c), format_size(c.size_bytes)))
         .collect();
     match bad.len() {
@@ -172,7 +173,7 @@ fn marked(r: &Results) -> String {
     let ratio = |c: &CaseResult| {
         let m = medians.iter().find(|m| m.size_bytes == c.size_bytes).map_or(0.0, |m| m.median_gbps);
         if m > 0.0 {
-            c.gbps.p50 / m
+            c.stats.gbps.p50 / m
         } else {
             1.0
         }

@@ -53,10 +53,10 @@ impl Figure for BandwidthFigure<'_> {
         let area = super::frame(root, title, self.legend(), labels)?;
         let cases = || self.runs.iter().flat_map(|r| r.results.cases.iter());
         let refs = self.lines.iter().map(|l| l.gbps);
-        let hi = cases().map(|c| c.gbps.max).chain(refs.clone()).filter(|v| v.is_finite()).fold(0.0, f64::max);
-        let lo = cases().map(|c| c.gbps.min).chain(refs).filter(|v| v.is_finite()).fold(f64::INFINITY, f64::min);
-        let lowest_p50 = cases().map(|c| c.gbps.p50).fold(f64::INFINITY, f64::min);
-        let highest_p50 = cases().map(|c| c.gbps.p50).filter(|v| v.is_finite()).fold(0.0, f64::max);
+        let hi = cases().map(|c| c.stats.gbps.max).chain(refs.clone()).filter(|v| v.is_finite()).fold(0.0, f64::max);
+        let lo = cases().map(|c| c.stats.gbps.min).chain(refs).filter(|v| v.is_finite()).fold(f64::INFINITY, f64::min);
+        let lowest_p50 = cases().map(|c| c.stats.gbps.p50).fold(f64::INFINITY, f64::min);
+        let highest_p50 = cases().map(|c| c.stats.gbps.p50).filter(|v| v.is_finite()).fold(0.0, f64::max);
         // Runs 20× apart would flatten the slower one against zero on a linear axis.
         if highest_p50 > LOG_GBPS_RATIO * lowest_p50 {
             // Headroom above the top (×1.8, a quarter decade) for the ceiling's annotation.
@@ -91,8 +91,8 @@ impl BandwidthFigure<'_> {
         for r in self.runs {
             let mut cases: Vec<_> = r.results.cases.iter().collect();
             cases.sort_by_key(|c| c.size_bytes);
-            let max: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.gbps.max)).collect();
-            let p50: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.gbps.p50)).collect();
+            let max: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.gbps.max)).collect();
+            let p50: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.gbps.p50)).collect();
             style::path(plot, max.clone(), Dash::Solid, r.style.colour.stroke_width(1))?;
             for p in max {
                 plot.draw(&style::marker(p, r.style.marker, 4, r.style.colour, false))?;

@@ -133,7 +133,7 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
     };
     let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
     let hosts = cl.ranks.iter().map(|e| e.host.clone()).collect();
-    let median = crate::stats::cluster::SizeMedian::of(&results.cases, size_bytes);
+    let median = crate::stats::cluster::SizeMedian::at_size(&results.cases, size_bytes);
     let heatmap = heatmap::HeatmapFigure { size_bytes, cells, names, hosts, median };
     for f in save(&heatmap, dir, "cluster-heatmap")? {
         crate::errln!("figure: {}", f.display());

@@ -48,7 +48,7 @@ impl<'a> RepsFigure<'a> {
                 width: 1,
             });
         }
-        let any = self.runs.iter().any(|r| r.results.cases.iter().any(|c| c.bimodal.is_bimodal));
+        let any = self.runs.iter().any(|r| r.results.cases.iter().any(|c| c.derived.bimodal.is_bimodal));
         e.push(LegendEntry {
             text: if any { "2 modes = bimodal size, a bar at each mode" } else { "no size is bimodal" }.into(),
             colour: style::INK,
@@ -165,7 +165,7 @@ impl RepsFigure<'_> {
         for (ri, r) in self.runs.iter().enumerate() {
             for c in &r.results.cases {
                 let centre = self.strip_x(self.size_index(c.size_bytes), ri);
-                let slow: &[u32] = match (named_separator(c), &c.attribution) {
+                let slow: &[u32] = match (named_separator(c), &c.host.attribution) {
                     (Some(_), Some(a)) => &a.slow_reps,
                     _ => &[],
                 };
@@ -185,7 +185,7 @@ impl RepsFigure<'_> {
                 let size = SizeAxis::size_label(c.size_bytes as f64);
                 let style = text(NOTE_PX).color(&r.style.colour);
                 let marker = Some(r.style.marker);
-                if c.bimodal.is_bimodal {
+                if c.derived.bimodal.is_bimodal {
                     let note = Note {
                         what: format!("{}: 2 modes at", r.name),
                         at: size.clone(),
@@ -195,7 +195,7 @@ impl RepsFigure<'_> {
                     };
                     labels.place(
                         plot,
-                        (centre, c.gbps.max),
+                        (centre, c.stats.gbps.max),
                         "2 modes",
                         &style,
                         |_, h, _| stacked(true, 10, h, 4),
@@ -212,7 +212,7 @@ impl RepsFigure<'_> {
                     };
                     labels.place(
                         plot,
-                        (centre, c.gbps.min),
+                        (centre, c.stats.gbps.min),
                         &text,
                         &style,
                         |_, h, _| stacked(false, 10, h, 4),
@@ -234,7 +234,8 @@ impl RepsFigure<'_> {
         r: &Run,
     ) -> Drawn<DB> {
         let half = w * 0.42;
-        let bars = if c.bimodal.is_bimodal { c.bimodal.modes_gbps.clone() } else { vec![c.gbps.p50] };
+        let bars =
+            if c.derived.bimodal.is_bimodal { c.derived.bimodal.modes_gbps.clone() } else { vec![c.stats.gbps.p50] };
         for y in bars {
             plot.draw(&PathElement::new(vec![(centre - half, y), (centre + half, y)], r.style.colour.stroke_width(3)))?;
         }
@@ -244,7 +245,7 @@ impl RepsFigure<'_> {
 
 /// The note under an attributed case's strip: its strongest counter, slow vs fast per rep.
 fn named_separator(c: &CaseResult) -> Option<String> {
-    let top = c.attribution.as_ref()?.counters.first()?;
+    let top = c.host.attribution.as_ref()?.counters.first()?;
     Some(format!("slow: {} +{} vs +{}/rep", top.name, per_rep(top.slow_per_rep), per_rep(top.fast_per_rep)))
 }
 

@@ -21,8 +21,8 @@ impl Figure for TimeFigure<'_> {
         let title = "Transfer time vs size: p50, shaded band = min to max";
         let area = super::frame(root, title, super::run_entries(self.runs), labels)?;
         let cases = self.runs.iter().flat_map(|r| r.results.cases.iter());
-        let lo = cases.clone().map(|c| c.transfer_ms.min).fold(f64::INFINITY, f64::min);
-        let hi = cases.map(|c| c.transfer_ms.max).fold(0.0, f64::max);
+        let lo = cases.clone().map(|c| c.stats.transfer_ms.min).fold(f64::INFINITY, f64::min);
+        let hi = cases.map(|c| c.stats.transfer_ms.max).fold(0.0, f64::max);
         let (y_range, y_ticks) = axes::log_range(lo, hi);
         let y = y_range.log_scale().with_key_points(y_ticks);
         let desc = "transfer time, ms (log scale)";
@@ -40,13 +40,13 @@ fn draw_runs<DB: DrawingBackend, CT: plotters::coord::CoordTranslate<From = (f64
     for r in runs {
         let mut cases: Vec<_> = r.results.cases.iter().collect();
         cases.sort_by_key(|c| c.size_bytes);
-        let mut band: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.transfer_ms.max)).collect();
-        band.extend(cases.iter().rev().map(|c| (c.size_bytes as f64, c.transfer_ms.min)));
+        let mut band: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.max)).collect();
+        band.extend(cases.iter().rev().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.min)));
         plot.draw(&Polygon::new(band, r.style.colour.mix(0.18).filled()))?;
     }
     for r in runs {
         let mut pts: Vec<(f64, f64)> =
-            r.results.cases.iter().map(|c| (c.size_bytes as f64, c.transfer_ms.p50)).collect();
+            r.results.cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.p50)).collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         style::path(plot, pts.clone(), r.style.dash, r.style.colour.stroke_width(3))?;
         for p in pts {

@@ -31,7 +31,7 @@ pub struct CaseKeys {
 pub fn summarize(reps: &[&Fields]) -> (Fields, Vec<Warning>) {
     let staged: Vec<StagedMs> = reps.iter().filter_map(|r| r.read::<RepExtras>().ok()?.staged).collect();
     let staged_p50 = (!staged.is_empty()).then(|| {
-        let p50 = |f: fn(&StagedMs) -> f64| Summary::of(&staged.iter().map(f).collect::<Vec<_>>()).p50;
+        let p50 = |f: fn(&StagedMs) -> f64| Summary::of_samples(&staged.iter().map(f).collect::<Vec<_>>()).p50;
         StagedMs { gather_ms: p50(|s| s.gather_ms), copy_ms: p50(|s| s.copy_ms), scatter_ms: p50(|s| s.scatter_ms) }
     });
     (Fields::of(&CaseKeys { staged_p50 }).expect("a struct"), Vec::new())

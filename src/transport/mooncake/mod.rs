@@ -16,7 +16,7 @@ use super::api::{Context, Landing, Source, Target, TransferHooks, TransferTimes,
 use super::batch::{self, Batch};
 use super::{TransportDetail, Unusable};
 use crate::measure::{ExtrasNotes, Fields, Warning};
-use crate::mem::{Buffer, MemKind};
+use crate::mem::{Buffer, HostSharing, MemKind};
 use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 pub use config::{MooncakeConfig, MooncakeEntries, MooncakeProtocol};
@@ -60,8 +60,8 @@ impl Transport for Mooncake {
         Landing::Announced
     }
 
-    fn shares_host_memory(&self) -> bool {
-        true
+    fn host_sharing(&self) -> HostSharing {
+        HostSharing::Shared
     }
 
     fn drives_rdma(&self, cfg: &TransportConfig) -> bool {
@@ -76,7 +76,7 @@ impl Transport for Mooncake {
                 let knobs = cfg.transport.knobs::<MooncakeConfig>()?;
                 engine_gpu_buffer(role, &knobs, n, usize::try_from(cfg.buffer_bytes())?, ctx)
             }
-            _ => Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.shares_host_memory()),
+            _ => Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.host_sharing()),
         }
     }
 

@@ -181,7 +181,7 @@ struct BufferBytes {
 }
 
 impl BufferBytes {
-    fn of(buf: &Buffer) -> BufferBytes {
+    fn of_buffer(buf: &Buffer) -> BufferBytes {
         let (mem, device) = match buf.kind() {
             MemKind::Host | MemKind::Pinned => (RegionMem::Dram, 0),
             MemKind::Gpu(n) => (RegionMem::Vram, u64::from(n)),
@@ -255,7 +255,7 @@ impl Engine {
             anyhow!("--nixl-backend {}: {e}: {}", cfg.backend, library::plugin_problem(loaded, backend))
         })?;
         let handle = agent.create_backend(backend, &params).map_err(nixl("backend"))?;
-        let bytes = BufferBytes::of(buf);
+        let bytes = BufferBytes::of_buffer(buf);
         let reg = agent.register_memory(&bytes, None).map_err(nixl("register_memory"))?;
         Ok(Engine { _reg: reg, _backend: handle, agent, bytes, backend, loaded })
     }

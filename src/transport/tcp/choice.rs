@@ -33,7 +33,7 @@ impl Rate {
     /// The median of `trials` and its distribution-free 95% interval: the j-th smallest to the j-th largest trial,
     /// with the largest j whose coverage 1 − 2·P(Bin(n, ½) < j) is still ≥ 95% (the interval `stats::confidence`
     /// gives every case; with 5–8 trials it is [min, max]). None for no finite trial.
-    pub fn of(trials: &[f64]) -> Option<Rate> {
+    pub fn from_trials(trials: &[f64]) -> Option<Rate> {
         let mut s: Vec<f64> = trials.iter().copied().filter(|x| x.is_finite()).collect();
         if s.is_empty() {
             return None;
@@ -96,7 +96,7 @@ mod tests {
     const SPLICE: Combo = (Splice, RecvPath::Direct);
 
     fn rate(trials: &[f64]) -> Rate {
-        Rate::of(trials).unwrap()
+        Rate::from_trials(trials).unwrap()
     }
 
     #[test]
@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(r, Rate { median: 3.0, low: 1.0, high: 5.0, trials: 5 });
         let r = rate(&[9.0, 1.0, 5.0, 2.0, 4.0, 3.0, 6.0, 7.0, 8.0]);
         assert_eq!((r.median, r.low, r.high), (5.0, 2.0, 8.0));
-        assert_eq!(Rate::of(&[f64::NAN]), None);
+        assert_eq!(Rate::from_trials(&[f64::NAN]), None);
     }
 
     #[test]

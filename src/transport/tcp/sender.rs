@@ -311,7 +311,7 @@ impl Source for TcpSource {
             }
         }
         let rates: Vec<(Combo, Rate)> =
-            candidates.iter().zip(&trials).filter_map(|(&c, t)| Some((c, Rate::of(t)?))).collect();
+            candidates.iter().zip(&trials).filter_map(|(&c, t)| Some((c, Rate::from_trials(t)?))).collect();
         // The trials left the last combination in place; without a rate for the default it stays.
         (self.paths.send, self.paths.recv) = candidates[0];
         let Some((&default, others)) = rates.split_first().filter(|(d, _)| d.0 == candidates[0]) else {

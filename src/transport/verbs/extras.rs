@@ -84,12 +84,12 @@ fn rails_of(reps: &[RepExtras]) -> Option<Vec<RailSummary>> {
                 device: r.device.clone(),
                 bytes: r.bytes,
                 share: if total > 0 { r.bytes as f64 / total as f64 } else { 0.0 },
-                gbps_p50: Summary::of(&rates).p50,
+                gbps_p50: Summary::of_samples(&rates).p50,
                 lagging: false,
             }
         })
         .collect();
-    let median = Summary::of(&rails.iter().map(|r| r.gbps_p50).collect::<Vec<_>>()).p50;
+    let median = Summary::of_samples(&rails.iter().map(|r| r.gbps_p50).collect::<Vec<_>>()).p50;
     for r in &mut rails {
         r.lagging = r.gbps_p50 < LAGGING_RAIL * median;
     }
@@ -98,7 +98,7 @@ fn rails_of(reps: &[RepExtras]) -> Option<Vec<RailSummary>> {
 
 /// A warning for each lagging rail, naming it and the numbers.
 fn lagging(rails: &[RailSummary]) -> Vec<Warning> {
-    let median = Summary::of(&rails.iter().map(|r| r.gbps_p50).collect::<Vec<_>>()).p50;
+    let median = Summary::of_samples(&rails.iter().map(|r| r.gbps_p50).collect::<Vec<_>>()).p50;
     rails
         .iter()
         .filter(|r| r.lagging)

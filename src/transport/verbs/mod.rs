@@ -27,7 +27,7 @@ use cq::Poller;
 use device::PortInfo;
 use extras::RepExtras;
 use land::{Lander, RECVS_PER_QP};
-use mr::{Piece, Registration};
+use mr::{Piece, RegMethod, Registration};
 use qp::{Endpoint, QpSet};
 use rails::{RailRun, SendRail};
 use serde::{Deserialize, Serialize};
@@ -152,7 +152,7 @@ pub struct VerbsSenderDetail {
     pub mr_chunk: u64,
     /// The first (the "cold") registration of the send buffer (on every rail, one after the other).
     pub reg_ms: f64,
-    pub reg_method: String,
+    pub reg_method: RegMethod,
 }
 
 /// What the receiver's offer said about its end.
@@ -164,7 +164,7 @@ pub struct VerbsReceiverDetail {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rails: Vec<serde_json::Value>,
     pub reg_ms: f64,
-    pub reg_method: String,
+    pub reg_method: RegMethod,
     pub mr_pieces: usize,
 }
 
@@ -180,7 +180,7 @@ struct RailOffer {
 struct Offer {
     rails: Vec<RailOffer>,
     reg_ms: f64,
-    reg_method: String,
+    reg_method: RegMethod,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -199,7 +199,7 @@ fn open_set(
     send_wr: u32,
     send_sge: u32,
     recv_wr: u32,
-    events: bool,
+    cq_mode: CqMode,
 ) -> Result<(QpSet, u32)> {
     let (dev, port) = device::open(&ctx.device, name)?;
     if send_wr as i32 > port.max_qp_wr {
@@ -216,7 +216,7 @@ fn open_set(
         );
     }
     let sge = send_sge.clamp(1, device_sge);
-    Ok((QpSet::new(&dev, &port, cfg.qps, send_wr, sge, recv_wr, events)?, sge))
+    Ok((QpSet::new(&dev, &port, cfg.qps, send_wr, sge, recv_wr, cq_mode)?, sge))
 }
 
 fn port_json(p: &PortInfo) -> serde_json::Value {
@@ -259,7 +259,7 @@ impl VerbsTarget {
             // The receiver sleeps on a completion channel: it only needs the landing time (wake-up latency is tens
             // of µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the
             // data.
-            let (mut set, _) = open_set(cfg, ctx, name, 1, 1, RECVS_PER_QP + 1, true)?;
+            let (mut set, _) = open_set(cfg, ctx, name, 1, 1, RECVS_PER_QP + 1, CqMode::Event)?;
             let chunk = mr::chunk_size(cfg.dst_mr_chunk.or(cfg.mr_chunk), set.port.max_mr_size);
             // The receiver allows remote writes, never remote reads.
             let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
@@ -286,7 +286,7 @@ impl Target for VerbsTarget {
         serde_json::to_value(Offer {
             rails,
             reg_ms: self.rails.iter().map(|r| r.reg.reg_ms).sum(),
-            reg_method: self.rails[0].reg.method.to_string(),
+            reg_method: self.rails[0].reg.method,
         })
         .expect("offer serializes")
     }
@@ -404,7 +404,7 @@ impl Source for VerbsSource {
                 max_sge: first.max_sge,
                 mr_chunk: first.chunk,
                 reg_ms: self.rails.iter().map(|r| r.first_reg.0).sum(),
-                reg_method: first.first_reg.1.clone(),
+                reg_method: first.first_reg.1,
             },
             receiver: self.receiver.clone(),
         })

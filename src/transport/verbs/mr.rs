@@ -4,6 +4,7 @@
 //! back to the device pointer (nvidia-peermem); which one worked is recorded.
 
 use crate::mem::{Buffer, MemoryHold};
+use crate::named::named_enum;
 use crate::plan::sizes::format_size;
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
@@ -28,13 +29,26 @@ pub struct Piece {
     pub key: u32,
 }
 
+named_enum! {
+    /// How a buffer was registered with the NIC, as the results name it (`reg_method`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum RegMethod {
+        // Plain host memory, or the last resort.
+        RegMr = "ibv_reg_mr",
+        // GPUDirect RDMA through a dma-buf of the GPU range.
+        Dmabuf = "ibv_reg_dmabuf_mr (dma-buf)",
+        // GPUDirect RDMA through nvidia-peermem resolving the device pointer.
+        PeerMem = "ibv_reg_mr on the device pointer (nvidia-peermem)",
+    }
+}
+
 pub struct Registration {
     _mrs: Vec<Arc<MemoryRegion>>,
     /// The memory the regions cover, kept allocated until they are deregistered (fields drop in order: `_mrs`
     /// first), however the owner orders its own fields.
     _memory: MemoryHold,
     pub pieces: Vec<Piece>,
-    pub method: &'static str,
+    pub method: RegMethod,
     pub reg_ms: f64,
 }
 
@@ -71,7 +85,7 @@ pub fn register(
     let t = Instant::now();
     let mut mrs = Vec::new();
     let mut pieces = Vec::new();
-    let mut method = "ibv_reg_mr";
+    let mut method = RegMethod::RegMr;
     let mut offset = 0u64;
     while offset < len {
         let n = chunk.min(len - offset);
@@ -96,7 +110,7 @@ fn register_piece(
     offset: u64,
     len: u64,
     access: AccessFlags,
-) -> Result<(Arc<MemoryRegion>, &'static str)> {
+) -> Result<(Arc<MemoryRegion>, RegMethod)> {
     let what = || format!("registering {} at offset {} of the {} buffer", format_size(len), offset, buf.kind());
     match buf {
         Buffer::Gpu(g) => {
@@ -108,13 +122,13 @@ fn register_piece(
                     .map_err(|e| anyhow!("ibv_reg_dmabuf_mr: {e}"))
             });
             match dmabuf {
-                Ok(mr) => Ok((mr, "ibv_reg_dmabuf_mr (dma-buf)")),
+                Ok(mr) => Ok((mr, RegMethod::Dmabuf)),
                 Err(dma_err) => {
                     // nvidia-peermem path: the NIC driver resolves the device pointer itself.
                     // SAFETY: the range lies inside a live device allocation (checked by `register`), held by the
                     // Registration until the MR is gone.
                     unsafe { pd.reg_mr((g.ptr() + offset) as usize, len as usize, access) }
-                        .map(|mr| (mr, "ibv_reg_mr on the device pointer (nvidia-peermem)"))
+                        .map(|mr| (mr, RegMethod::PeerMem))
                         .map_err(|e| {
                             anyhow!(
                                 "{}: the NIC refused GPU memory — dma-buf: {dma_err:#}; device pointer: {e}. GPUDirect RDMA needs a NIC and driver that accept dma-bufs or nvidia-peermem",
@@ -131,7 +145,7 @@ fn register_piece(
             // holds an `Arc` of the buffer until its MRs are gone (the rule of `Buffer::host_ptr`), and the
             // receiver reads the bytes only through volatile loads.
             unsafe { pd.reg_mr(base as usize + offset as usize, len as usize, access) }
-                .map(|mr| (mr, "ibv_reg_mr"))
+                .map(|mr| (mr, RegMethod::RegMr))
                 .map_err(|e| anyhow!("{}: ibv_reg_mr: {e} (is the memlock limit high enough? see ulimit -l)", what()))
         }
     }

@@ -23,7 +23,7 @@ const PEER_CHECK: Duration = Duration::from_millis(20);
 
 /// One work request's worth of a write: never crosses a registered piece on either side.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Seg {
+pub struct Segment {
     pub laddr: u64,
     pub lkey: u32,
     pub raddr: u64,
@@ -39,7 +39,7 @@ fn piece_at(pieces: &[Piece], offset: u64) -> Option<&Piece> {
 }
 
 /// Cut writes into segments of at most `max_len` bytes that never straddle a local or remote piece.
-pub fn segments(writes: &[Write], local: &[Piece], remote: &[Piece], max_len: u64, out: &mut Vec<Seg>) -> Result<()> {
+pub fn segments(writes: &[Write], local: &[Piece], remote: &[Piece], max_len: u64, out: &mut Vec<Segment>) -> Result<()> {
     out.clear();
     for (i, w) in writes.iter().enumerate() {
         let mut done = 0;
@@ -50,7 +50,7 @@ pub fn segments(writes: &[Write], local: &[Piece], remote: &[Piece], max_len: u6
             let rp =
                 piece_at(remote, ro).ok_or_else(|| anyhow!("remote offset {ro} is outside the receiver's region"))?;
             let n = (w.len - done).min(lp.offset + lp.len - lo).min(rp.offset + rp.len - ro).min(max_len);
-            out.push(Seg {
+            out.push(Segment {
                 laddr: lp.addr + (lo - lp.offset),
                 lkey: lp.key,
                 raddr: rp.addr + (ro - rp.offset),
@@ -67,7 +67,7 @@ pub fn segments(writes: &[Write], local: &[Piece], remote: &[Piece], max_len: u6
 /// One RDMA WRITE: a remote range (`raddr`, `len` under `rkey`) filled, in order, by the segments
 /// `segs[first..first + count]` (its SGE list).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Req {
+pub struct WriteRequest {
     pub raddr: u64,
     pub rkey: u32,
     pub len: u32,
@@ -80,7 +80,7 @@ pub struct Req {
 /// size `segments` cut to) and `max_sge` scatter entries; `max_sge` 1 gives one request per segment. Segments are
 /// taken in order, before the requests are spread over the queue pairs, so a run that is contiguous remotely
 /// becomes one WRITE whatever the queue pair count.
-pub fn gather(segs: &[Seg], max_sge: u32, max_len: u64, out: &mut Vec<Req>) {
+pub fn gather(segs: &[Segment], max_sge: u32, max_len: u64, out: &mut Vec<WriteRequest>) {
     out.clear();
     for (i, s) in segs.iter().enumerate() {
         match out.last_mut() {
@@ -93,9 +93,19 @@ pub fn gather(segs: &[Seg], max_sge: u32, max_len: u64, out: &mut Vec<Req>) {
                 r.len += s.len;
                 r.count += 1;
             }
-            _ => out.push(Req { raddr: s.raddr, rkey: s.rkey, len: s.len, first: i as u32, count: 1 }),
+            _ => out.push(WriteRequest { raddr: s.raddr, rkey: s.rkey, len: s.len, first: i as u32, count: 1 }),
         }
     }
+}
+
+/// One rep's work for [`Poster::run`]: the requests, gathered from the segments of `writes` writes.
+#[derive(Clone, Copy)]
+pub struct RepWork<'a> {
+    pub segs: &'a [Segment],
+    pub reqs: &'a [WriteRequest],
+    pub writes: usize,
+    /// The rep number, which rides as the immediate on each queue pair's last work request.
+    pub imm: u32,
 }
 
 pub struct Poster {
@@ -134,22 +144,18 @@ impl Poster {
         }
     }
 
-    /// Post every work request (`reqs`, gathered from `segs`) and wait for all completions; each write is done
-    /// (`hooks.done`) when the last of its segments completed. `imm` (the rep number) rides on each queue pair's
-    /// last work request. Returns (first post, last completion).
-    #[allow(clippy::too_many_arguments)]
+    /// Post every work request of `work` and wait for all completions; each write is done (`hooks.done`) when the
+    /// last of its segments completed. Returns (first post, last completion).
     pub fn run(
         &mut self,
         set: &QpSet,
         poller: &mut Poller,
-        segs: &[Seg],
-        reqs: &[Req],
-        writes: usize,
+        work: RepWork,
         cfg: &VerbsConfig,
-        imm: u32,
         stall_timeout: Duration,
         hooks: &mut TransferHooks,
     ) -> Result<(Instant, Instant)> {
+        let RepWork { segs, reqs, writes, .. } = work;
         let nq = set.qps.len();
         // Work requests per queue pair (request i goes to queue pair i % nq), or one empty WRITE_WITH_IMM when it
         // got none.
@@ -178,7 +184,7 @@ impl Poster {
                 let free = cfg.inflight as u64 - (self.posted[q] - self.completed[q]);
                 let n = free.min(cfg.batch as u64).min(total_q - self.posted[q]) as usize;
                 if n > 0 {
-                    let t = self.post(set, q, nq, n, segs, reqs, total_q, cfg.signal_every as u64, imm)?;
+                    let t = self.post(set, work, q, n, total_q, cfg.signal_every as u64)?;
                     first_post.get_or_insert(t);
                 }
             }
@@ -219,8 +225,8 @@ impl Poster {
     fn complete(
         &mut self,
         wcs: &[ibv_wc],
-        segs: &[Seg],
-        reqs: &[Req],
+        segs: &[Segment],
+        reqs: &[WriteRequest],
         total: &[u64],
         now: Instant,
         hooks: &mut TransferHooks,
@@ -259,20 +265,18 @@ impl Poster {
         Ok(finished)
     }
 
-    /// Post `n` work requests of queue pair `q` as one linked list.
-    #[allow(clippy::too_many_arguments)]
+    /// Post the next `n` of the `total` work requests of queue pair `q` as one linked list.
     fn post(
         &mut self,
         set: &QpSet,
+        work: RepWork,
         q: usize,
-        nq: usize,
         n: usize,
-        segs: &[Seg],
-        reqs: &[Req],
         total: u64,
         signal_every: u64,
-        imm: u32,
     ) -> Result<Instant> {
+        let RepWork { segs, reqs, imm, .. } = work;
+        let nq = set.qps.len();
         let start = self.posted[q];
         for k in 0..n {
             let seq = start + k as u64;
@@ -388,13 +392,13 @@ mod tests {
         assert_eq!(segs.len() as u64, total / 4096);
     }
 
-    fn seg(laddr: u64, raddr: u64, rkey: u32, len: u32, write: u32) -> Seg {
-        Seg { laddr, lkey: 7, raddr, rkey, len, write }
+    fn seg(laddr: u64, raddr: u64, rkey: u32, len: u32, write: u32) -> Segment {
+        Segment { laddr, lkey: 7, raddr, rkey, len, write }
     }
 
     /// Every request is its segments, in order, back to back remotely; the requests take the segments in order,
     /// each exactly once; none is above the limits.
-    fn check_cover(segs: &[Seg], reqs: &[Req], max_sge: u32, max_len: u64) {
+    fn check_cover(segs: &[Segment], reqs: &[WriteRequest], max_sge: u32, max_len: u64) {
         let mut next = 0u32;
         for r in reqs {
             assert_eq!(r.first, next, "requests take the segments in order, none skipped or repeated");
@@ -414,7 +418,7 @@ mod tests {
     #[test]
     fn adjacent_remote_segments_gather_up_to_max_sge_and_max_len() {
         // 40 segments of 10 B, scattered locally (backwards), back to back remotely under one rkey.
-        let segs: Vec<Seg> = (0..40u64).map(|i| seg(10_000 - i * 100, 500 + i * 10, 3, 10, i as u32)).collect();
+        let segs: Vec<Segment> = (0..40u64).map(|i| seg(10_000 - i * 100, 500 + i * 10, 3, 10, i as u32)).collect();
         let mut reqs = Vec::new();
         gather(&segs, 16, 1 << 20, &mut reqs);
         assert_eq!(reqs.iter().map(|r| r.count).collect::<Vec<_>>(), [16, 16, 8]);
@@ -468,7 +472,7 @@ mod tests {
             };
             let (tokens, pool) = (70, cfg.pool_bytes());
             let plan = cfg.plan(5, tokens);
-            let writes = plan.writes(false, false);
+            let writes = plan.writes(crate::plan::paged::Merge::PerPiece, crate::plan::paged::DestFault::None);
             // Small MR pieces on both sides (different rkeys) so runs also break at remote piece boundaries.
             let (local, remote) = (pieces(pool, 1000, 0, 100), pieces(pool, 1536, 0, 200));
             let mut segs = Vec::new();

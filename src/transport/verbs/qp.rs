@@ -3,6 +3,7 @@
 //! `land.rs` on preallocated raw arrays.
 
 use super::device::{gid_from, PortInfo};
+use super::CqMode;
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::address::AddressHandleAttribute;
@@ -57,10 +58,10 @@ impl QpSet {
         send_wr: u32,
         send_sge: u32,
         recv_wr: u32,
-        events: bool,
+        cq_mode: CqMode,
     ) -> Result<QpSet> {
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
-        let channel = if events { Some(CompletionChannel::new(ctx).context("ibv_create_comp_channel")?) } else { None };
+        let channel = if cq_mode == CqMode::Event { Some(CompletionChannel::new(ctx).context("ibv_create_comp_channel")?) } else { None };
         let mut b = ctx.create_cq_builder();
         b.setup_cqe(n * (send_wr + recv_wr) + 16);
         if let Some(ch) = &channel {

@@ -2,14 +2,14 @@
 //! multi-rail do on 8-NIC nodes. Rail k of the sender writes into rail k of the receiver, each over its own queue
 //! pairs and its own registration of the whole buffer; write i goes to rail i mod R, so every rail carries an equal
 //! share spread over the whole buffer, and a rail that lags shows as a lower rate for the same bytes. With one rail
-//! the transfer runs on the caller's thread, exactly as before rails existed; with several, one thread per rail.
+//! the transfer runs on the caller's thread; with several, one thread per rail.
 
 use super::cq::Poller;
 use super::extras::{RailRep, RepExtras};
-use super::mr::{self, Piece, Registration};
-use super::post::{self, Poster, Req, Seg};
+use super::mr::{self, Piece, RegMethod, Registration};
+use super::post::{self, Poster, RepWork, Segment, WriteRequest};
 use super::qp::QpSet;
-use super::{open_set, CqMode, RailOffer, VerbsConfig};
+use super::{open_set, RailOffer, VerbsConfig};
 use crate::mem::Buffer;
 use crate::plan::Write;
 use crate::transport::{Context, TransferHooks, TransferTimes};
@@ -50,11 +50,11 @@ pub(super) struct SendRail {
     /// Scatter entries per work request: `--max-sge` clamped to the device for the paged layout, 1 for contiguous
     /// transfers (their writes are back to back on both sides, so gathering would only re-cut `--block-size`).
     pub max_sge: u32,
-    segs: Vec<Seg>,
+    segs: Vec<Segment>,
     /// The work requests of the current transfer, gathered from `segs`.
-    reqs: Vec<Req>,
+    reqs: Vec<WriteRequest>,
     /// The first (the "cold") registration: ms and method.
-    pub first_reg: (f64, String),
+    pub first_reg: (f64, RegMethod),
 }
 
 impl SendRail {
@@ -66,11 +66,11 @@ impl SendRail {
         buf: &Buffer,
         remote: &RailOffer,
     ) -> Result<SendRail> {
-        let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
+        let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
-        let first_reg = (reg.reg_ms, reg.method.to_string());
+        let first_reg = (reg.reg_ms, reg.method);
         set.init(false)?;
         set.connect(&remote.endpoints, v.ack_timeout)?;
         let poller = Poller::new(&set);
@@ -110,17 +110,8 @@ impl SendRail {
         let max_len = self.set.port.max_msg_sz.max(4096) as u64;
         let outcome = post::segments(writes, &reg.pieces, &self.remote, max_len, &mut self.segs).and_then(|()| {
             post::gather(&self.segs, self.max_sge, max_len, &mut self.reqs);
-            self.poster.run(
-                &self.set,
-                &mut self.poller,
-                &self.segs,
-                &self.reqs,
-                writes.len(),
-                run.cfg,
-                run.rep,
-                run.stall_timeout,
-                hooks,
-            )
+            let work = RepWork { segs: &self.segs, reqs: &self.reqs, writes: writes.len(), imm: run.rep };
+            self.poster.run(&self.set, &mut self.poller, work, run.cfg, run.stall_timeout, hooks)
         });
         if !run.cfg.reg_per_rep {
             self.reg = Some(reg);
