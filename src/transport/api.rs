@@ -115,6 +115,11 @@ pub trait Transport: ExtrasNotes + Sync {
         ctx: &Context,
     ) -> Result<Box<dyn Source>>;
 
+    /// Its ping-pong half for `kvxfer latency`, if it can time one message and its answer; `None` where it cannot.
+    fn ping_pong(&self) -> Option<&dyn super::pingpong::PingPong> {
+        None
+    }
+
     // ------------------------------------------------------------------------------------------- its extras
 
     /// A case's extras from its reps' (each rep's as its source reported them in [`TransferTimes::extras`], or as
