@@ -18,7 +18,6 @@
 
 pub mod api;
 mod batch;
-pub mod pingpong;
 pub mod registry;
 
 /// Declares each transport's module and lists its unit type for [`registry`], in `--transport`'s order.
@@ -43,7 +42,7 @@ pub use api::{
     Context, DeviceChoice, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport,
     TransportDetail, Unusable,
 };
-pub use pingpong::{PingEnd, PingPong};
+pub use api::{PingEnd, PingPong};
 use serde::Serialize;
 
 /// One transport by name, and whether it can run here (`kvxfer devices`).
