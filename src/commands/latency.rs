@@ -194,7 +194,7 @@ fn case_result(cfg: &RunConfig, s: &LatencySamples) -> CaseResult {
         .collect();
     let rec = CaseRecord {
         index: s.case,
-        case: cfg.cases[s.case].clone(),
+        case: cfg.cases[s.case],
         transport: cfg.transport.kind(),
         block_size: s.size_bytes,
         block_clamped: false,
