@@ -21,6 +21,7 @@ fn main() {
         Command::Serve(a) => commands::serve::run(a),
         Command::Send(a) => commands::send::run(a),
         Command::Sweep(a) => commands::sweep::run(a),
+        Command::Latency(a) => commands::latency::run(a),
         Command::Report(a) => commands::report::run(a),
         Command::Predict(a) => commands::predict::run(a),
         Command::Cluster(a) => commands::cluster::run(a),

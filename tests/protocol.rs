@@ -102,12 +102,12 @@ fn wrong_token_with_once_exits_serve_with_one_error() {
 fn a_sender_of_the_previous_protocol_is_refused_naming_both() {
     let mut serve = Serve::start(&[]);
     let mut s = connect(&serve.addr);
-    let hello = br#"{"type":"hello","magic":"kvxfer","protocol":5,"version":"0.0.9","nonce":""}"#;
+    let hello = br#"{"type":"hello","magic":"kvxfer","protocol":6,"version":"0.0.9","nonce":""}"#;
     s.write_all(&frame(hello)).unwrap();
     let reply = read_reply(&mut s).expect("an Error frame before the close");
     let msg = reply["message"].as_str().unwrap();
     assert!(!msg.contains('\n'), "one line: {msg}");
-    assert!(msg.contains("sender kvxfer 0.0.9 speaks protocol 5") && msg.contains("speaks 6"), "{msg}");
+    assert!(msg.contains("sender kvxfer 0.0.9 speaks protocol 6") && msg.contains("speaks 7"), "{msg}");
     wait_sessions(&serve, 1);
     assert!(serve.proc.is_running());
     assert_serves(&serve, None);

@@ -164,6 +164,16 @@ type Break = (&'static str, fn(&mut Value));
 
 /// The checker finds what the schema forbids: a results file with each of these changes does not match.
 #[test]
+fn a_latency_runs_results_file_matches_the_schema() {
+    let dir = TempDir::new("latency-schema");
+    run(&["latency", "--sizes", "8,1KiB", "--iters", "20", "--warmup-iters", "2", "--json", &dir.arg("lat.json")])
+        .expect_code(0);
+    let v = read_json(&dir.join("lat.json"));
+    assert_matches_schema("kvxfer latency's results", &v);
+    assert!(v["cases"][1]["latency_us"]["p999"].is_number(), "{}", v["cases"][1]);
+}
+
+#[test]
 fn a_results_file_that_breaks_the_contract_does_not_match_the_schema() {
     let good = read_json(&Path::new(RESULTS).join("rxe-paged.json"));
     assert_matches_schema("rxe-paged.json", &good);

@@ -15,10 +15,12 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod latency;
 mod output;
 mod params;
 pub mod sweep;
 pub mod values;
+pub use latency::LatencyArgs;
 pub use output::{FigArgs, OutputArgs};
 pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
 pub use sweep::SweepArgs;
@@ -92,6 +94,12 @@ pub enum Command {
                             kvxfer sweep sweeps/mb2.toml --set transport=tcp --set src=host --set dst=host\n  \
                             kvxfer sweep sweeps/mb2.toml --resume results/mb2.json\n\n".to_owned() + UNITS_NOTE)]
     Sweep(SweepArgs),
+    /// Ping-pong latency per message size (half the round trip, as ib_write_lat and sockperf report it): min, p50,
+    /// p90, p99, p99.9 and max in µs
+    #[command(after_help = "Examples:\n  kvxfer latency                                  # tcp on loopback, 8 B..1 MiB\n  \
+                            kvxfer latency --sizes 8,4KiB,64KiB --iters 10000 --json lat.json\n  \
+                            kvxfer latency --peer 10.0.0.2:18515 --token s3cret   # against kvxfer serve\n\n".to_owned() + UNITS_NOTE)]
+    Latency(LatencyArgs),
     /// Re-render tables from saved results files.
     #[command(after_help = "Examples:\n  kvxfer report results/a.json results/b.json --md tables.md\n  \
                             kvxfer report a.json b.json --fig figs --line \"NIC 25 GB/s=25\"\n\n".to_owned() + UNITS_NOTE)]

@@ -205,6 +205,7 @@ pub fn results_config(
         verbs: knobs.verbs,
         transport_detail,
         numa: None,
+        mode: None,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod cluster_flows;
 pub mod common;
 pub mod devices;
 pub mod doctor;
+pub mod latency;
 pub mod loopback;
 pub mod predict;
 pub mod report;

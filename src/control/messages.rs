@@ -18,6 +18,9 @@
 //! Finish                              ──▶
 //!                                     ◀──  Bye
 //! ```
+//! A latency run (`kvxfer latency`) sends `PingPong{RunConfig, plan}` instead of Config; Accept, Connect and
+//! Connected follow alike, then per size `PingPongStart{case,size,exchanges}` ──▶ ◀── RepReady, the exchanges on the
+//! transport's data path, ◀── RepDone; then Finish/Bye.
 //! Either side may send `Error{message}` instead of any reply; the other side reports it and exits 1.
 
 use crate::plan::RunConfig;
@@ -25,8 +28,9 @@ use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &str = "kvxfer";
 /// Bumped on any incompatible change of these messages or of a transport's wire format. 6: `Config` names its
-/// transport and carries its knobs as one object (`{"name": ..., "knobs": {...}}`).
-pub const PROTOCOL: u32 = 6;
+/// transport and carries its knobs as one object (`{"name": ..., "knobs": {...}}`). 7: `PingPong` (latency) and
+/// verbs' `tclass`, `sl`, `odp` and relaxed-ordering knobs, which an older receiver would ignore.
+pub const PROTOCOL: u32 = 7;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -85,6 +89,19 @@ pub enum Msg {
     Error {
         message: String,
     },
+    /// Sender → receiver, instead of Config: a latency run (`kvxfer latency`). Accept, Connect and Connected
+    /// follow as for Config, then one PingPongStart per size.
+    PingPong {
+        config: Box<RunConfig>,
+        plan: crate::plan::latency::LatencyPlan,
+    },
+    /// Sender → receiver: answer `exchanges` messages of `size_bytes` (warm-up included) with one of the same size
+    /// each. The receiver says RepReady when its end waits for the first, and RepDone after the last.
+    PingPongStart {
+        case: usize,
+        size_bytes: u64,
+        exchanges: u64,
+    },
 }
 
 /// What the receiver saw of one rep, on its own monotonic clock (never compared with the sender's clock).
@@ -126,6 +143,8 @@ impl Msg {
             Msg::Finish => "Finish",
             Msg::Bye => "Bye",
             Msg::Error { .. } => "Error",
+            Msg::PingPong { .. } => "PingPong",
+            Msg::PingPongStart { .. } => "PingPongStart",
         }
     }
 }

@@ -84,6 +84,10 @@ pub struct ConfigJson {
     /// Where each end bound its thread and buffers (`--numa`): node, CPUs, why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa: Option<crate::observe::numa::NumaSides>,
+    /// What the run measured, when not bandwidth: `latency` (`kvxfer latency`: each case's reps are ping-pongs,
+    /// its `latency_us` their quantiles). Absent for bandwidth runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
 pub mod kv;
+pub mod latency;
 pub mod layout;
 pub mod order;
 pub mod paged;

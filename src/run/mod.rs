@@ -1,5 +1,6 @@
 //! Running a plan: the sender drives reps over the control channel, the receiver answers, both record stage times.
 
+pub mod latency;
 pub mod prepare;
 pub mod receiver;
 pub mod sender;

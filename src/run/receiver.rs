@@ -152,8 +152,9 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
     };
     let (local_ip, peer_ip) = (local.ip(), peer.ip());
     // A configuration this receiver cannot read (e.g. a transport it does not have) is answered, not just dropped.
-    let cfg = match ch.recv("Config") {
-        Ok(Msg::Config { config }) => *config,
+    let (cfg, latency) = match ch.recv("Config") {
+        Ok(Msg::Config { config }) => (*config, None),
+        Ok(Msg::PingPong { config, plan }) => (*config, Some(plan)),
         Ok(other) => bail!("the sender sent {} instead of Config", other.name()),
         Err(e) => {
             ch.send_error(&e);
@@ -164,20 +165,19 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
         ch.send_error(&e);
         return Err(e);
     }
-    let session_key = ch.session_key();
-    match session(
-        &mut ch,
-        &cfg,
-        limits,
-        Context {
-            peer_ip,
-            local_ip,
-            timeouts: limits.timeouts,
-            device: limits.device.clone(),
-            shares_process: limits.shares_process,
-            session_key,
-        },
-    ) {
+    let ctx = Context {
+        peer_ip,
+        local_ip,
+        timeouts: limits.timeouts,
+        device: limits.device.clone(),
+        shares_process: limits.shares_process,
+        session_key: ch.session_key(),
+    };
+    let outcome = match latency {
+        Some(plan) => super::latency::respond(&mut ch, &cfg, plan, &limits.mem.to_string(), &ctx),
+        None => session(&mut ch, &cfg, limits, ctx),
+    };
+    match outcome {
         Ok(()) => Ok(()),
         Err(e) => {
             ch.send_error(&e);

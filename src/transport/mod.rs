@@ -42,6 +42,7 @@ pub use api::{
     Context, DeviceChoice, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport,
     TransportDetail, Unusable,
 };
+pub use api::{PingEnd, PingPong};
 use serde::Serialize;
 
 /// One transport by name, and whether it can run here (`kvxfer devices`).

@@ -14,6 +14,7 @@ mod bounce;
 mod choice;
 mod frame;
 mod iovec;
+mod pingpong;
 mod receiver;
 mod sender;
 mod splice;
@@ -83,6 +84,10 @@ impl Transport for Tcp {
         ctx: &Context,
     ) -> Result<Box<dyn Source>> {
         Ok(Box::new(TcpSource::connect(cfg, buf, offer, ctx)?))
+    }
+
+    fn ping_pong(&self) -> Option<&dyn crate::transport::PingPong> {
+        Some(&pingpong::TcpPingPong)
     }
 }
 
