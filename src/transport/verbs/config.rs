@@ -1,6 +1,7 @@
 //! The verbs transport's knobs: queue pairs, batching, depth, signaling, memory registration, and their limits.
 
 use crate::bail_usage;
+use crate::mem::MemKind;
 use crate::plan::{Knobs, TransportKind};
 use anyhow::Result;
 use crate::named::named_enum;
@@ -41,6 +42,31 @@ pub struct VerbsConfig {
     /// Most scatter entries per RDMA WRITE when gathering paged pieces whose destinations are back to back (1: one
     /// WRITE per piece); clamped to the device's max_sge.
     pub max_sge: u32,
+    /// Register memory with IBV_ACCESS_RELAXED_ORDERING (`--no-relaxed-ordering` clears it). Written only when off,
+    /// so a default run's configuration reads as it always did; `transport_detail` records it either way.
+    #[serde(default = "on", skip_serializing_if = "is_on")]
+    pub relaxed_ordering: bool,
+    /// `--tclass`: the GRH traffic class of the queue pairs (DSCP and ECN on RoCE v2); None: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tclass: Option<u8>,
+    /// `--sl`: the service level of the queue pairs' address vector (0 to 15); None: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sl: Option<u8>,
+    /// `--odp`: register on-demand paged memory and prefetch it with ibv_advise_mr.
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub odp: bool,
+}
+
+fn on() -> bool {
+    true
+}
+
+fn is_on(b: &bool) -> bool {
+    *b
+}
+
+fn is_off(b: &bool) -> bool {
+    !*b
 }
 
 impl Knobs for VerbsConfig {
@@ -61,6 +87,10 @@ impl Default for VerbsConfig {
             cq_mode: CqMode::Poll,
             ack_timeout: 14,
             max_sge: 16,
+            relaxed_ordering: true,
+            tclass: None,
+            sl: None,
+            odp: false,
         }
     }
 }
@@ -88,6 +118,29 @@ impl VerbsConfig {
         }
         if !(1..=31).contains(&self.ack_timeout) {
             bail_usage!("--ack-timeout {}: give 1 to 31 (the verbs attribute has five bits)", self.ack_timeout);
+        }
+        if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
+            bail_usage!("--sl {sl}: give a service level of 0 to 15");
+        }
+        Ok(())
+    }
+
+    /// Refuse this transport's path and memory flags for a run that is not verbs (they would be silently ignored),
+    /// and `--odp` from GPU memory (on-demand paging pages host memory only).
+    pub fn check_flags(&self, running: TransportKind, src: MemKind) -> Result<()> {
+        let given = [
+            (self.tclass.is_some(), "--tclass"),
+            (self.sl.is_some(), "--sl"),
+            (self.odp, "--odp"),
+            (!self.relaxed_ordering, "--no-relaxed-ordering"),
+        ];
+        if running != TransportKind::Verbs {
+            if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+                bail_usage!("{flag} sets the RDMA verbs queue pairs or registrations: it needs --transport verbs, not --transport {running}");
+            }
+        }
+        if self.odp && matches!(src, MemKind::Gpu(_)) {
+            bail_usage!("--odp pages host memory on demand; GPU memory ({src}) cannot be: drop --odp or use host memory");
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ mod rails;
 use super::api::{Context, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport};
 use super::{DeviceChoice, TransportDetail, Unusable};
 use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
-use crate::mem::Buffer;
+use crate::mem::{Buffer, MemKind};
 use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{Context as _, Result};
 pub use config::{CqMode, VerbsConfig};
@@ -56,6 +56,10 @@ impl Transport for Verbs {
 
     fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
         cfg.knobs::<VerbsConfig>()?.check()
+    }
+
+    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()> {
+        cfg.knobs::<VerbsConfig>()?.check_flags(running, src)
     }
 
     fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
@@ -262,7 +266,7 @@ impl VerbsTarget {
             let (mut set, _) = open_set(cfg, ctx, name, 1, 1, RECVS_PER_QP + 1, true)?;
             let chunk = mr::chunk_size(cfg.dst_mr_chunk.or(cfg.mr_chunk), set.port.max_mr_size);
             // The receiver allows remote writes, never remote reads.
-            let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
+            let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, mr::Access::of(cfg, true))?;
             set.init(true)?;
             let lander = Lander::new(&set)?;
             let poller = Poller::new(&set);

@@ -69,7 +69,7 @@ impl SendRail {
         let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
-        let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
+        let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, mr::Access::of(v, false))?;
         let first_reg = (reg.reg_ms, reg.method.to_string());
         set.init(false)?;
         set.connect(&remote.endpoints, v.ack_timeout)?;
@@ -102,7 +102,7 @@ impl SendRail {
             None => {
                 // --reg-per-rep: register what this rep sends, as an on-demand connector would, inside the timing.
                 let len = writes.iter().map(|w| w.local_offset + w.len).max().unwrap_or(0);
-                let r = mr::register(&self.set.pd, mem, len, self.chunk, false)?;
+                let r = mr::register(&self.set.pd, mem, len, self.chunk, mr::Access::of(run.cfg, false))?;
                 let ms = r.reg_ms;
                 (r, Some(ms))
             }
