@@ -166,5 +166,33 @@ mod tests {
         assert!(bad(VerbsConfig { batch: 200, ..VerbsConfig::default() })
             .starts_with("--batch 200: give 1 to --inflight (128)"));
         assert!(bad(VerbsConfig { max_sge: 65, ..VerbsConfig::default() }).starts_with("--max-sge 65"));
+        assert_eq!(bad(VerbsConfig { sl: Some(16), ..VerbsConfig::default() }), "--sl 16: give a service level of 0 to 15");
+    }
+
+    #[test]
+    fn path_and_memory_knobs_are_written_only_when_set_and_read_back() {
+        let v = VerbsConfig { relaxed_ordering: false, tclass: Some(106), sl: Some(3), odp: true, ..VerbsConfig::default() };
+        let json = serde_json::to_string(&v).unwrap();
+        assert!(json.ends_with(r#""max_sge":16,"relaxed_ordering":false,"tclass":106,"sl":3,"odp":true}"#), "{json}");
+        assert_eq!(serde_json::from_str::<VerbsConfig>(&json).unwrap(), v);
+        // A configuration written before these knobs existed reads as their defaults: relaxed ordering on.
+        let old = r#"{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16}"#;
+        assert_eq!(serde_json::from_str::<VerbsConfig>(old).unwrap(), VerbsConfig::default());
+        assert!(VerbsConfig::default().relaxed_ordering);
+    }
+
+    #[test]
+    fn verbs_flags_are_refused_for_other_transports_and_odp_for_gpu_memory() {
+        let d = VerbsConfig::default();
+        d.check_flags(TransportKind::Tcp, MemKind::Host).unwrap();
+        let refused = |v: VerbsConfig, running, src| v.check_flags(running, src).unwrap_err().to_string();
+        let tcp = |v: VerbsConfig| refused(v, TransportKind::Tcp, MemKind::Host);
+        assert!(tcp(VerbsConfig { tclass: Some(0), ..d.clone() }).starts_with("--tclass sets the RDMA verbs"));
+        assert!(tcp(VerbsConfig { sl: Some(1), ..d.clone() }).contains("--sl sets"));
+        assert!(tcp(VerbsConfig { odp: true, ..d.clone() }).contains("needs --transport verbs, not --transport tcp"));
+        assert!(tcp(VerbsConfig { relaxed_ordering: false, ..d.clone() }).starts_with("--no-relaxed-ordering"));
+        VerbsConfig { tclass: Some(7), odp: true, ..d.clone() }.check_flags(TransportKind::Verbs, MemKind::Host).unwrap();
+        let gpu = refused(VerbsConfig { odp: true, ..d }, TransportKind::Verbs, MemKind::Gpu(0));
+        assert!(gpu.starts_with("--odp pages host memory") && gpu.contains("gpu:0"), "{gpu}");
     }
 }
