@@ -385,6 +385,8 @@ mod tests {
             ("block_size", "2MB", "use MiB"),
             ("transport", "carrier-pigeon", "unknown transport; choose one of auto, tcp"),
             ("ack_timeout", "40", "not in 1..=31"),
+            ("tclass", "256", "not a traffic class in 0..=255"),
+            ("sl", "16", "not a service level in 0..=15"),
             ("src", "gpu:x", "gpu:N"),
             ("connect_timeout", "soon", "positive duration"),
         ] {
@@ -392,6 +394,18 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{e}");
             assert!(e.to_string().contains(needle), "{key} = {value}: {e}");
         }
+    }
+
+    #[test]
+    fn a_file_sets_the_verbs_class_of_service_and_registration_knobs() {
+        let knobs = |key: &str, value: &str| {
+            let a = from_file(key, value).unwrap();
+            a.run.transport_knobs()[0].knobs::<crate::transport::verbs::VerbsConfig>().unwrap()
+        };
+        assert_eq!(knobs("tclass", "106").tclass, Some(106));
+        assert_eq!(knobs("sl", "5").sl, Some(5));
+        assert!(!knobs("no_relaxed_ordering", "true").relaxed_ordering);
+        assert!(knobs("odp", "true").odp);
     }
 
     #[test]
