@@ -59,13 +59,13 @@ impl Access {
     pub fn flags(self) -> AccessFlags {
         let mut f = AccessFlags::LocalWrite;
         if self.remote_write {
-            f = f | AccessFlags::RemoteWrite;
+            f |= AccessFlags::RemoteWrite;
         }
         if self.relaxed_ordering {
-            f = f | AccessFlags::RelaxedOrdering;
+            f |= AccessFlags::RelaxedOrdering;
         }
         if self.odp {
-            f = f | AccessFlags::OnDemand;
+            f |= AccessFlags::OnDemand;
         }
         f
     }
