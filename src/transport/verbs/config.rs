@@ -184,15 +184,21 @@ mod tests {
     #[test]
     fn verbs_flags_are_refused_for_other_transports_and_odp_for_gpu_memory() {
         let d = VerbsConfig::default();
-        d.check_flags(TransportKind::Tcp, MemKind::Host).unwrap();
-        let refused = |v: VerbsConfig, running, src| v.check_flags(running, src).unwrap_err().to_string();
-        let tcp = |v: VerbsConfig| refused(v, TransportKind::Tcp, MemKind::Host);
-        assert!(tcp(VerbsConfig { tclass: Some(0), ..d.clone() }).starts_with("--tclass sets the RDMA verbs"));
-        assert!(tcp(VerbsConfig { sl: Some(1), ..d.clone() }).contains("--sl sets"));
-        assert!(tcp(VerbsConfig { odp: true, ..d.clone() }).contains("needs --transport verbs, not --transport tcp"));
-        assert!(tcp(VerbsConfig { relaxed_ordering: false, ..d.clone() }).starts_with("--no-relaxed-ordering"));
-        VerbsConfig { tclass: Some(7), odp: true, ..d.clone() }.check_flags(TransportKind::Verbs, MemKind::Host).unwrap();
-        let gpu = refused(VerbsConfig { odp: true, ..d }, TransportKind::Verbs, MemKind::Gpu(0));
+        let verbs = TransportKind::Verbs;
+        let others = crate::transport::registry::all().iter().map(|t| t.kind()).filter(|&k| k != verbs);
+        for other in others {
+            d.check_flags(other, MemKind::Host).unwrap();
+            let refused = |v: VerbsConfig| v.check_flags(other, MemKind::Host).unwrap_err().to_string();
+            let tclass = refused(VerbsConfig { tclass: Some(0), ..d.clone() });
+            assert!(tclass.starts_with("--tclass sets the RDMA verbs"), "{tclass}");
+            assert!(tclass.ends_with(&format!("needs --transport verbs, not --transport {other}")), "{tclass}");
+            assert!(refused(VerbsConfig { sl: Some(1), ..d.clone() }).starts_with("--sl sets"));
+            assert!(refused(VerbsConfig { odp: true, ..d.clone() }).starts_with("--odp sets"));
+            let ro = refused(VerbsConfig { relaxed_ordering: false, ..d.clone() });
+            assert!(ro.starts_with("--no-relaxed-ordering sets"), "{ro}");
+        }
+        VerbsConfig { tclass: Some(7), odp: true, ..d.clone() }.check_flags(verbs, MemKind::Host).unwrap();
+        let gpu = VerbsConfig { odp: true, ..d }.check_flags(verbs, MemKind::Gpu(0)).unwrap_err().to_string();
         assert!(gpu.starts_with("--odp pages host memory") && gpu.contains("gpu:0"), "{gpu}");
     }
 }
