@@ -69,7 +69,7 @@ impl SendRail {
         remote: &RailOffer,
     ) -> Result<SendRail> {
         let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode == CqMode::Event)?;
-        super::check_odp(v, &set.port, false)?;
+        super::check_odp(v, &set.port)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
         let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, mr::Access::of(v, false))?;
