@@ -136,11 +136,15 @@ impl VerbsConfig {
         ];
         if running != TransportKind::Verbs {
             if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
-                bail_usage!("{flag} sets the RDMA verbs queue pairs or registrations: it needs --transport verbs, not --transport {running}");
+                bail_usage!(
+                    "{flag} sets the RDMA verbs queue pairs or registrations: it needs --transport verbs, not --transport {running}"
+                );
             }
         }
         if self.odp && matches!(src, MemKind::Gpu(_)) {
-            bail_usage!("--odp pages host memory on demand; GPU memory ({src}) cannot be: drop --odp or use host memory");
+            bail_usage!(
+                "--odp pages host memory on demand; GPU memory ({src}) cannot be: drop --odp or use host memory"
+            );
         }
         Ok(())
     }
@@ -166,12 +170,14 @@ mod tests {
         assert!(bad(VerbsConfig { batch: 200, ..VerbsConfig::default() })
             .starts_with("--batch 200: give 1 to --inflight (128)"));
         assert!(bad(VerbsConfig { max_sge: 65, ..VerbsConfig::default() }).starts_with("--max-sge 65"));
-        assert_eq!(bad(VerbsConfig { sl: Some(16), ..VerbsConfig::default() }), "--sl 16: give a service level of 0 to 15");
+        let sl = bad(VerbsConfig { sl: Some(16), ..VerbsConfig::default() });
+        assert_eq!(sl, "--sl 16: give a service level of 0 to 15");
     }
 
     #[test]
     fn path_and_memory_knobs_are_written_only_when_set_and_read_back() {
-        let v = VerbsConfig { relaxed_ordering: false, tclass: Some(106), sl: Some(3), odp: true, ..VerbsConfig::default() };
+        let v =
+            VerbsConfig { relaxed_ordering: false, tclass: Some(106), sl: Some(3), odp: true, ..VerbsConfig::default() };
         let json = serde_json::to_string(&v).unwrap();
         assert!(json.ends_with(r#""max_sge":16,"relaxed_ordering":false,"tclass":106,"sl":3,"odp":true}"#), "{json}");
         assert_eq!(serde_json::from_str::<VerbsConfig>(&json).unwrap(), v);

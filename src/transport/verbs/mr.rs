@@ -100,7 +100,9 @@ pub fn register(
         );
     }
     if access.odp && matches!(buf, Buffer::Gpu(_)) {
-        crate::bail_usage!("--odp pages host memory on demand; this end's buffer is GPU memory: drop --odp or use host memory");
+        crate::bail_usage!(
+            "--odp pages host memory on demand; this end's buffer is GPU memory: drop --odp or use host memory"
+        );
     }
     let remote_write = access.remote_write;
     let flags = access.flags();
@@ -147,11 +149,15 @@ fn prefetch(pd: &Arc<ProtectionDomain>, mrs: &[Arc<MemoryRegion>], writable: boo
             at += n;
         }
     }
-    let how = if writable { advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE } else { advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH };
+    let how = match writable {
+        true => advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+        false => advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH,
+    };
     for batch in sges.chunks_mut(16) {
         // SAFETY: the protection domain is alive (`pd` holds it); the entries name registered regions of it by
         // their lkeys, and the call reads `batch.len()` entries from the slice, which outlives it.
-        let rc = unsafe { ibv_advise_mr(pd.pd().as_ptr(), how, IBV_ADVISE_MR_FLAG_FLUSH, batch.as_mut_ptr(), batch.len() as u32) };
+        let (sg_list, n) = (batch.as_mut_ptr(), batch.len() as u32);
+        let rc = unsafe { ibv_advise_mr(pd.pd().as_ptr(), how, IBV_ADVISE_MR_FLAG_FLUSH, sg_list, n) };
         if rc != 0 {
             anyhow::bail!("--odp: ibv_advise_mr prefetch failed: {}", std::io::Error::from_raw_os_error(rc));
         }
