@@ -154,9 +154,9 @@ fn prefetch(pd: &Arc<ProtectionDomain>, mrs: &[Arc<MemoryRegion>], writable: boo
         false => advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH,
     };
     for batch in sges.chunks_mut(16) {
-        // SAFETY: the protection domain is alive (`pd` holds it); the entries name registered regions of it by
-        // their lkeys, and the call reads `batch.len()` entries from the slice, which outlives it.
         let (sg_list, n) = (batch.as_mut_ptr(), batch.len() as u32);
+        // SAFETY: the protection domain is alive (`pd` holds it); the entries name registered regions of it by
+        // their lkeys, and the call reads `n` entries from `batch`, which outlives it.
         let rc = unsafe { ibv_advise_mr(pd.pd().as_ptr(), how, IBV_ADVISE_MR_FLAG_FLUSH, sg_list, n) };
         if rc != 0 {
             anyhow::bail!("--odp: ibv_advise_mr prefetch failed: {}", std::io::Error::from_raw_os_error(rc));
