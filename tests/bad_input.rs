@@ -115,6 +115,14 @@ fn run_flags_out_of_range() {
     send_fails(&["--sizes", "1MiB", "--staging", "gather"], 2, &["--staging gather", "--transport cuda"]);
     fails(&["sweep", "--transport", "cuda", "--sizes", "1MiB", "--staging", "gather"], 2, &["--staging", "GPU"]);
     send_fails(&["--sizes", "1MiB", "--staging", "scatter"], 2, &["scatter", "--staging"]);
+    // The verbs queue pairs' class of service and registration knobs: their ranges, and other transports refuse them.
+    send_fails(&["--sizes", "1MiB", "--transport", "verbs", "--tclass", "256"], 2, &["--tclass", "256", "0..=255"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "verbs", "--sl", "16"], 2, &["--sl", "16", "0..=15"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--tclass", "96"], 2, &["--tclass", "--transport verbs"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--sl", "3"], 2, &["--sl", "--transport verbs"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--odp"], 2, &["--odp", "--transport verbs"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--no-relaxed-ordering"], 2, &["--no-relaxed-ordering"]);
+    fails(&["sweep", "--transport", "tcp", "--sizes", "1MiB", "--tclass", "8"], 2, &["--tclass", "--transport verbs"]);
     fails(&["serve", "--io-timeout", "garbage"], 2, &["--io-timeout"]);
     fails(&["serve", "--listen", "localhost-ish"], 2, &["--listen"]);
     fails(&["serve", "--max-size", "1GB", "--listen", "127.0.0.1:0"], 2, &["--max-size", "GiB"]);

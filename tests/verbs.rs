@@ -5,6 +5,9 @@
 
 mod common;
 use common::*;
+// The NIC knobs' tests: tests/verbs/knobs.rs.
+#[path = "verbs/knobs.rs"]
+mod knobs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -35,6 +35,19 @@ fn parse_ack_timeout(text: &str) -> Result<u8, String> {
     }
 }
 
+/// `--tclass`: the GRH traffic class, a byte.
+fn parse_tclass(text: &str) -> Result<u8, String> {
+    text.parse::<u8>().map_err(|_| format!("{text} is not a traffic class in 0..=255 (DSCP << 2 | ECN)"))
+}
+
+/// `--sl`: the service level, 0 to 15 (four bits of the address vector).
+fn parse_sl(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(n @ 0..=15) => Ok(n),
+        _ => Err(format!("{text} is not a service level in 0..=15")),
+    }
+}
+
 // A sweep file's parameters deserialize into the structs below with the flags' own parsers.
 fn some_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     values::parsed_some(d, parse_size)
@@ -46,6 +59,14 @@ fn some_page_multiple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
 
 fn ack_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
     values::parsed(d, parse_ack_timeout)
+}
+
+fn some_tclass<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    values::parsed_some(d, parse_tclass)
+}
+
+fn some_sl<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    values::parsed_some(d, parse_sl)
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -210,6 +231,10 @@ impl RunArgs {
                 cq_mode: v.cq_mode,
                 ack_timeout: v.ack_timeout,
                 max_sge: v.max_sge,
+                relaxed_ordering: !v.no_relaxed_ordering,
+                tclass: v.tclass,
+                sl: v.sl,
+                odp: v.odp,
             }),
             TransportConfig::of(&CudaConfig { copy: self.copy, staging: self.staging }),
             TransportConfig::of(&MooncakeConfig { protocol: self.mooncake_protocol, entries: self.mooncake_entries }),
@@ -259,6 +284,23 @@ pub struct VerbsArgs {
     /// 1 to 64, clamped to the device's max_sge; 1 posts one WRITE per piece)
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub max_sge: u32,
+    /// Register memory without IBV_ACCESS_RELAXED_ORDERING (set by default, as perftest and Mooncake do; a device
+    /// without relaxed ordering ignores it)
+    #[arg(long)]
+    pub no_relaxed_ordering: bool,
+    /// GRH traffic class of the queue pairs, 0 to 255 (DSCP and ECN bits on RoCE v2), as perftest --tclass
+    /// [default: 0]
+    #[arg(long, value_name = "N", value_parser = parse_tclass)]
+    #[serde(deserialize_with = "some_tclass")]
+    pub tclass: Option<u8>,
+    /// Service level of the queue pairs, 0 to 15, as perftest -S [default: 0]
+    #[arg(long, value_name = "N", value_parser = parse_sl)]
+    #[serde(deserialize_with = "some_sl")]
+    pub sl: Option<u8>,
+    /// Register memory on-demand paged (ODP) and prefetch it with ibv_advise_mr; refused where the device has no
+    /// ODP for RC, and for GPU memory
+    #[arg(long)]
+    pub odp: bool,
 }
 
 /// KV-cache layout: one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps them.

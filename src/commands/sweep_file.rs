@@ -385,6 +385,8 @@ mod tests {
             ("block_size", "2MB", "use MiB"),
             ("transport", "carrier-pigeon", "unknown transport; choose one of auto, tcp"),
             ("ack_timeout", "40", "not in 1..=31"),
+            ("tclass", "256", "not a traffic class in 0..=255"),
+            ("sl", "16", "not a service level in 0..=15"),
             ("src", "gpu:x", "gpu:N"),
             ("connect_timeout", "soon", "positive duration"),
         ] {
@@ -392,6 +394,19 @@ mod tests {
             assert_eq!(crate::error::exit_code(&e), 2, "{e}");
             assert!(e.to_string().contains(needle), "{key} = {value}: {e}");
         }
+    }
+
+    #[test]
+    fn a_file_sets_the_verbs_class_of_service_and_registration_knobs() {
+        // The first transport with flags is verbs; its knobs as they travel.
+        let knob = |key: &str, value: &str, knob: &str| {
+            let a = from_file(key, value).unwrap();
+            serde_json::to_value(&a.run.transport_knobs()[0]).unwrap()["knobs"][knob].clone()
+        };
+        assert_eq!(knob("tclass", "106", "tclass"), 106);
+        assert_eq!(knob("sl", "5", "sl"), 5);
+        assert_eq!(knob("no_relaxed_ordering", "true", "relaxed_ordering"), false);
+        assert_eq!(knob("odp", "true", "odp"), true);
     }
 
     #[test]

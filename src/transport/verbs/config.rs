@@ -1,6 +1,7 @@
 //! The verbs transport's knobs: queue pairs, batching, depth, signaling, memory registration, and their limits.
 
 use crate::bail_usage;
+use crate::mem::MemKind;
 use crate::plan::{Knobs, TransportKind};
 use anyhow::Result;
 use crate::named::named_enum;
@@ -41,6 +42,31 @@ pub struct VerbsConfig {
     /// Most scatter entries per RDMA WRITE when gathering paged pieces whose destinations are back to back (1: one
     /// WRITE per piece); clamped to the device's max_sge.
     pub max_sge: u32,
+    /// Register memory with IBV_ACCESS_RELAXED_ORDERING (`--no-relaxed-ordering` clears it). Written only when off,
+    /// so a default run's configuration reads as it always did; `transport_detail` records it either way.
+    #[serde(default = "on", skip_serializing_if = "is_on")]
+    pub relaxed_ordering: bool,
+    /// `--tclass`: the GRH traffic class of the queue pairs (DSCP and ECN on RoCE v2); None: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tclass: Option<u8>,
+    /// `--sl`: the service level of the queue pairs' address vector (0 to 15); None: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sl: Option<u8>,
+    /// `--odp`: register on-demand paged memory and prefetch it with ibv_advise_mr.
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub odp: bool,
+}
+
+fn on() -> bool {
+    true
+}
+
+fn is_on(b: &bool) -> bool {
+    *b
+}
+
+fn is_off(b: &bool) -> bool {
+    !*b
 }
 
 impl Knobs for VerbsConfig {
@@ -61,6 +87,10 @@ impl Default for VerbsConfig {
             cq_mode: CqMode::Poll,
             ack_timeout: 14,
             max_sge: 16,
+            relaxed_ordering: true,
+            tclass: None,
+            sl: None,
+            odp: false,
         }
     }
 }
@@ -89,6 +119,33 @@ impl VerbsConfig {
         if !(1..=31).contains(&self.ack_timeout) {
             bail_usage!("--ack-timeout {}: give 1 to 31 (the verbs attribute has five bits)", self.ack_timeout);
         }
+        if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
+            bail_usage!("--sl {sl}: give a service level of 0 to 15");
+        }
+        Ok(())
+    }
+
+    /// Refuse this transport's path and memory flags for a run that is not verbs (they would be silently ignored),
+    /// and `--odp` from GPU memory (on-demand paging pages host memory only).
+    pub fn check_flags(&self, running: TransportKind, src: MemKind) -> Result<()> {
+        let given = [
+            (self.tclass.is_some(), "--tclass"),
+            (self.sl.is_some(), "--sl"),
+            (self.odp, "--odp"),
+            (!self.relaxed_ordering, "--no-relaxed-ordering"),
+        ];
+        if running != TransportKind::Verbs {
+            if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+                bail_usage!(
+                    "{flag} sets the RDMA verbs queue pairs or registrations: it needs --transport verbs, not --transport {running}"
+                );
+            }
+        }
+        if self.odp && matches!(src, MemKind::Gpu(_)) {
+            bail_usage!(
+                "--odp pages host memory on demand; GPU memory ({src}) cannot be: drop --odp or use host memory"
+            );
+        }
         Ok(())
     }
 }
@@ -113,5 +170,41 @@ mod tests {
         assert!(bad(VerbsConfig { batch: 200, ..VerbsConfig::default() })
             .starts_with("--batch 200: give 1 to --inflight (128)"));
         assert!(bad(VerbsConfig { max_sge: 65, ..VerbsConfig::default() }).starts_with("--max-sge 65"));
+        let sl = bad(VerbsConfig { sl: Some(16), ..VerbsConfig::default() });
+        assert_eq!(sl, "--sl 16: give a service level of 0 to 15");
+    }
+
+    #[test]
+    fn path_and_memory_knobs_are_written_only_when_set_and_read_back() {
+        let v =
+            VerbsConfig { relaxed_ordering: false, tclass: Some(106), sl: Some(3), odp: true, ..VerbsConfig::default() };
+        let json = serde_json::to_string(&v).unwrap();
+        assert!(json.ends_with(r#""max_sge":16,"relaxed_ordering":false,"tclass":106,"sl":3,"odp":true}"#), "{json}");
+        assert_eq!(serde_json::from_str::<VerbsConfig>(&json).unwrap(), v);
+        // A configuration written before these knobs existed reads as their defaults: relaxed ordering on.
+        let old = r#"{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16}"#;
+        assert_eq!(serde_json::from_str::<VerbsConfig>(old).unwrap(), VerbsConfig::default());
+        assert!(VerbsConfig::default().relaxed_ordering);
+    }
+
+    #[test]
+    fn verbs_flags_are_refused_for_other_transports_and_odp_for_gpu_memory() {
+        let d = VerbsConfig::default();
+        let verbs = TransportKind::Verbs;
+        let others = crate::transport::registry::all().iter().map(|t| t.kind()).filter(|&k| k != verbs);
+        for other in others {
+            d.check_flags(other, MemKind::Host).unwrap();
+            let refused = |v: VerbsConfig| v.check_flags(other, MemKind::Host).unwrap_err().to_string();
+            let tclass = refused(VerbsConfig { tclass: Some(0), ..d.clone() });
+            assert!(tclass.starts_with("--tclass sets the RDMA verbs"), "{tclass}");
+            assert!(tclass.ends_with(&format!("needs --transport verbs, not --transport {other}")), "{tclass}");
+            assert!(refused(VerbsConfig { sl: Some(1), ..d.clone() }).starts_with("--sl sets"));
+            assert!(refused(VerbsConfig { odp: true, ..d.clone() }).starts_with("--odp sets"));
+            let ro = refused(VerbsConfig { relaxed_ordering: false, ..d.clone() });
+            assert!(ro.starts_with("--no-relaxed-ordering sets"), "{ro}");
+        }
+        VerbsConfig { tclass: Some(7), odp: true, ..d.clone() }.check_flags(verbs, MemKind::Host).unwrap();
+        let gpu = VerbsConfig { odp: true, ..d }.check_flags(verbs, MemKind::Gpu(0)).unwrap_err().to_string();
+        assert!(gpu.starts_with("--odp pages host memory") && gpu.contains("gpu:0"), "{gpu}");
     }
 }

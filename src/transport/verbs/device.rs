@@ -58,6 +58,13 @@ pub struct PortInfo {
     pub max_qp_wr: i32,
     /// Most scatter/gather entries a work request may carry (ibv_device_attr.max_sge).
     pub max_sge: i32,
+    /// Outstanding RDMA READs a queue pair may answer (ibv_device_attr.max_qp_rd_atom: its max_dest_rd_atomic).
+    pub max_qp_rd_atom: i32,
+    /// Outstanding RDMA READs a queue pair may issue (ibv_device_attr.max_qp_init_rd_atom: its max_rd_atomic).
+    pub max_qp_init_rd_atom: i32,
+    /// On-demand paging: ibv_odp_caps.general_caps and rc_odp_caps (not recorded: `--odp` is, when it ran).
+    #[serde(skip)]
+    pub odp_caps: (u64, u32),
 }
 
 impl PortInfo {
@@ -186,12 +193,31 @@ pub fn open(choice: &DeviceChoice, name: Option<&str>) -> Result<(Arc<DeviceCont
             max_mr_size: attr.max_mr_size(),
             max_qp_wr: attr.max_qp_wr(),
             max_sge: attr.max_sge(),
+            max_qp_rd_atom: attr.max_qp_rd_atom(),
+            max_qp_init_rd_atom: attr.max_qp_init_rd_atom(),
+            odp_caps: (attr.attr.odp_caps.general_caps, attr.attr.odp_caps.per_transport_caps.rc_odp_caps),
         },
     ))
 }
 
 pub fn gid_from(raw: [u8; 16]) -> Gid {
     Gid { raw }
+}
+
+/// Why `--odp` cannot run on this device, if it cannot: on-demand paging at all (IBV_ODP_SUPPORT), and RDMA WRITEs
+/// on RC queue pairs over on-demand memory (IBV_ODP_SUPPORT_WRITE in rc_odp_caps, which perftest asks of both ends
+/// of a WRITE test).
+pub fn odp_refusal(device: &str, (general, rc): (u64, u32)) -> Option<String> {
+    const IBV_ODP_SUPPORT: u64 = 1;
+    const IBV_ODP_SUPPORT_WRITE: u32 = 1 << 2;
+    if general & IBV_ODP_SUPPORT == 0 {
+        return Some(format!(
+            "--odp: {device} has no on-demand paging (odp_caps.general_caps lacks IBV_ODP_SUPPORT); drop --odp"
+        ));
+    }
+    (rc & IBV_ODP_SUPPORT_WRITE == 0).then(|| {
+        format!("--odp: {device} has no on-demand paging for RDMA WRITEs on RC queue pairs (rc_odp_caps lacks IBV_ODP_SUPPORT_WRITE); drop --odp")
+    })
 }
 
 /// One device as `kvxfer devices` shows it.
@@ -356,6 +382,14 @@ mod tests {
         );
         assert!(wc_status_text(12).starts_with("IBV_WC_RETRY_EXC_ERR"));
         assert!(wc_status_text(999).starts_with("status 999"));
+    }
+
+    #[test]
+    fn odp_is_refused_naming_the_missing_capability() {
+        let none = odp_refusal("rxe0", (0, 0)).unwrap();
+        assert_eq!(none, "--odp: rxe0 has no on-demand paging (odp_caps.general_caps lacks IBV_ODP_SUPPORT); drop --odp");
+        assert!(odp_refusal("mlx5_0", (1, 0b011)).unwrap().contains("lacks IBV_ODP_SUPPORT_WRITE"));
+        assert_eq!(odp_refusal("mlx5_0", (1, 0b100)), None);
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct RepExtras {
     /// Memory registration done inside this transfer (`--reg-per-rep`), included in the transfer time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reg_ms: Option<f64>,
+    /// The bytes that registration covered over its time, GB/s (`--reg-per-rep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reg_gbps: Option<f64>,
     /// Work requests issued, when that differs from the writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_requests: Option<u64>,
@@ -39,6 +42,11 @@ pub struct RepExtras {
 /// A case's keys.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaseKeys {
+    /// Registration inside each rep (`--reg-per-rep`): the median time, and the median rate of registering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reg_ms_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reg_gbps_p50: Option<f64>,
     /// RDMA WRITEs posted per transfer when they differ from the writes, the most any rep posted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_requests: Option<u64>,
@@ -66,7 +74,16 @@ pub fn summarize(reps: &[&Fields]) -> (Fields, Vec<Warning>) {
     let reps: Vec<RepExtras> = reps.iter().filter_map(|r| r.read().ok()).collect();
     let rails = rails_of(&reps);
     let warnings = rails.as_deref().map(lagging).unwrap_or_default();
-    let keys = CaseKeys { work_requests: reps.iter().filter_map(|r| r.work_requests).max(), rails };
+    let p50 = |of: fn(&RepExtras) -> Option<f64>| {
+        let xs: Vec<f64> = reps.iter().filter_map(of).collect();
+        (!xs.is_empty()).then(|| Summary::of_samples(&xs).p50)
+    };
+    let keys = CaseKeys {
+        reg_ms_p50: p50(|r| r.reg_ms),
+        reg_gbps_p50: p50(|r| r.reg_gbps),
+        work_requests: reps.iter().filter_map(|r| r.work_requests).max(),
+        rails,
+    };
     (Fields::of(&keys).expect("a struct"), warnings)
 }
 
@@ -142,11 +159,21 @@ pub fn rails_text(case: &CaseExtras<'_>) -> Option<String> {
     Some(each.join(", "))
 }
 
-/// Under tables: every case's work requests (its live row said them too), then every case's rails.
+/// "registration inside each rep 0.41 ms (2.53 GB/s)" with `--reg-per-rep`: the medians of the case's reps.
+pub fn registration_text(case: &CaseExtras<'_>) -> Option<String> {
+    let k = keys(case);
+    let ms = k.reg_ms_p50?;
+    let rate = k.reg_gbps_p50.map(|g| format!(" ({g:.2} GB/s)")).unwrap_or_default();
+    Some(format!("registration inside each rep {ms:.3} ms{rate}"))
+}
+
+/// Under tables: every case's work requests (its live row said them too), then every case's rails, then its
+/// registration inside the reps.
 pub fn notes(cases: &[CaseExtras<'_>]) -> Vec<ExtrasNote> {
     let wr = cases.iter().filter_map(|c| work_requests_text(c).map(|t| (format!("{}: {t}", c.name), true)));
     let rails = cases.iter().filter_map(|c| rails_text(c).map(|t| (format!("rails at {}: {t} (p50)", c.name), false)));
-    wr.chain(rails).map(|(line, live)| ExtrasNote { line, live }).collect()
+    let reg = cases.iter().filter_map(|c| registration_text(c).map(|t| (format!("{}: {t} (p50)", c.name), false)));
+    wr.chain(rails).chain(reg).map(|(line, live)| ExtrasNote { line, live }).collect()
 }
 
 #[cfg(test)]
@@ -190,7 +217,7 @@ mod tests {
     #[test]
     fn extras_are_left_out_when_absent_and_keep_their_order() {
         assert_eq!(serde_json::to_string(&Fields::of(&RepExtras::default()).unwrap()).unwrap(), "{}");
-        let e = RepExtras { reg_ms: Some(1.5), work_requests: Some(3), rails: Some(Vec::new()) };
+        let e = RepExtras { reg_ms: Some(1.5), reg_gbps: None, work_requests: Some(3), rails: Some(Vec::new()) };
         let json = r#"{"reg_ms":1.5,"work_requests":3,"rails":[]}"#;
         assert_eq!(serde_json::to_string(&Fields::of(&e).unwrap()).unwrap(), json);
         let (fields, _) = summarize(&[&rep(&[2.0])]);
@@ -202,8 +229,24 @@ mod tests {
     }
 
     #[test]
+    fn registration_inside_reps_is_summarized_and_noted() {
+        let rep = |ms: f64, gbps: f64| {
+            Fields::of(&RepExtras { reg_ms: Some(ms), reg_gbps: Some(gbps), ..RepExtras::default() }).unwrap()
+        };
+        let (fields, w) = summarize(&[&rep(0.5, 2.0), &rep(0.25, 4.0), &rep(1.0, 1.0)]);
+        assert!(w.is_empty());
+        assert_eq!(serde_json::to_string(&fields).unwrap(), r#"{"reg_ms_p50":0.5,"reg_gbps_p50":2.0}"#);
+        let case = CaseExtras { name: "1 MiB", extras: &fields, writes: 16 };
+        let lines: Vec<String> = notes(&[case]).into_iter().map(|n| n.line).collect();
+        assert_eq!(lines, ["1 MiB: registration inside each rep 0.500 ms (2.00 GB/s) (p50)"]);
+        let (fields, _) = summarize(&[&Fields::new()]);
+        assert_eq!(serde_json::to_string(&fields).unwrap(), "{}", "no registration inside reps, no keys");
+    }
+
+    #[test]
     fn work_request_notes_say_why_the_count_differs() {
-        let fields = |wr: u64| Fields::of(&CaseKeys { work_requests: Some(wr), rails: None }).unwrap();
+        let fields =
+            |wr: u64| Fields::of(&CaseKeys { work_requests: Some(wr), ..CaseKeys::default() }).unwrap();
         let text = |wr: u64| work_requests_text(&CaseExtras { name: "1 MiB", extras: &fields(wr), writes: 1536 });
         assert_eq!(text(96).unwrap(), "96 RDMA WRITEs for 1536 writes (SGE lists)");
         assert!(text(1539).unwrap().contains("cut at MR or message-size boundaries"));

@@ -19,7 +19,7 @@ mod rails;
 use super::api::{Context, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport};
 use super::{DeviceChoice, TransportDetail, Unusable};
 use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
-use crate::mem::Buffer;
+use crate::mem::{Buffer, MemKind};
 use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::{Context as _, Result};
 pub use config::{CqMode, VerbsConfig};
@@ -28,7 +28,7 @@ use device::PortInfo;
 use extras::RepExtras;
 use land::{Lander, RECVS_PER_QP};
 use mr::{Piece, RegMethod, Registration};
-use qp::{Endpoint, QpSet};
+use qp::{Endpoint, QpSet, Service, RD_ATOMIC};
 use rails::{RailRun, SendRail};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -56,6 +56,10 @@ impl Transport for Verbs {
 
     fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
         cfg.knobs::<VerbsConfig>()?.check()
+    }
+
+    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()> {
+        cfg.knobs::<VerbsConfig>()?.check_flags(running, src)
     }
 
     fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
@@ -152,7 +156,26 @@ pub struct VerbsSenderDetail {
     pub mr_chunk: u64,
     /// The first (the "cold") registration of the send buffer (on every rail, one after the other).
     pub reg_ms: f64,
+    /// The bytes that registration covered (the buffer, once per rail) over its time, GB/s.
+    pub reg_gbps: f64,
     pub reg_method: RegMethod,
+    /// From opening the device and creating the queue pairs to the receiver's word that its queue pairs are
+    /// ready to send (RTS), the exchange of addresses included and the registration excluded.
+    pub connect_ms: f64,
+    /// Registered with IBV_ACCESS_RELAXED_ORDERING (both ends; a device without it ignores the flag).
+    pub relaxed_ordering: bool,
+    /// Registered with IBV_ACCESS_ON_DEMAND and prefetched (both ends).
+    pub odp: bool,
+    /// The address vector's GRH traffic class and service level (both ends).
+    pub tclass: u8,
+    pub sl: u8,
+    /// Bytes a send may carry inline on the queue pairs as created (no send is posted inline); absent where the
+    /// provider does not say (ibv_query_qp failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_inline_data: Option<u32>,
+    /// RDMA READs a queue pair has outstanding / answers (max_rd_atomic, max_dest_rd_atomic).
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
 }
 
 /// What the receiver's offer said about its end.
@@ -164,6 +187,8 @@ pub struct VerbsReceiverDetail {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rails: Vec<serde_json::Value>,
     pub reg_ms: f64,
+    /// Its region (once per rail) over its registration time, GB/s.
+    pub reg_gbps: f64,
     pub reg_method: RegMethod,
     pub mr_pieces: usize,
 }
@@ -216,7 +241,26 @@ fn open_set(
         );
     }
     let sge = send_sge.clamp(1, device_sge);
-    Ok((QpSet::new(&dev, &port, cfg.qps, send_wr, sge, recv_wr, cq_mode)?, sge))
+    let mut set = QpSet::new(&dev, &port, cfg.qps, send_wr, sge, recv_wr, cq_mode)?;
+    set.service = Service { tclass: cfg.tclass.unwrap_or(0), sl: cfg.sl.unwrap_or(0) };
+    Ok((set, sge))
+}
+
+/// Refuse `--odp` on a device without on-demand paging for RDMA WRITEs, before registering.
+fn check_odp(cfg: &VerbsConfig, port: &PortInfo) -> Result<()> {
+    match device::odp_refusal(&port.device, port.odp_caps).filter(|_| cfg.odp) {
+        Some(why) => Err(crate::error::usage(why)),
+        None => Ok(()),
+    }
+}
+
+/// Registration throughput: `bytes` registered in `ms`.
+fn reg_gbps(bytes: u64, ms: f64) -> f64 {
+    if ms > 0.0 {
+        bytes as f64 / (ms * 1e-3) / 1e9
+    } else {
+        0.0
+    }
 }
 
 fn port_json(p: &PortInfo) -> serde_json::Value {
@@ -260,9 +304,10 @@ impl VerbsTarget {
             // of µs), and a spinning receiver steals the cores that soft-RoCE, or a busy host, needs to move the
             // data.
             let (mut set, _) = open_set(cfg, ctx, name, 1, 1, RECVS_PER_QP + 1, CqMode::Event)?;
+            check_odp(cfg, &set.port)?;
             let chunk = mr::chunk_size(cfg.dst_mr_chunk.or(cfg.mr_chunk), set.port.max_mr_size);
             // The receiver allows remote writes, never remote reads.
-            let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, true)?;
+            let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, mr::Access::of(cfg, true))?;
             set.init(true)?;
             let lander = Lander::new(&set)?;
             let poller = Poller::new(&set);
@@ -354,6 +399,19 @@ pub struct VerbsSource {
     rep: u32,
     stall_timeout: Duration,
     receiver: VerbsReceiverDetail,
+    buf_len: u64,
+    /// When connecting began, and how long it took once the receiver said its queue pairs were ready.
+    connect_started: Instant,
+    connect_ms: Option<f64>,
+    max_inline_data: Option<u32>,
+}
+
+impl VerbsSource {
+    /// Connection setup so far: since connecting began, less the registrations done meanwhile.
+    fn setup_ms(&self) -> f64 {
+        let reg: f64 = self.rails.iter().map(|r| r.first_reg.0).sum();
+        (self.connect_started.elapsed().as_secs_f64() * 1e3 - reg).max(0.0)
+    }
 }
 
 impl VerbsSource {
@@ -364,6 +422,7 @@ impl VerbsSource {
         offer: serde_json::Value,
         ctx: &Context,
     ) -> Result<VerbsSource> {
+        let connect_started = Instant::now();
         let offer: Offer = serde_json::from_value(offer).context("the receiver's verbs offer is malformed")?;
         let names = ctx.device.rails();
         check_rails(names.len(), offer.rails.len())?;
@@ -380,10 +439,22 @@ impl VerbsSource {
                 Vec::new()
             },
             reg_ms: offer.reg_ms,
+            reg_gbps: reg_gbps(offer.rails.iter().flat_map(|r| &r.pieces).map(|p| p.len).sum(), offer.reg_ms),
             reg_method: offer.reg_method,
             mr_pieces: offer.rails[0].pieces.len(),
         };
-        Ok(VerbsSource { rails, cfg: v.clone(), rep: 0, stall_timeout: ctx.timeouts.io, receiver })
+        let max_inline_data = rails[0].set.max_inline_data().ok();
+        Ok(VerbsSource {
+            rails,
+            cfg: v.clone(),
+            rep: 0,
+            stall_timeout: ctx.timeouts.io,
+            receiver,
+            buf_len: buf.len() as u64,
+            connect_started,
+            connect_ms: None,
+            max_inline_data,
+        })
     }
 }
 
@@ -393,9 +464,16 @@ impl Source for VerbsSource {
             .expect("answer serializes")
     }
 
+    /// Called once the receiver's queue pairs are ready: the connection's setup ends here.
+    fn prepare(&mut self, _mem: &Buffer) -> Result<()> {
+        self.connect_ms = Some(self.setup_ms());
+        Ok(())
+    }
+
     fn describe(&self) -> TransportDetail {
         let first = &self.rails[0];
         let striped = self.rails.len() > 1;
+        let reg_ms: f64 = self.rails.iter().map(|r| r.first_reg.0).sum();
         TransportDetail::of(&VerbsDetail {
             sender: VerbsSenderDetail {
                 port: first.set.port.clone(),
@@ -403,8 +481,17 @@ impl Source for VerbsSource {
                 qps: self.cfg.qps,
                 max_sge: first.max_sge,
                 mr_chunk: first.chunk,
-                reg_ms: self.rails.iter().map(|r| r.first_reg.0).sum(),
+                reg_ms,
+                reg_gbps: reg_gbps(self.buf_len * self.rails.len() as u64, reg_ms),
                 reg_method: first.first_reg.1,
+                connect_ms: self.connect_ms.unwrap_or_else(|| self.setup_ms()),
+                relaxed_ordering: self.cfg.relaxed_ordering,
+                odp: self.cfg.odp,
+                tclass: first.set.service.tclass,
+                sl: first.set.service.sl,
+                max_inline_data: self.max_inline_data,
+                max_rd_atomic: RD_ATOMIC,
+                max_dest_rd_atomic: RD_ATOMIC,
             },
             receiver: self.receiver.clone(),
         })
@@ -416,7 +503,8 @@ impl Source for VerbsSource {
         if let [rail] = &mut self.rails[..] {
             let t = rail.transfer(mem, writes, &run, hooks)?;
             let work_requests = (t.work_requests != writes.len()).then_some(t.work_requests as u64);
-            let extras = RepExtras { reg_ms: t.reg_ms, work_requests, rails: None };
+            let reg_gbps = t.reg_ms.map(|ms| reg_gbps(t.reg_bytes, ms));
+            let extras = RepExtras { reg_ms: t.reg_ms, reg_gbps, work_requests, rails: None };
             return Ok(TransferTimes::new(t.first_post, t.last).with_extras(&extras));
         }
         rails::striped(&mut self.rails, mem, writes, &run, hooks)

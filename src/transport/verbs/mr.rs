@@ -39,6 +39,8 @@ named_enum! {
         Dmabuf = "ibv_reg_dmabuf_mr (dma-buf)",
         // GPUDirect RDMA through nvidia-peermem resolving the device pointer.
         PeerMem = "ibv_reg_mr on the device pointer (nvidia-peermem)",
+        // --odp: on-demand paging, every page faulted in by ibv_advise_mr before the first rep.
+        OnDemand = "ibv_reg_mr (on-demand paging, prefetched)",
     }
 }
 
@@ -50,6 +52,39 @@ pub struct Registration {
     pub pieces: Vec<Piece>,
     pub method: RegMethod,
     pub reg_ms: f64,
+}
+
+/// How a registration lets the NIC at it: remote writes (the receiver's region), relaxed PCIe ordering, on-demand
+/// paging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub remote_write: bool,
+    /// IBV_ACCESS_RELAXED_ORDERING: in the optional range of access flags (from IBV_ACCESS_OPTIONAL_FIRST, 1 << 20),
+    /// so a device without relaxed ordering registers as if it were absent.
+    pub relaxed_ordering: bool,
+    /// IBV_ACCESS_ON_DEMAND: pages are faulted in by the NIC (prefetched once after registering).
+    pub odp: bool,
+}
+
+impl Access {
+    /// What `cfg` asks for a region that peers write into (`remote_write`) or not.
+    pub fn of(cfg: &super::VerbsConfig, remote_write: bool) -> Access {
+        Access { remote_write, relaxed_ordering: cfg.relaxed_ordering, odp: cfg.odp }
+    }
+
+    pub fn flags(self) -> AccessFlags {
+        let mut f = AccessFlags::LocalWrite;
+        if self.remote_write {
+            f |= AccessFlags::RemoteWrite;
+        }
+        if self.relaxed_ordering {
+            f |= AccessFlags::RelaxedOrdering;
+        }
+        if self.odp {
+            f |= AccessFlags::OnDemand;
+        }
+        f
+    }
 }
 
 /// The piece size for this device: the device's max_mr_size capped at 2 GiB by default; a size the user asks for
@@ -70,7 +105,7 @@ pub fn register(
     buf: &Buffer,
     len: u64,
     chunk: u64,
-    remote_write: bool,
+    access: Access,
 ) -> Result<Registration> {
     if len > buf.len() as u64 || chunk == 0 {
         anyhow::bail!(
@@ -80,8 +115,13 @@ pub fn register(
             format_size(chunk)
         );
     }
-    let access =
-        if remote_write { AccessFlags::LocalWrite | AccessFlags::RemoteWrite } else { AccessFlags::LocalWrite };
+    if access.odp && matches!(buf, Buffer::Gpu(_)) {
+        crate::bail_usage!(
+            "--odp pages host memory on demand; this end's buffer is GPU memory: drop --odp or use host memory"
+        );
+    }
+    let remote_write = access.remote_write;
+    let flags = access.flags();
     let t = Instant::now();
     let mut mrs = Vec::new();
     let mut pieces = Vec::new();
@@ -89,7 +129,7 @@ pub fn register(
     let mut offset = 0u64;
     while offset < len {
         let n = chunk.min(len - offset);
-        let (mr, m) = register_piece(pd, buf, offset, n, access)?;
+        let (mr, m) = register_piece(pd, buf, offset, n, flags)?;
         method = m;
         pieces.push(Piece {
             offset,
@@ -100,8 +140,45 @@ pub fn register(
         mrs.push(mr);
         offset += n;
     }
+    if access.odp {
+        prefetch(pd, &mrs, remote_write)?;
+        method = RegMethod::OnDemand;
+    }
     let reg_ms = t.elapsed().as_secs_f64() * 1e3;
     Ok(Registration { _mrs: mrs, _memory: buf.hold(), pieces, method, reg_ms })
+}
+
+/// Fault every page of the on-demand regions in now (ibv_advise_mr, flushed: it returns once they are mapped), so
+/// the first rep does not pay for page faults the NIC takes; the time counts as registration.
+fn prefetch(pd: &Arc<ProtectionDomain>, mrs: &[Arc<MemoryRegion>], writable: bool) -> Result<()> {
+    use rdma_mummy_sys::{ib_uverbs_advise_mr_advice as advice, ibv_advise_mr, ibv_sge};
+    const IBV_ADVISE_MR_FLAG_FLUSH: u32 = 1;
+    // A scatter entry's length is 32 bits: cut each region into entries of at most 1 GiB.
+    const MAX_SGE_LEN: u64 = 1 << 30;
+    let mut sges = Vec::new();
+    for mr in mrs {
+        let (base, len) = (mr.get_ptr() as u64, mr.region_len() as u64);
+        let mut at = 0;
+        while at < len {
+            let n = MAX_SGE_LEN.min(len - at);
+            sges.push(ibv_sge { addr: base + at, length: n as u32, lkey: mr.lkey() });
+            at += n;
+        }
+    }
+    let how = match writable {
+        true => advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+        false => advice::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH,
+    };
+    for batch in sges.chunks_mut(16) {
+        let (sg_list, n) = (batch.as_mut_ptr(), batch.len() as u32);
+        // SAFETY: the protection domain is alive (`pd` holds it); the entries name registered regions of it by
+        // their lkeys, and the call reads `n` entries from `batch`, which outlives it.
+        let rc = unsafe { ibv_advise_mr(pd.pd().as_ptr(), how, IBV_ADVISE_MR_FLAG_FLUSH, sg_list, n) };
+        if rc != 0 {
+            anyhow::bail!("--odp: ibv_advise_mr prefetch failed: {}", std::io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
 }
 
 fn register_piece(
@@ -154,6 +231,19 @@ fn register_piece(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_flags_follow_the_knobs() {
+        // IBV_ACCESS_RELAXED_ORDERING is IBV_ACCESS_OPTIONAL_FIRST (1 << 20), ON_DEMAND 1 << 6.
+        assert_eq!(AccessFlags::RelaxedOrdering.bits(), 1 << 20);
+        assert_eq!(AccessFlags::OnDemand.bits(), 1 << 6);
+        let cfg = super::super::VerbsConfig::default();
+        let recv = Access::of(&cfg, true);
+        assert_eq!(recv, Access { remote_write: true, relaxed_ordering: true, odp: false });
+        assert_eq!(recv.flags().bits(), 1 | 2 | 1 << 20, "local + remote write + relaxed ordering by default");
+        let send = Access::of(&super::super::VerbsConfig { relaxed_ordering: false, odp: true, ..cfg }, false);
+        assert_eq!(send.flags().bits(), 1 | 1 << 6, "--no-relaxed-ordering --odp on the sender");
+    }
 
     #[test]
     fn chunk_defaults_to_max_mr_size_capped_at_2gib() {

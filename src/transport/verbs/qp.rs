@@ -10,7 +10,9 @@ use sideway::ibverbs::address::AddressHandleAttribute;
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, GenericCompletionQueue};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{GenericQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
+use sideway::ibverbs::queue_pair::{
+    GenericQueuePair, QueuePair, QueuePairAttribute, QueuePairAttributeMask, QueuePairState,
+};
 use sideway::ibverbs::AccessFlags;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -30,6 +32,18 @@ pub struct Endpoint {
     pub mtu: u32,
 }
 
+/// The class of service in the queue pairs' address vector: the GRH traffic class (`--tclass`: DSCP and ECN on
+/// RoCE v2) and the service level (`--sl`), as perftest's `--tclass` and `-S` set them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Service {
+    pub tclass: u8,
+    pub sl: u8,
+}
+
+/// RDMA READs each queue pair has outstanding (max_rd_atomic) or answers (max_dest_rd_atomic): WRITEs need none
+/// but the verbs attributes take at least one.
+pub const RD_ATOMIC: u8 = 1;
+
 pub struct QpSet {
     // Field order is drop order: queue pairs before the CQ and PD they use.
     pub qps: Vec<GenericQueuePair>,
@@ -38,6 +52,8 @@ pub struct QpSet {
     pub pd: Arc<ProtectionDomain>,
     psns: Vec<u32>,
     pub port: PortInfo,
+    /// Set in the address vector at INIT → RTR (default: 0 and 0).
+    pub service: Service,
     _ctx: Arc<DeviceContext>,
 }
 
@@ -84,7 +100,7 @@ impl QpSet {
             qps.push(qp);
         }
         let psns = (0..n).map(|_| random_psn()).collect::<Result<_>>()?;
-        Ok(QpSet { qps, cq, channel, pd, psns, port: port.clone(), _ctx: ctx.clone() })
+        Ok(QpSet { qps, cq, channel, pd, psns, port: port.clone(), service: Service::default(), _ctx: ctx.clone() })
     }
 
     pub fn endpoints(&self) -> Vec<Endpoint> {
@@ -126,20 +142,20 @@ impl QpSet {
                 self.qps.len()
             );
         }
-        let port = &self.port;
+        let (port, service) = (&self.port, self.service);
         for (i, (qp, r)) in self.qps.iter_mut().zip(remote).enumerate() {
             let mut ah = AddressHandleAttribute::new();
-            ah.setup_port(port.port).setup_dest_lid(r.lid).setup_service_level(0);
+            ah.setup_port(port.port).setup_dest_lid(r.lid).setup_service_level(service.sl);
             // RoCE has no LIDs: the global route header (peer GID + our GID index) is mandatory there.
             if port.is_ethernet() {
-                ah.setup_grh(&gid_from(r.gid), 0, port.gid_index as u8, 64, 0);
+                ah.setup_grh(&gid_from(r.gid), 0, port.gid_index as u8, 64, service.tclass);
             }
             let mut a = QueuePairAttribute::new();
             a.setup_state(QueuePairState::ReadyToReceive)
                 .setup_path_mtu(Mtu::from(port.active_mtu_enum.min(r.mtu)))
                 .setup_dest_qp_num(r.qpn)
                 .setup_rq_psn(r.psn)
-                .setup_max_dest_read_atomic(1)
+                .setup_max_dest_read_atomic(RD_ATOMIC)
                 .setup_min_rnr_timer(12)
                 .setup_address_vector(&ah);
             qp.modify(&a).with_context(|| format!("queue pair {i}: INIT → RTR (peer qpn {:#x})", r.qpn))?;
@@ -149,10 +165,17 @@ impl QpSet {
                 .setup_timeout(ack_timeout)
                 .setup_retry_cnt(RETRY_COUNT)
                 .setup_rnr_retry(7)
-                .setup_max_read_atomic(1);
+                .setup_max_read_atomic(RD_ATOMIC);
             qp.modify(&a).with_context(|| format!("queue pair {i}: RTR → RTS"))?;
         }
         Ok(())
+    }
+
+    /// Bytes a send may carry inline, as the provider sized the queue pairs (ibv_query_qp's cap.max_inline_data).
+    pub fn max_inline_data(&self) -> Result<u32> {
+        let qp = self.qps.first().context("a set has at least one queue pair")?;
+        let (_, init) = qp.query(QueuePairAttributeMask::Capabilities).context("ibv_query_qp")?;
+        Ok(init.max_inline_data())
     }
 
     pub fn raw_qp(&self, i: usize) -> NonNull<rdma_mummy_sys::ibv_qp> {

@@ -33,6 +33,8 @@ pub(super) struct RailTimes {
     pub first_post: Instant,
     pub last: Instant,
     pub reg_ms: Option<f64>,
+    /// The bytes registered inside the rep (`--reg-per-rep`).
+    pub reg_bytes: u64,
     pub work_requests: usize,
 }
 
@@ -67,9 +69,10 @@ impl SendRail {
         remote: &RailOffer,
     ) -> Result<SendRail> {
         let (mut set, max_sge) = open_set(v, ctx, name, v.inflight, want_sge, 1, v.cq_mode)?;
+        super::check_odp(v, &set.port)?;
         let chunk = mr::chunk_size(v.mr_chunk, set.port.max_mr_size);
         // Registered once here; with --reg-per-rep again inside every rep (this first one is then the "cold" one).
-        let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, false)?;
+        let reg = mr::register(&set.pd, buf, buf.len() as u64, chunk, mr::Access::of(v, false))?;
         let first_reg = (reg.reg_ms, reg.method);
         set.init(false)?;
         set.connect(&remote.endpoints, v.ack_timeout)?;
@@ -97,13 +100,15 @@ impl SendRail {
         hooks: &mut TransferHooks,
     ) -> Result<RailTimes> {
         let started = Instant::now();
+        let mut reg_bytes = 0;
         let (reg, reg_ms) = match self.reg.take() {
             Some(r) => (r, None),
             None => {
                 // --reg-per-rep: register what this rep sends, as an on-demand connector would, inside the timing.
                 let len = writes.iter().map(|w| w.local_offset + w.len).max().unwrap_or(0);
-                let r = mr::register(&self.set.pd, mem, len, self.chunk, false)?;
+                let r = mr::register(&self.set.pd, mem, len, self.chunk, mr::Access::of(run.cfg, false))?;
                 let ms = r.reg_ms;
+                reg_bytes = len;
                 (r, Some(ms))
             }
         };
@@ -118,7 +123,7 @@ impl SendRail {
         }
         let (first_post, last) = outcome?;
         let first_post = if reg_ms.is_some() { started } else { first_post };
-        Ok(RailTimes { first_post, last, reg_ms, work_requests: self.reqs.len() })
+        Ok(RailTimes { first_post, last, reg_ms, reg_bytes, work_requests: self.reqs.len() })
     }
 }
 
@@ -184,7 +189,7 @@ pub(super) fn striped(
     // The first failure in the order they happened: the others are usually the stop it caused.
     let mut rail_reps = vec![None; n];
     let (mut first_post, mut last): (Option<Instant>, Option<Instant>) = (None, None);
-    let (mut reg_ms, mut work_requests) = (None::<f64>, 0usize);
+    let (mut reg_ms, mut reg_bytes, mut work_requests) = (None::<f64>, 0u64, 0usize);
     for (k, times, done) in outcomes {
         let t = times.map_err(|e| e.context(format!("rail {k} ({})", rails[k].set.port.device)))?;
         for (j, posted, completed) in done {
@@ -202,6 +207,7 @@ pub(super) fn striped(
         last = Some(last.map_or(t.last, |l| l.max(t.last)));
         // Rails register side by side: the rep waited for the slowest.
         reg_ms = t.reg_ms.map(|r| reg_ms.map_or(r, |m| m.max(r))).or(reg_ms);
+        reg_bytes += t.reg_bytes;
         work_requests += t.work_requests;
     }
     let rails: Vec<RailRep> = rail_reps
@@ -210,7 +216,8 @@ pub(super) fn striped(
         .ok_or_else(|| anyhow!("a rail's thread ended without a result"))?;
     let (first_post, last) = (first_post.expect("n >= 2 rails ran"), last.expect("n >= 2 rails ran"));
     let work_requests = (work_requests != writes.len()).then_some(work_requests as u64);
-    let extras = RepExtras { reg_ms, work_requests, rails: Some(rails) };
+    let reg_gbps = reg_ms.map(|ms| super::reg_gbps(reg_bytes, ms));
+    let extras = RepExtras { reg_ms, reg_gbps, work_requests, rails: Some(rails) };
     Ok(TransferTimes::new(first_post, last).with_extras(&extras))
 }
 
