@@ -68,6 +68,9 @@ pub struct SweepArgs {
     pub run: RunArgs,
     #[command(flatten)]
     #[serde(skip)]
+    pub pace: super::PaceArgs,
+    #[command(flatten)]
+    #[serde(skip)]
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
     /// existing file

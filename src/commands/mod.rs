@@ -9,6 +9,7 @@ pub mod common;
 pub mod devices;
 pub mod doctor;
 pub mod loopback;
+pub mod pace;
 pub mod predict;
 pub mod report;
 pub mod resume;

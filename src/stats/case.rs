@@ -57,6 +57,12 @@ pub struct CaseResult {
     /// For a bimodal or spread case: the counters that separate its slow reps from its fast ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<super::attribution::Attribution>,
+    /// A case measured for a time (`--duration`): how, for how long, and the reps it did not keep one by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<crate::run::pace::DurationRecord>,
+    /// With `--interval`: what each interval of the case moved, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Vec<crate::run::pace::IntervalRow>>,
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
@@ -157,7 +163,8 @@ impl CaseResult {
             counters: super::attribution::means(&rec.reps),
             cpu_s_per_gib: super::attribution::cpu_s_per_gib(&rec.reps, rec.case.size_bytes),
             attribution: None,
-
+            duration: rec.paced.as_ref().map(|p| p.record()),
+            intervals: rec.paced.as_ref().filter(|p| !p.intervals.is_empty()).map(|p| p.intervals.clone()),
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
             bimodal: Bimodality::default(),

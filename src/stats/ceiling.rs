@@ -240,6 +240,8 @@ mod tests {
             block_size: 1 << 20,
             block_clamped: false,
             writes: 1,
+            duration: None,
+            intervals: None,
             reps: vec![],
             warmup_reps: vec![],
             bimodal: Default::default(),
