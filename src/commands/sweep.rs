@@ -17,7 +17,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
             .into_iter()
             .find_map(|(f, v)| v.as_ref().map(|_| f))
         {
-            crate::bail_usage!("{flag} with a sweep file: a sweep file's cases run their reps; drop {flag}");
+            crate::bail_usage!("{flag}: with a sweep file, each case runs the reps the file sets; drop {flag}");
         }
         return super::sweep_file::run(a, &file);
     }
