@@ -386,13 +386,17 @@ fn every_parameter_flag_with_a_sweep_file_is_refused_by_its_own_name() {
 // ------------------------------------------------------------------------------------------------ duration
 
 /// `--duration 2s --interval 500ms`: the case records its intervals, whose reps add up to the case's, in order of
-/// time and moving bytes, and the file still matches the schema.
+/// time and moving bytes, the file still matches the schema, and `--fig` draws them over time.
 #[test]
 fn a_paced_sweep_records_its_intervals() {
     let t = TempDir::new("paced-sweep");
-    let json = t.arg("r.json");
-    let out = run(&["sweep", "--sizes", "1MiB", "--duration", "2s", "--interval", "500ms", "--json", &json]);
+    let (json, figs) = (t.arg("r.json"), t.arg("figs"));
+    let out =
+        run(&["sweep", "--sizes", "1MiB", "--duration", "2s", "--interval", "500ms", "--json", &json, "--fig", &figs]);
     out.expect_code(0);
+    for ext in ["png", "svg"] {
+        assert!(t.join(&format!("figs/bandwidth-over-time.{ext}")).is_file(), "{}", out.stderr);
+    }
     assert!(out.stdout.lines().any(|l| l.starts_with("interval ")), "{}", out.stdout);
     let r = read_json(&t.join("r.json"));
     assert_matches_schema("a paced sweep's results", &r);
