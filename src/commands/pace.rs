@@ -1,7 +1,7 @@
 //! `--duration` and `--interval` checked into the sender's [`Pacing`], and how a paced run ends.
 
-use crate::cli::{parse_duration, PaceArgs};
 use crate::bail_usage;
+use crate::cli::{parse_duration, PaceArgs};
 use crate::run::pace::{Length, Pacing};
 use anyhow::Result;
 

@@ -239,3 +239,41 @@ fn sum(into: &mut Deltas, more: &Deltas) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(ms: f64) -> RepRecord {
+        let text = format!(
+            r#"{{"i":0,"transfer_ms":{ms},"gbps":{},"setup_ms":0.1,"notify_ms":0.2,"total_ms":{ms},"counters":{{"sender process":{{"cpu_us":5}}}}}}"#,
+            1.0 / ms
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn an_interval_sums_its_counters_and_folded_reps_keep_their_quantiles() {
+        let mut p = Paced::new(Pacing { length: Length::For(Duration::from_secs(60)), interval: None });
+        assert!(!p.is_done(), "not done before its first measured rep");
+        p.rep_starts();
+        for ms in [1.0, 2.0, 3.0] {
+            assert!(p.add(&rep(ms), 1_000_000).is_none(), "no interval closes within 5 s");
+            p.fold(&rep(ms));
+        }
+        let (row, recorded) = p.finish().unwrap();
+        assert!(!recorded && p.intervals.is_empty(), "without --interval rows are progress only");
+        assert_eq!((row.reps, row.p50_ms), (3, 2.0));
+        assert_eq!(row.counters.unwrap()["sender process"]["cpu_us"], 15);
+        assert!(p.finish().is_none(), "an empty interval is no row");
+        let folded = p.record().folded.unwrap();
+        assert_eq!((folded.reps, folded.p50_ms), (3, 2.0));
+        assert!((folded.max_ms - 3.0).abs() <= 3.0e-3, "3 significant digits: {}", folded.max_ms);
+    }
+
+    #[test]
+    fn quantiles_interpolate_between_ranks() {
+        assert_eq!(quantile(&[1.0], 0.99), 1.0);
+        assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.5);
+    }
+}
