@@ -5,25 +5,28 @@
 /// The nominal coverage of the median's interval.
 pub const LEVEL: f64 = 0.95;
 
-/// P(Bin(n, ½) < j).
-fn binom_half_below(n: usize, j: usize) -> f64 {
-    let mut c = 1.0f64; // C(n, 0)
-    let mut sum = 0.0;
-    for i in 0..j.min(n + 1) {
+/// P(Bin(n, ½) = i) for i = 0, 1, …, n, each from its logarithm: C(n, i) and 2^n overflow an f64 past n ≈ 1,000
+/// (a run paced by time measures thousands of reps), and their quotient would be NaN.
+fn binom_half_pmf(n: usize) -> impl Iterator<Item = f64> {
+    let ln_half_n = -(n as f64) * std::f64::consts::LN_2;
+    (0..=n).scan(0.0f64, move |ln_c, i| {
         if i > 0 {
-            c = c * (n + 1 - i) as f64 / i as f64;
+            *ln_c += ((n + 1 - i) as f64 / i as f64).ln();
         }
-        sum += c;
-    }
-    sum / 2f64.powi(n as i32)
+        Some((*ln_c + ln_half_n).exp())
+    })
 }
 
 /// The 1-based ranks (j, n+1-j) of the interval and its exact coverage, for n ≥ 1 reps.
 pub fn median_ranks(n: usize) -> (usize, usize, f64) {
     assert!(n > 0, "an interval needs at least one rep");
-    let mut best = (1, n, 1.0 - 2.0 * binom_half_below(n, 1));
+    let mut pmf = binom_half_pmf(n);
+    // P(Bin(n, ½) < j), kept as j grows.
+    let mut below = pmf.next().expect("n ≥ 1 has P(X = 0)");
+    let mut best = (1, n, 1.0 - 2.0 * below);
     for j in 2..=n.div_ceil(2) {
-        let coverage = 1.0 - 2.0 * binom_half_below(n, j);
+        below += pmf.next().expect("j ≤ n");
+        let coverage = 1.0 - 2.0 * below;
         if coverage < LEVEL {
             break;
         }

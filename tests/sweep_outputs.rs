@@ -393,6 +393,35 @@ fn every_parameter_flag_with_a_sweep_file_is_refused_by_its_own_name() {
     assert!(out.stdout.contains("sweep smoke: 6 cases"), "{}", out.stdout);
 }
 
+// ------------------------------------------------------------------------------------------------ duration
+
+/// `--duration 2s --interval 500ms`: the case records its intervals, whose reps add up to the case's, in order of
+/// time and moving bytes, the file still matches the schema, and `--fig` draws them over time.
+#[test]
+fn a_paced_sweep_records_its_intervals() {
+    let t = TempDir::new("paced-sweep");
+    let (json, figs) = (t.arg("r.json"), t.arg("figs"));
+    let out =
+        run(&["sweep", "--sizes", "1MiB", "--duration", "2s", "--interval", "500ms", "--json", &json, "--fig", &figs]);
+    out.expect_code(0);
+    for ext in ["png", "svg"] {
+        assert!(t.join(&format!("figs/bandwidth-over-time.{ext}")).is_file(), "{}", out.stderr);
+    }
+    assert!(out.stdout.lines().any(|l| l.starts_with("interval ")), "{}", out.stdout);
+    let r = read_json(&t.join("r.json"));
+    assert_matches_schema("a paced sweep's results", &r);
+    let case = &r["cases"][0];
+    let intervals = case["intervals"].as_array().unwrap_or_else(|| panic!("no intervals: {case}"));
+    assert!(intervals.len() >= 3, "{intervals:?}");
+    let reps: u64 = intervals.iter().map(|i| i["reps"].as_u64().unwrap()).sum();
+    assert_eq!(reps, case["n"].as_u64().unwrap());
+    let t_s: Vec<f64> = intervals.iter().map(|i| num(i, "t_s")).collect();
+    assert!(t_s.windows(2).all(|w| w[0] < w[1]), "{t_s:?}");
+    assert!(intervals.iter().all(|i| num(i, "gbps") > 0.0 && num(i, "p99_ms") >= num(i, "p50_ms")), "{intervals:?}");
+    assert_eq!((num(&case["duration"], "s"), num(&case["duration"], "interval_s")), (2.0, 0.5));
+    assert!(num(&case["duration"], "measured_s") >= 2.0, "{}", case["duration"]);
+}
+
 // ------------------------------------------------------------------------------------------------- predict
 
 /// `predict --tokens` without a model takes the bytes/token from the results file, and says so; given on the

@@ -17,11 +17,13 @@ use std::time::Duration;
 
 mod latency;
 mod output;
+mod pace;
 mod params;
 pub mod sweep;
 pub mod values;
 pub use latency::LatencyArgs;
 pub use output::{FigArgs, OutputArgs};
+pub use pace::PaceArgs;
 pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
 pub use sweep::SweepArgs;
 use values::named;
@@ -49,6 +51,12 @@ impl Cli {
     ) -> Result<Cli, clap::Error> {
         let matches = Cli::command().try_get_matches_from(args)?;
         let mut cli = Cli::from_arg_matches(&matches)?;
+        let reps_given = |m: &clap::ArgMatches| m.value_source("reps") == Some(ValueSource::CommandLine);
+        match (&mut cli.command, matches.subcommand()) {
+            (Command::Sweep(a), Some(("sweep", m))) => a.pace.reps_given = reps_given(m),
+            (Command::Send(a), Some(("send", m))) => a.pace.reps_given = reps_given(m),
+            _ => {}
+        }
         if let (Command::Sweep(a), Some(("sweep", m))) = (&mut cli.command, matches.subcommand()) {
             a.explicit = m
                 .ids()
@@ -270,6 +278,8 @@ pub struct SendArgs {
     pub sizes: SizeArgs,
     #[command(flatten)]
     pub run: RunArgs,
+    #[command(flatten)]
+    pub pace: PaceArgs,
     #[command(flatten)]
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an

@@ -68,6 +68,9 @@ pub struct SweepArgs {
     pub run: RunArgs,
     #[command(flatten)]
     #[serde(skip)]
+    pub pace: super::PaceArgs,
+    #[command(flatten)]
+    #[serde(skip)]
     pub out: OutputArgs,
     /// Where the results file goes when --json does not name one: a new <timestamp>-<suffix>.json, never an
     /// existing file
@@ -101,6 +104,9 @@ const FILE_FLAGS: &[&str] = &[
 
 /// Flags a sweep file sets as run keys (one value for the whole sweep), not per case.
 const RUN_FLAGS: &[&str] = &["reps", "warmup", "label"];
+
+/// Flags of a run from flags only, which a sweep file has no key for (`commands::sweep` refuses them with one).
+const FLAGS_ONLY: &[&str] = &["duration", "interval"];
 
 /// Flags a sweep file names otherwise, as their fields' `#[serde(rename(deserialize))]` does: a file's `seed` is its
 /// shuffle's, so `--seed` is `pattern_seed` there.
@@ -156,7 +162,11 @@ pub fn file_keys() -> ParamKeys {
     let cmd = sweep_command();
     for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
         let id = arg.get_id().as_str();
-        if FILE_FLAGS.contains(&id) || RUN_FLAGS.contains(&id) || matches!(arg.get_action(), ArgAction::Help) {
+        if FILE_FLAGS.contains(&id)
+            || RUN_FLAGS.contains(&id)
+            || FLAGS_ONLY.contains(&id)
+            || matches!(arg.get_action(), ArgAction::Help)
+        {
             continue;
         }
         let key = FILE_NAMES.iter().find(|(i, _)| *i == id).map_or(id, |(_, k)| k).to_string();

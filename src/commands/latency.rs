@@ -204,6 +204,7 @@ fn case_result(cfg: &RunConfig, s: &LatencySamples) -> CaseResult {
         reps,
         warmups: Vec::new(),
         block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is a valid precision"),
+        paced: None,
     };
     let mut result = CaseResult::from_record(&rec, false);
     let latency = Json::of(&LatencyUs::of(&s.half_rtt_ns)).expect("plain numbers serialize");

@@ -10,6 +10,7 @@ pub mod devices;
 pub mod doctor;
 pub mod latency;
 pub mod loopback;
+pub mod pace;
 pub mod predict;
 pub mod report;
 pub mod resume;

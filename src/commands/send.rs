@@ -30,6 +30,8 @@ pub struct SendJob<'a> {
     pub previous: Option<Results>,
     /// Whether running this command again with `--resume` continues the run (said when it is interrupted).
     pub resumable: bool,
+    /// `--duration`: each case measures for a time rather than `--reps` reps.
+    pub pacing: Option<crate::run::pace::Pacing>,
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
@@ -41,6 +43,7 @@ pub fn run(a: SendArgs) -> Result<()> {
 fn send(a: &SendArgs, out: &Outputs) -> Result<()> {
     let src = a.mem;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
+    let pacing = super::pace::pacing(&a.pace, cfg.cases.len())?;
     let device = common::device_choice(&a.device)?;
     common::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
     drive(SendJob {
@@ -56,8 +59,10 @@ fn send(a: &SendArgs, out: &Outputs) -> Result<()> {
         device,
         previous: None,
         resumable: false,
-    })
-    .map(|_| ())
+        pacing,
+    })?;
+    super::pace::exit_if_stopped();
+    Ok(())
 }
 
 /// Connect to a receiver, handshake and establish a session: buffers allocated, transport connected. Returns the
@@ -114,8 +119,9 @@ pub fn drive(job: SendJob) -> Result<Results> {
     Recorder::check_outputs(job.out)?;
     // A sweep's receiver is a thread of this process, unless its transport needs a process of its own.
     let shares_process = job.role == Role::Sweep && !registry::get(job.cfg.transport.kind()).receiver_in_own_process();
-    let (session, receiver_host) =
+    let (mut session, receiver_host) =
         connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process)?;
+    session.set_pacing(job.pacing);
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
     let detail = session.transport_detail.to_json();
     let mut config = results_config(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);

@@ -13,6 +13,12 @@ use anyhow::Result;
 
 pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
+        if let Some(flag) = [("--duration", &a.pace.duration), ("--interval", &a.pace.interval)]
+            .into_iter()
+            .find_map(|(f, v)| v.as_ref().map(|_| f))
+        {
+            crate::bail_usage!("{flag}: with a sweep file, each case runs the reps the file sets; drop {flag}");
+        }
         return super::sweep_file::run(a, &file);
     }
     if a.plan {
@@ -29,6 +35,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
 fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
     let (src, dst) = (a.src, a.dst);
     let Configured { mut cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
+    let pacing = super::pace::pacing(&a.pace, cfg.cases.len())?;
     let previous = a.resume.as_deref().map(|p| super::resume::continue_sweep(p, &mut cfg)).transpose()?;
     Recorder::check_outputs(out)?;
 
@@ -64,12 +71,16 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
         device,
         previous,
         resumable: true,
+        pacing,
     });
     // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
     // error already says what went wrong on either side; the receiver's own copy would only repeat it.
     let receiver_outcome = receiver.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the receiver thread panicked")));
     match (outcome, receiver_outcome) {
-        (Ok(_), Ok(())) => Ok(()),
+        (Ok(_), Ok(())) => {
+            super::pace::exit_if_stopped();
+            Ok(())
+        }
         (Ok(_), Err(r)) => Err(r.context("the receiver failed after the run")),
         (Err(e), _) => Err(e),
     }

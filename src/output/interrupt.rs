@@ -5,7 +5,7 @@
 //! case that was being measured, the command that resumes), writes every output once more, prints one line and
 //! exits 130, the shell's 128 + SIGINT, without waiting for a transfer in flight. A second signal exits at once.
 //! Signals the process was started with ignored (SIGHUP under `nohup`, SIGINT for a background job of a script)
-//! stay ignored.
+//! stay ignored. A run of `--duration inf` takes the first signal as its end instead (see `run::pace`).
 
 use crate::export::json::{Interruption, Results};
 use crate::export::ExportManager;
@@ -54,6 +54,12 @@ pub fn install() -> Result<()> {
     let mut incoming = signal_hook::iterator::Signals::new(&signals)?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         if let Some(sig) = incoming.forever().next() {
+            // An infinite run (`--duration inf`) ends here as intended: it finishes the rep in flight, records the
+            // case and its files as complete, and exits 130 itself.
+            if crate::run::pace::take_signal(signal_name(sig)) {
+                crate::errln!("{}: stopping after the rep in flight (again to exit at once)", signal_name(sig));
+                return;
+            }
             stop(sig);
         }
     })?;

@@ -7,6 +7,7 @@ use crate::export::outputs::{Figures, Outputs};
 use crate::export::{self, events::EventsFile, json::Results, ExportManager};
 use crate::plan::paged::Layout;
 use crate::plan::{sizes::format_size, RunConfig};
+use crate::run::pace::IntervalRow;
 use crate::run::{CaseRecord, RepRecord, RunSink};
 use crate::stats::CaseResult;
 use crate::transport::registry::NOTES;
@@ -233,6 +234,10 @@ impl RunSink for Recorder {
         interrupt::measuring(Some(format!("{}: {kind} rep {} done", format_size(case.case.size_bytes), rep.i + 1)));
     }
 
+    fn interval(&mut self, case: &CaseRecord, row: &IntervalRow, recorded: bool) {
+        self.progress.println(&interval_line(case.case.size_bytes, row, recorded));
+    }
+
     fn case_done(&mut self, case: &CaseRecord) -> Result<()> {
         self.events_failed()?;
         interrupt::measuring(None);
@@ -245,4 +250,19 @@ impl RunSink for Recorder {
         self.progress.println(&row);
         saved
     }
+}
+
+/// One line per interval of a paced case (`interval`, recorded with `--interval`; `progress` without it).
+fn interval_line(size: u64, row: &IntervalRow, recorded: bool) -> String {
+    format!(
+        "{} {:>9}  t={:.1} s  {} reps  {:.2} GB/s (rep p50 {:.2})  p50 {:.3} ms  p99 {:.3} ms",
+        if recorded { "interval" } else { "progress" },
+        format_size(size),
+        row.t_s,
+        row.reps,
+        row.gbps,
+        row.gbps_p50,
+        row.p50_ms,
+        row.p99_ms
+    )
 }

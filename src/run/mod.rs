@@ -1,6 +1,7 @@
 //! Running a plan: the sender drives reps over the control channel, the receiver answers, both record stage times.
 
 pub mod latency;
+pub mod pace;
 pub mod prepare;
 pub mod receiver;
 pub mod sender;
@@ -107,6 +108,8 @@ pub struct CaseRecord {
     pub warmups: Vec<RepRecord>,
     /// Per-block completion latency (µs from the start of the transfer's posting), measured reps only.
     pub block_latency_us: hdrhistogram::Histogram<u64>,
+    /// A case measured for a time (`--duration`): its intervals and what it folded.
+    pub paced: Option<pace::Paced>,
 }
 
 impl CaseRecord {
@@ -121,6 +124,8 @@ impl CaseRecord {
 pub trait RunSink {
     fn rep_done(&mut self, case: &CaseRecord, rep: &RepRecord, warmup: bool);
     fn case_done(&mut self, case: &CaseRecord) -> anyhow::Result<()>;
+    /// A paced case closed an interval: `recorded` with `--interval`, else a progress row only.
+    fn interval(&mut self, _case: &CaseRecord, _row: &pace::IntervalRow, _recorded: bool) {}
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The sender role: it drives the run. For each size it runs the warm-up and measured reps, each rep being
 //! RepStart → RepReady (setup) → transfer → RepDone (the receiver's view), and hands every record to the sink.
 
+use super::pace::{Paced, Pacing, KEPT_REPS};
 use super::{CaseRecord, RepRecord, RunSink, StageTimes};
 use crate::control::{ControlChannel, Msg};
 use crate::mem::{Buffer, MemKind};
@@ -26,9 +27,19 @@ pub struct CaseRun {
 }
 
 impl CaseRun {
-    /// Every measured rep is done.
+    /// Every measured rep is done (a paced case: its time is up, or its infinite run was asked to stop).
     pub fn is_done(&self) -> bool {
-        self.measured_left == 0
+        match &self.rec.paced {
+            Some(p) => self.warmups_left == 0 && p.is_done(),
+            None => self.measured_left == 0,
+        }
+    }
+
+    /// A paced case ends: hand the sink its last, partial interval.
+    pub fn finish_pacing(&mut self, sink: &mut dyn RunSink) {
+        if let Some((row, recorded)) = self.rec.paced.as_mut().and_then(|p| p.finish()) {
+            sink.interval(&self.rec, &row, recorded);
+        }
     }
 
     /// Whether the next rep is a warm-up.
@@ -75,6 +86,8 @@ pub struct SenderSession {
     pub numa: NumaSides,
     counters: RepCounters,
     started: Instant,
+    /// `--duration`/`--interval`: each case measures for a time rather than a rep count.
+    pacing: Option<Pacing>,
     /// Test-only: corrupt one byte of each contiguous case's first measured rep (see [`flip_byte_fault`]).
     flip_byte: bool,
 }
@@ -149,7 +162,24 @@ impl SenderSession {
         let transport_detail = source.describe();
         let counters = super::rep_counters(Side::Sender, &cfg, ctx, src);
         let started = Instant::now();
-        Ok(SenderSession { ch, cfg, buf, dst_mem, transport_detail, numa, source, counters, started, flip_byte })
+        Ok(SenderSession {
+            ch,
+            cfg,
+            buf,
+            dst_mem,
+            transport_detail,
+            numa,
+            source,
+            counters,
+            started,
+            pacing: None,
+            flip_byte,
+        })
+    }
+
+    /// Measure each case for a time (`--duration`) instead of `--reps` reps.
+    pub fn set_pacing(&mut self, pacing: Option<Pacing>) {
+        self.pacing = pacing;
     }
 
     /// Run every case in order; stop at the first failure (after handing completed cases to the sink).
@@ -182,6 +212,7 @@ impl SenderSession {
             while !run.is_done() {
                 self.next_rep(&mut run, sink)?;
             }
+            run.finish_pacing(sink);
             sink.case_done(&run.rec)?;
             run.check_verified()?;
         }
@@ -207,6 +238,7 @@ impl SenderSession {
             reps: Vec::new(),
             warmups: Vec::new(),
             block_latency_us: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
+            paced: self.pacing.map(Paced::new),
         };
         let spans = plan.paged.as_ref().filter(|_| self.cfg.knobs.verify).map(|p| p.source_spans());
         let (warmup, measured_left) = (self.cfg.knobs.warmup, self.cfg.knobs.reps.saturating_sub(measured_before));
@@ -222,6 +254,9 @@ impl SenderSession {
             let at = super::prepare::RepAt { case: index, rep, warmup, size_bytes: plan.size_bytes };
             super::prepare::run(cmd, at, self.ch.io_timeout())?;
         }
+        if let (false, Some(p)) = (warmup, run.rec.paced.as_mut()) {
+            p.rep_starts();
+        }
         let mut r = self.run_rep(index, seq, warmup, plan, spans, &mut run.rec)?;
         run.seq += 1;
         // Rep numbers count on from what the case already holds (a resumed case keeps its earlier reps).
@@ -230,13 +265,26 @@ impl SenderSession {
             run.warmups_left -= 1;
         } else {
             r.i = run.rec.reps.len() as u32;
-            run.measured_left -= 1;
+            run.measured_left = run.measured_left.saturating_sub(1);
         }
         sink.rep_done(&run.rec, &r, warmup);
         if warmup {
             run.rec.warmups.push(r);
-        } else {
+            return Ok(());
+        }
+        let size = run.plan.size_bytes;
+        let Some(p) = run.rec.paced.as_mut() else {
             run.rec.reps.push(r);
+            return Ok(());
+        };
+        let closed = p.add(&r, size);
+        if run.rec.reps.len() < KEPT_REPS {
+            run.rec.reps.push(r);
+        } else {
+            p.fold(&r);
+        }
+        if let Some((row, recorded)) = closed {
+            sink.interval(&run.rec, &row, recorded);
         }
         Ok(())
     }

@@ -35,6 +35,12 @@ pub struct CaseResult {
     pub extras: Fields,
     #[serde(flatten)]
     pub host: HostCost,
+    /// A case measured for a time (`--duration`): how, for how long, and the reps it did not keep one by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<crate::run::pace::DurationRecord>,
+    /// With `--interval`: what each interval of the case moved, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Vec<crate::run::pace::IntervalRow>>,
     pub reps: Vec<RepRecord>,
     /// Warm-up reps, kept apart: they never enter the statistics.
     pub warmup_reps: Vec<RepRecord>,
@@ -228,6 +234,8 @@ impl CaseResult {
                 cpu_s_per_gib: super::attribution::cpu_s_per_gib(&rec.reps, rec.case.size_bytes),
                 attribution: None,
             },
+            duration: rec.paced.as_ref().map(|p| p.record()),
+            intervals: rec.paced.as_ref().filter(|p| !p.intervals.is_empty()).map(|p| p.intervals.clone()),
             reps: rec.reps.clone(),
             warmup_reps: rec.warmups.clone(),
             derived: Derived::default(),
@@ -305,6 +313,7 @@ mod tests {
             reps: (0..5).map(|i| rep(i, 1.0 + f64::from(i), 10.0 - f64::from(i), 0)).collect(),
             warmups: vec![rep(0, 9.0, 0.5, 8)],
             block_latency_us,
+            paced: None,
         }
     }
 

@@ -247,6 +247,8 @@ mod tests {
             },
             extras: Default::default(),
             host: HostCost::default(),
+            duration: None,
+            intervals: None,
             reps: vec![],
             warmup_reps: vec![],
             derived: Derived::default(),

@@ -69,6 +69,14 @@ mod tests {
         // Too few reps for 95%: [min, max] and its real coverage.
         assert_eq!(median_ranks(5), (1, 5, 0.9375));
         assert_eq!(median_ranks(1), (1, 1, 0.0));
+        // Thousands of reps (a run paced by time): finite, at least 95%, and about n/2 ± 1.96·√n/2 wide.
+        for n in [1_030, 10_000, 1_000_000] {
+            let (lo, hi, coverage) = median_ranks(n);
+            assert!(coverage.is_finite() && (LEVEL..0.96).contains(&coverage), "n = {n}: {coverage}");
+            let half = 0.98 * (n as f64).sqrt();
+            assert!(((n / 2) as f64 - lo as f64 - half).abs() < 3.0, "n = {n}: lo {lo}");
+            assert_eq!(lo + hi, n + 1);
+        }
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! - `time-vs-size`: p50 transfer time vs size, log-log, with the min–max band;
 //! - `bandwidth-vs-size`: p50 and max GB/s vs size, each run's ceiling, and the user's `--line`s;
 //! - `reps-bandwidth`: every rep's GB/s per size (strip plot), bimodal sizes marked;
+//! - `bandwidth-over-time`, when a run recorded intervals (`--duration … --interval …`): GB/s per interval, a
+//!   series per run and size;
 //! - a cluster run: `cluster-heatmap` (p50 GB/s per link at the largest size), and the three above with one
 //!   series per link (`src→dst`; above 64 links, the 10 slowest).
 //!
@@ -14,6 +16,7 @@ mod axes;
 mod bandwidth;
 mod chart;
 mod heatmap;
+mod intervals;
 mod labels;
 mod raster;
 mod reps;
@@ -111,6 +114,9 @@ pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine])
     written.extend(save(&time::TimeFigure::new(&runs), dir, "time-vs-size")?);
     written.extend(save(&bandwidth::BandwidthFigure::new(&runs, lines), dir, "bandwidth-vs-size")?);
     written.extend(save(&reps::RepsFigure::new(&runs), dir, "reps-bandwidth")?);
+    if let Some(fig) = intervals::IntervalsFigure::new(&runs) {
+        written.extend(save(&fig, dir, "bandwidth-over-time")?);
+    }
     Ok(written)
 }
 
