@@ -5,40 +5,18 @@
 use crate::measure::{ExtrasNotes, Fields, Warning};
 use crate::mem::{Buffer, HostSharing, MemKind};
 use crate::plan::latency::LatencyPlan;
-use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
+use crate::plan::{Knobs, RunConfig, TransportConfig, TransportKind, Write};
 use anyhow::Result;
 use serde::Serialize;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One transport, as generic code asks it (the registry holds one of each). Its words about its extras are
-/// [`ExtrasNotes`].
-pub trait Transport: ExtrasNotes + Sync {
-    fn kind(&self) -> TransportKind;
-
+/// One transport, as generic code asks it (the registry holds one of each). What it answers about its knobs follows
+/// from its knobs' type ([`TransportKnobs`], through [`HasKnobs`]); its words about its extras are [`ExtrasNotes`].
+pub trait Transport: TransportKnobs + ExtrasNotes + Sync {
     /// Bytes per write when the user gives none.
     fn default_block_size(&self) -> u64;
-
-    // ---------------------------------------------------------------------------------------------- its knobs
-
-    /// Its knobs at their defaults (the command line's).
-    fn default_knobs(&self) -> TransportConfig;
-
-    /// Refuse knobs of this transport it cannot run with (a peer's config is checked so when it arrives).
-    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()>;
-
-    /// Refuse this transport's knobs, as flags or a sweep file's case gave them, that do not fit a run of
-    /// `running` from `src` memory (a flag of this transport may need it to run, or a kind of memory). Asked
-    /// whichever transport runs, as [`Transport::check_knobs`] is.
-    fn check_flags(&self, _cfg: &TransportConfig, _running: TransportKind, _src: MemKind) -> Result<()> {
-        Ok(())
-    }
-
-    /// This transport's knobs as results v1 keeps them in `config`.
-    fn results_knobs(&self, _cfg: &TransportConfig) -> ResultsKnobs {
-        ResultsKnobs::default()
-    }
 
     // ------------------------------------------------------------------------------------------------ the host
 
@@ -127,6 +105,71 @@ pub trait Transport: ExtrasNotes + Sync {
     /// a results file kept them), keys in the order results files hold them, and the warnings they call for.
     fn summarize(&self, _reps: &[&Fields]) -> (Fields, Vec<Warning>) {
         (Fields::new(), Vec::new())
+    }
+}
+
+/// A transport's own knobs' type, as [`HasKnobs`] names it: the checks and results keys that are the knobs' to say.
+pub trait OwnKnobs: Knobs + Default {
+    /// Refuse knobs it cannot run with, naming the flag that sets each.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Refuse knobs, as flags or a sweep file's case gave them, that do not fit a run of `running` from `src`
+    /// memory (a flag of this transport may need it to run, or a kind of memory).
+    fn check_flags(&self, _running: TransportKind, _src: MemKind) -> Result<()> {
+        Ok(())
+    }
+
+    /// These knobs as results v1 keeps them in `config`.
+    fn results_knobs(&self) -> ResultsKnobs {
+        ResultsKnobs::default()
+    }
+}
+
+/// Names a transport's knobs' type, from which its [`TransportKnobs`] answers follow.
+pub trait HasKnobs {
+    type Knobs: OwnKnobs;
+}
+
+/// What generic code asks a transport about knobs, its own or others' (each transport is asked about a run of
+/// another, so that a flag of its own given to that run is refused). Implemented for every [`HasKnobs`].
+pub trait TransportKnobs {
+    fn kind(&self) -> TransportKind;
+
+    /// Its knobs at their defaults (the command line's).
+    fn default_knobs(&self) -> TransportConfig;
+
+    /// Refuse knobs of this transport it cannot run with (a peer's config is checked so when it arrives).
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()>;
+
+    /// Refuse this transport's knobs in `cfg` that do not fit a run of `running` from `src` memory; asked whichever
+    /// transport runs, as [`TransportKnobs::check_knobs`] is.
+    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()>;
+
+    /// This transport's knobs as results v1 keeps them in `config` (the defaults' where `cfg` holds none readable).
+    fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs;
+}
+
+impl<T: HasKnobs> TransportKnobs for T {
+    fn kind(&self) -> TransportKind {
+        <T::Knobs as Knobs>::KIND
+    }
+
+    fn default_knobs(&self) -> TransportConfig {
+        TransportConfig::of(&T::Knobs::default())
+    }
+
+    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
+        cfg.knobs::<T::Knobs>()?.check()
+    }
+
+    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()> {
+        cfg.knobs::<T::Knobs>()?.check_flags(running, src)
+    }
+
+    fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
+        cfg.knobs::<T::Knobs>().map(|k| k.results_knobs()).unwrap_or_default()
     }
 }
 

@@ -42,7 +42,7 @@ pub use api::{
     Context, DeviceChoice, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport,
     TransportDetail, Unusable,
 };
-pub use api::{PingEnd, PingPong};
+pub use api::{HasKnobs, OwnKnobs, PingEnd, PingPong, TransportKnobs};
 use serde::Serialize;
 
 /// One transport by name, and whether it can run here (`kvxfer devices`).

@@ -3,6 +3,7 @@
 
 use crate::mem::MemKind;
 use crate::plan::{Knobs, TransportKind};
+use crate::transport::api::{OwnKnobs, ResultsKnobs};
 use anyhow::Result;
 use crate::named::named_enum;
 use serde::{Deserialize, Serialize};
@@ -46,14 +47,19 @@ impl Knobs for CudaConfig {
     const KIND: TransportKind = TransportKind::Cuda;
 }
 
-impl CudaConfig {
+impl OwnKnobs for CudaConfig {
     /// `--staging gather` packs with GPU kernels: refused with any other transport (`running`) or from host memory.
-    pub fn check(&self, running: TransportKind, src: MemKind) -> Result<()> {
+    fn check_flags(&self, running: TransportKind, src: MemKind) -> Result<()> {
         if self.staging == Staging::Gather && (running != TransportKind::Cuda || !matches!(src, MemKind::Gpu(_))) {
             crate::bail_usage!(
                 "--staging gather packs pieces with GPU kernels: it needs --transport cuda and GPU memory on both ends (--src gpu:N / --mem gpu:N), not --transport {running} from {src} memory"
             );
         }
         Ok(())
+    }
+
+    /// Results v1 keeps `--copy` and `--staging` at the top of `config`.
+    fn results_knobs(&self) -> ResultsKnobs {
+        ResultsKnobs { copy: self.copy.to_string(), staging: self.staging.to_string(), verbs: None }
     }
 }

@@ -10,12 +10,12 @@ mod config;
 mod extras;
 mod staging;
 
-use super::api::{Context, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport};
+use super::api::{HasKnobs, Context, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
 use super::{TransportDetail, Unusable};
 use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
 use crate::mem::cuda::{self, check, context, enable_peer_access, IpcMapping, OrDriverError};
 use crate::mem::{kernels, Buffer, MemKind};
-use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
+use crate::plan::{RunConfig, TransportConfig, Write};
 use anyhow::{bail, Context as _, Result};
 pub use config::{CopyMode, CudaConfig, Staging};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
@@ -33,30 +33,13 @@ const MAX_TIMED_WRITES: usize = 1024;
 /// receiver cannot see copies land, so the sender announces it.
 pub struct Cuda;
 
-impl Transport for Cuda {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Cuda
-    }
+impl HasKnobs for Cuda {
+    type Knobs = CudaConfig;
+}
 
+impl Transport for Cuda {
     fn default_block_size(&self) -> u64 {
         DEFAULT_BLOCK_SIZE
-    }
-
-    fn default_knobs(&self) -> TransportConfig {
-        TransportConfig::of(&CudaConfig::default())
-    }
-
-    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
-        cfg.knobs::<CudaConfig>().map(drop)
-    }
-
-    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()> {
-        cfg.knobs::<CudaConfig>()?.check(running, src)
-    }
-
-    fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
-        let c = cfg.knobs::<CudaConfig>().unwrap_or_default();
-        ResultsKnobs { copy: c.copy.to_string(), staging: c.staging.to_string(), verbs: None }
     }
 
     /// On one host a GPU's memory is reached by CUDA copies (pinned or pageable host memory to and from it
@@ -507,6 +490,7 @@ impl Source for CudaSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::{OwnKnobs, ResultsKnobs, TransportKind, TransportKnobs};
 
     #[test]
     fn details_serialize_as_results_files_hold_them() {
@@ -531,12 +515,12 @@ mod tests {
     #[test]
     fn staging_needs_this_transport_and_a_gpu_source() {
         let gather = CudaConfig { staging: Staging::Gather, ..CudaConfig::default() };
-        gather.check(TransportKind::Cuda, MemKind::Gpu(0)).unwrap();
-        let e = gather.check(TransportKind::Cuda, MemKind::Pinned).unwrap_err().to_string();
+        gather.check_flags(TransportKind::Cuda, MemKind::Gpu(0)).unwrap();
+        let e = gather.check_flags(TransportKind::Cuda, MemKind::Pinned).unwrap_err().to_string();
         assert!(e.ends_with("not --transport cuda from pinned memory"), "{e}");
         let tcp: TransportKind = "tcp".parse().unwrap();
-        let e = gather.check(tcp, MemKind::Gpu(0)).unwrap_err().to_string();
+        let e = gather.check_flags(tcp, MemKind::Gpu(0)).unwrap_err().to_string();
         assert!(e.ends_with("not --transport tcp from gpu:0 memory"), "{e}");
-        CudaConfig::default().check(tcp, MemKind::Host).unwrap();
+        CudaConfig::default().check_flags(tcp, MemKind::Host).unwrap();
     }
 }

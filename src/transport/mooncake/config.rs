@@ -2,6 +2,7 @@
 //! entries of its batch.
 
 use crate::plan::{Knobs, TransportKind};
+use crate::transport::api::OwnKnobs;
 use crate::named::named_enum;
 use serde::{Deserialize, Serialize};
 
@@ -41,3 +42,5 @@ pub struct MooncakeConfig {
 impl Knobs for MooncakeConfig {
     const KIND: TransportKind = TransportKind::Mooncake;
 }
+
+impl OwnKnobs for MooncakeConfig {}

@@ -12,12 +12,12 @@
 mod config;
 mod worker;
 
-use super::api::{Context, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
+use super::api::{HasKnobs, Context, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
 use super::batch::{self, Batch};
 use super::{TransportDetail, Unusable};
 use crate::measure::{ExtrasNotes, Fields, Warning};
 use crate::mem::{Buffer, HostSharing, MemKind};
-use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
+use crate::plan::{RunConfig, TransportConfig, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 pub use config::{MooncakeConfig, MooncakeEntries, MooncakeProtocol};
 use serde::{Deserialize, Serialize};
@@ -32,21 +32,13 @@ pub struct Mooncake;
 
 impl ExtrasNotes for Mooncake {}
 
-impl Transport for Mooncake {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Mooncake
-    }
+impl HasKnobs for Mooncake {
+    type Knobs = MooncakeConfig;
+}
 
+impl Transport for Mooncake {
     fn default_block_size(&self) -> u64 {
         DEFAULT_BLOCK_SIZE
-    }
-
-    fn default_knobs(&self) -> TransportConfig {
-        TransportConfig::of(&MooncakeConfig::default())
-    }
-
-    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
-        cfg.knobs::<MooncakeConfig>().map(drop)
     }
 
     // The engine's worker checks Python and the wheel when it starts, before any rep: no `check_host`.

@@ -1,6 +1,7 @@
 //! The nixl transport's knobs: which NIXL plugin moves the bytes, and which side posts the transfer.
 
 use crate::plan::{Knobs, TransportKind};
+use crate::transport::api::OwnKnobs;
 use crate::named::named_enum;
 use serde::{Deserialize, Serialize};
 
@@ -39,3 +40,5 @@ pub struct NixlConfig {
 impl Knobs for NixlConfig {
     const KIND: TransportKind = TransportKind::Nixl;
 }
+
+impl OwnKnobs for NixlConfig {}

@@ -20,11 +20,11 @@ pub use config::{NixlBackend, NixlConfig, NixlOp};
 pub use source::NixlSource;
 pub use target::NixlTarget;
 
-use super::api::{Context, Landing, Source, Target, Transport};
+use super::api::{HasKnobs, Context, Landing, Source, Target, Transport};
 use super::{batch, TransportDetail, Unusable};
 use crate::measure::{ExtrasNotes, Fields, Warning};
 use crate::mem::{Buffer, MemKind};
-use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
+use crate::plan::{RunConfig, TransportConfig, Write};
 use anyhow::{anyhow, bail, Context as _, Result};
 use nixl_sys::{
     Agent, AgentConfig, Backend, MemType, MemoryRegion, NixlDescriptor, NotificationMap, RegistrationHandle,
@@ -42,21 +42,13 @@ pub struct Nixl;
 
 impl ExtrasNotes for Nixl {}
 
-impl Transport for Nixl {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Nixl
-    }
+impl HasKnobs for Nixl {
+    type Knobs = NixlConfig;
+}
 
+impl Transport for Nixl {
     fn default_block_size(&self) -> u64 {
         DEFAULT_BLOCK_SIZE
-    }
-
-    fn default_knobs(&self) -> TransportConfig {
-        TransportConfig::of(&NixlConfig::default())
-    }
-
-    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
-        cfg.knobs::<NixlConfig>().map(drop)
     }
 
     fn check_host(&self, _devices: &[&super::DeviceChoice]) -> Result<()> {

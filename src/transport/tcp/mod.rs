@@ -22,7 +22,7 @@ mod splice;
 pub use receiver::{frame_entries, frame_header, FrameHeader, TcpTarget};
 pub use sender::{ChosenBy, RecvRates, SendRates, TcpDetail, TcpSenderDetail, TcpSource};
 
-use super::api::{Context, Landing, Source, Target, Transport};
+use super::api::{Context, HasKnobs, Landing, OwnKnobs, Source, Target, Transport};
 use crate::measure::ExtrasNotes;
 use crate::mem::{Buffer, MemKind};
 use crate::plan::{Knobs, RunConfig, TransportConfig, TransportKind};
@@ -41,27 +41,21 @@ impl Knobs for TcpConfig {
     const KIND: TransportKind = TransportKind::Tcp;
 }
 
+impl OwnKnobs for TcpConfig {}
+
 /// The TCP transport, as the registry lists it: any two hosts, host memory at both ends, landing counted by the
 /// receiver.
 pub struct Tcp;
 
 impl ExtrasNotes for Tcp {}
 
-impl Transport for Tcp {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Tcp
-    }
+impl HasKnobs for Tcp {
+    type Knobs = TcpConfig;
+}
 
+impl Transport for Tcp {
     fn default_block_size(&self) -> u64 {
         DEFAULT_BLOCK_SIZE
-    }
-
-    fn default_knobs(&self) -> TransportConfig {
-        TransportConfig::of(&TcpConfig {})
-    }
-
-    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
-        cfg.knobs::<TcpConfig>().map(drop)
     }
 
     fn picked_by_auto(&self, ends: &[MemKind]) -> Option<&'static str> {

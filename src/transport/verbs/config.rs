@@ -2,7 +2,9 @@
 
 use crate::bail_usage;
 use crate::mem::MemKind;
+use crate::measure::Fields;
 use crate::plan::{Knobs, TransportKind};
+use crate::transport::api::{OwnKnobs, ResultsKnobs};
 use anyhow::Result;
 use crate::named::named_enum;
 use serde::{Deserialize, Serialize};
@@ -95,9 +97,9 @@ impl Default for VerbsConfig {
     }
 }
 
-impl VerbsConfig {
+impl OwnKnobs for VerbsConfig {
     /// Refuse knobs outside what a queue pair takes, naming the flag that sets each.
-    pub fn check(&self) -> Result<()> {
+    fn check(&self) -> Result<()> {
         if self.qps == 0 || self.qps > 256 {
             bail_usage!("--qps {}: give 1 to 256 queue pairs", self.qps);
         }
@@ -127,7 +129,7 @@ impl VerbsConfig {
 
     /// Refuse this transport's path and memory flags for a run that is not verbs (they would be silently ignored),
     /// and `--odp` from GPU memory (on-demand paging pages host memory only).
-    pub fn check_flags(&self, running: TransportKind, src: MemKind) -> Result<()> {
+    fn check_flags(&self, running: TransportKind, src: MemKind) -> Result<()> {
         let given = [
             (self.tclass.is_some(), "--tclass"),
             (self.sl.is_some(), "--sl"),
@@ -147,6 +149,11 @@ impl VerbsConfig {
             );
         }
         Ok(())
+    }
+
+    /// Results v1 keeps every verbs knob in `config.verbs`.
+    fn results_knobs(&self) -> ResultsKnobs {
+        ResultsKnobs { verbs: Fields::of(self).ok(), ..ResultsKnobs::default() }
     }
 }
 

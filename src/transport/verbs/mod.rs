@@ -16,11 +16,11 @@ mod post;
 mod qp;
 mod rails;
 
-use super::api::{Context, Inventory, Landing, ResultsKnobs, Source, Target, TransferHooks, TransferTimes, Transport};
+use super::api::{HasKnobs, Context, Inventory, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
 use super::{DeviceChoice, TransportDetail, Unusable};
 use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
-use crate::mem::{Buffer, MemKind};
-use crate::plan::{RunConfig, TransportConfig, TransportKind, Write};
+use crate::mem::Buffer;
+use crate::plan::{RunConfig, TransportConfig, Write};
 use anyhow::{Context as _, Result};
 pub use config::{CqMode, VerbsConfig};
 use cq::Poller;
@@ -41,30 +41,13 @@ pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 10;
 /// receiver in its WRITE_WITH_IMMs; it pins the memory it moves in this process.
 pub struct Verbs;
 
-impl Transport for Verbs {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Verbs
-    }
+impl HasKnobs for Verbs {
+    type Knobs = VerbsConfig;
+}
 
+impl Transport for Verbs {
     fn default_block_size(&self) -> u64 {
         DEFAULT_BLOCK_SIZE
-    }
-
-    fn default_knobs(&self) -> TransportConfig {
-        TransportConfig::of(&VerbsConfig::default())
-    }
-
-    fn check_knobs(&self, cfg: &TransportConfig) -> Result<()> {
-        cfg.knobs::<VerbsConfig>()?.check()
-    }
-
-    fn check_flags(&self, cfg: &TransportConfig, running: TransportKind, src: MemKind) -> Result<()> {
-        cfg.knobs::<VerbsConfig>()?.check_flags(running, src)
-    }
-
-    fn results_knobs(&self, cfg: &TransportConfig) -> ResultsKnobs {
-        let verbs = cfg.knobs::<VerbsConfig>().ok().and_then(|v| Fields::of(&v).ok());
-        ResultsKnobs { verbs, ..ResultsKnobs::default() }
     }
 
     /// Opening a device checks the library, its name, the port and the GID index at once.
