@@ -60,3 +60,20 @@ fn bad_durations_are_one_line_and_exit_2() {
     out.expect_code(2);
     assert!(out.one_error().contains("--reps"), "{}", out.stderr);
 }
+
+/// An interval shorter than one rep of a size is refused when that size's warm-up shows it (exit 2, one line naming
+/// the size); the sizes measured before it stay in the results file.
+#[test]
+fn an_interval_shorter_than_a_rep_is_refused_and_earlier_sizes_are_kept() {
+    let t = TempDir::new("interval-short");
+    let json = t.arg("r.json");
+    let args = ["sweep", "--sizes", "4KiB,1GiB", "--duration", "300ms", "--interval", "20ms", "--json", &json];
+    let out = run(&args);
+    out.expect_code(2);
+    let line = out.one_error();
+    assert!(line.contains("--interval 20ms is shorter than one rep of 1 GiB"), "{line}");
+    let r = read_json(&t.join("r.json"));
+    assert_eq!(r["complete"], false, "{r}");
+    let sizes: Vec<u64> = r["cases"].as_array().unwrap().iter().map(|c| c["size_bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [4096], "{r}");
+}

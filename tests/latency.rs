@@ -103,6 +103,7 @@ fn bad_latency_inputs_are_one_line_and_exit_2() {
         (&["latency", "--sizes", "0"][..], "zero"),
         (&["latency", "--sizes", "8,0"][..], "zero"),
         (&["latency", "--iters", "0"][..], "--iters 0"),
+        (&["latency", "--sizes", "8,2GiB"][..], "at most 1 GiB, not 2 GiB"),
         (&["latency", "--transport", "mooncake"][..], "mooncake has no ping-pong"),
         (&["latency", "--inline", "64"][..], "--inline"),
     ] {

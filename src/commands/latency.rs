@@ -10,7 +10,7 @@ use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
 use crate::export::json::{Results, Role};
 use crate::measure::{Fields, Json};
-use crate::plan::latency::LatencyPlan;
+use crate::plan::latency::{LatencyPlan, MAX_MESSAGE};
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, RunKnobs, SizeCase};
 use crate::run::latency::{ping_pong_of, LatencySamples, LatencySession};
@@ -54,6 +54,12 @@ fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
     let sizes = &crate::plan::sizes::parse_size_list(&a.sizes)?;
     if sizes.is_empty() || sizes.contains(&0) {
         bail_usage!("--sizes: every message needs at least 1 byte (e.g. --sizes 8..1MiB)");
+    }
+    if let Some(&big) = sizes.iter().find(|&&s| s > MAX_MESSAGE) {
+        bail_usage!(
+            "--sizes: a ping-pong message is at most 1 GiB, not {}; measure larger sizes with sweep",
+            format_size(big)
+        );
     }
     if a.iters == 0 {
         bail_usage!("--iters 0: at least one timed ping-pong per size is needed");

@@ -10,6 +10,10 @@ pub const DEFAULT_WARMUP_ITERS: u32 = 100;
 /// Sizes when `--sizes` is not given: 8 B to 1 MiB, doubling.
 pub const DEFAULT_SIZES: &str = "8..1MiB";
 
+/// The largest message a ping-pong takes: latency is measured on small messages, and each end holds a buffer of the
+/// largest size asked.
+pub const MAX_MESSAGE: u64 = 1 << 30;
+
 /// What each size's ping-pong does, and how each end waits for a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatencyPlan {

@@ -153,6 +153,21 @@ impl Paced {
         }
     }
 
+    /// Refuse an `--interval` shorter than one rep of `size` bytes that took `rep_ms` (the case's last warm-up, or its
+    /// first measured rep): each of its rows would hold one rep or none, a rep's rate under an interval's name.
+    pub fn check_interval_fits(&self, rep_ms: f64, size: u64) -> anyhow::Result<()> {
+        let Some(every) = self.pacing.interval else { return Ok(()) };
+        if rep_ms / 1e3 > every.as_secs_f64() {
+            crate::bail_usage!(
+                "--interval {} is shorter than one rep of {} ({rep_ms:.1} ms): give an interval of {} or more, or leave out the sizes whose reps take longer",
+                humantime::format_duration(every),
+                crate::plan::sizes::format_size(size),
+                round_up_text(rep_ms * 2.0),
+            );
+        }
+        Ok(())
+    }
+
     /// Take in a measured rep of `size` bytes; returns a row when it closed an interval (`true`: recorded).
     pub fn add(&mut self, rep: &RepRecord, size: u64) -> Option<(IntervalRow, bool)> {
         self.window.push((rep.transfer_ms, rep.gbps, size));
@@ -225,6 +240,15 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     let pos = q * (v.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+/// `ms` rounded up to a whole number of milliseconds below a second, of seconds above.
+fn round_up_text(ms: f64) -> String {
+    if ms < 1e3 {
+        format!("{}ms", ms.ceil().max(1.0))
+    } else {
+        format!("{}s", (ms / 1e3).ceil())
+    }
 }
 
 fn round6(x: f64) -> f64 {

@@ -268,6 +268,10 @@ impl SenderSession {
             run.measured_left = run.measured_left.saturating_sub(1);
         }
         sink.rep_done(&run.rec, &r, warmup);
+        let judged = if warmup { run.warmups_left == 0 } else { run.warmup == 0 && run.rec.reps.is_empty() };
+        if let (true, Some(p)) = (judged, run.rec.paced.as_ref()) {
+            p.check_interval_fits(r.transfer_ms, run.plan.size_bytes)?;
+        }
         if warmup {
             run.rec.warmups.push(r);
             return Ok(());

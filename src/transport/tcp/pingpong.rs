@@ -79,8 +79,7 @@ impl PingPong for TcpPingPong {
 
 /// The largest message, refused past what a ping-pong is for (a latency run's sizes are small).
 fn message_buffer(max_size: u64) -> Result<Vec<u8>> {
-    const MOST: u64 = 1 << 30;
-    if max_size == 0 || max_size > MOST {
+    if max_size == 0 || max_size > crate::plan::latency::MAX_MESSAGE {
         bail!("latency messages are 1 B to 1 GiB; {max_size} bytes asked");
     }
     Ok(vec![0u8; max_size as usize])
