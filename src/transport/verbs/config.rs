@@ -19,6 +19,18 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// `--op`: which end posts the RDMA work requests.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum VerbsOp {
+        // The sender (prefill side) posts RDMA WRITEs into the receiver's region.
+        #[default]
+        Write = "write",
+        // The receiver (decode side) posts RDMA READs from the sender's buffer into its own, and times them.
+        Read = "read",
+    }
+}
+
 /// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerbsConfig {
@@ -55,6 +67,14 @@ pub struct VerbsConfig {
     /// `--odp`: register on-demand paged memory and prefetch it with ibv_advise_mr.
     #[serde(default, skip_serializing_if = "is_off")]
     pub odp: bool,
+    /// `--op`: the sender WRITEs, or the receiver READs. Written only when read, so a write run's configuration
+    /// reads as it always did.
+    #[serde(default, skip_serializing_if = "is_write")]
+    pub op: VerbsOp,
+}
+
+fn is_write(op: &VerbsOp) -> bool {
+    *op == VerbsOp::Write
 }
 
 fn on() -> bool {
@@ -91,6 +111,7 @@ impl Default for VerbsConfig {
             tclass: None,
             sl: None,
             odp: false,
+            op: VerbsOp::Write,
         }
     }
 }
@@ -122,6 +143,16 @@ impl VerbsConfig {
         if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
             bail_usage!("--sl {sl}: give a service level of 0 to 15");
         }
+        if self.op == VerbsOp::Read {
+            // The reader needs the sender's keys before the rep starts; ODP faults on a READ's responder are
+            // another device capability than the WRITE one `--odp` checks.
+            if self.reg_per_rep {
+                bail_usage!("--reg-per-rep registers the sender's memory inside each rep, which --op read cannot (the receiver reads with keys it got when connecting): drop one");
+            }
+            if self.odp {
+                bail_usage!("--odp is measured for RDMA WRITEs only: drop --odp or use --op write");
+            }
+        }
         Ok(())
     }
 
@@ -135,6 +166,11 @@ impl VerbsConfig {
             (!self.relaxed_ordering, "--no-relaxed-ordering"),
         ];
         if running != TransportKind::Verbs {
+            if self.op == VerbsOp::Read {
+                bail_usage!(
+                    "--op read has the receiver post RDMA READs: it needs --transport verbs, not --transport {running} (nixl reads with --nixl-op read)"
+                );
+            }
             if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
                 bail_usage!(
                     "{flag} sets the RDMA verbs queue pairs or registrations: it needs --transport verbs, not --transport {running}"

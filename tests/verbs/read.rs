@@ -1,0 +1,61 @@
+//! `--op read` on real soft-RoCE devices: the receiver (the decode side) READs each rep from the sender's buffer
+//! and times it, contiguous and paged, between two processes and in a one-machine sweep.
+
+use super::knobs::devinfo;
+use super::*;
+
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn the_receiver_reads_contiguous_reps_verified_with_the_devices_read_depths() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-read");
+    let args =
+        ["--op", "read", "--sizes", "1MiB,16MiB", "--block-size", "256KiB", "--qps", "2", "--reps", "3", "--verify"];
+    let (_, v) = send_to_serve_once(&r, &t, &args);
+    for (c, size) in v["cases"].as_array().unwrap().iter().zip([1u64 << 20, 16 << 20]) {
+        check_case_timed(c, size, 3, true, TimedBy::Receiver);
+    }
+    assert_eq!(v["config"]["verbs"]["op"], "read");
+    let s = &v["config"]["transport_detail"]["sender"];
+    assert_eq!(s["op"], "read", "{s}");
+    // The reader (rxeA, serve) issues at most what its device allows and what the sender's (rxeB) answers.
+    let (reader, lender) = (devinfo(&r.a_dev), devinfo(&r.b_dev));
+    let answers = lender["max_qp_rd_atom"].clamp(1, 255);
+    let issues = reader["max_qp_init_rd_atom"].clamp(1, 255).min(answers);
+    assert_eq!((s["max_rd_atomic"].as_u64(), s["max_dest_rd_atomic"].as_u64()), (Some(issues), Some(answers)), "{s}");
+}
+
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn the_receiver_reads_paged_pieces_into_place_and_catches_a_misplaced_piece() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-read-paged");
+    let knobs = ["--op", "read", "--tokens", "100,1k", "--qps", "2", "--reps", "2", "--verify"];
+    let (_, v) = send_to_serve_once(&r, &t, &[PAGED_QWEN, &knobs].concat());
+    for (c, tokens) in v["cases"].as_array().unwrap().iter().zip([100u64, 1024]) {
+        check_case_timed(c, tokens * 98_304, 2, true, TimedBy::Receiver);
+        assert_eq!(c["layout"], "paged");
+    }
+    let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+    let json = t.arg("fault.json");
+    let out =
+        run(&send_args(&r, &addr, &[PAGED_SWAPPED_PIECES, &["--op", "read", "--verify", "--json", &json]].concat()));
+    out.expect_code(1);
+    assert!(out.one_error().contains("verification failed"), "{}", out.stderr);
+    let _ = serve.wait_timeout(Duration::from_secs(10));
+}
+
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn an_in_process_sweep_reads_between_two_devices() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-read-sweep");
+    let json = t.arg("s.json");
+    let devices = ["-d", &r.b_dev, "--peer-device", &r.a_dev];
+    let args = ["sweep", "--transport", "verbs", "--op", "read", "--sizes", "2MiB", "--reps", "3", "--verify"];
+    let out = run(&[&args[..], &devices, &["--ack-timeout", "18", "--json", &json, "--out-dir", &t.arg("")]].concat());
+    out.expect_code(0);
+    let v = read_json(Path::new(&json));
+    check_case_timed(&v["cases"][0], 2 << 20, 3, true, TimedBy::Receiver);
+    assert_eq!(v["config"]["transport_detail"]["sender"]["op"], "read");
+}
