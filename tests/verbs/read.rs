@@ -70,3 +70,19 @@ fn an_in_process_sweep_reads_between_two_devices() {
     check_case_timed(&v["cases"][0], 2 << 20, 3, true, TimedBy::Receiver);
     assert_eq!(v["config"]["transport_detail"]["sender"]["op"], "read");
 }
+
+/// Rails (several devices per end) are not striped for READs: refused in one line, before anything moves.
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn reads_over_rails_are_refused_in_one_line() {
+    let Some(r) = rxe() else { return };
+    let Some((a2, b2)) = second_rails() else { return };
+    let t = TempDir::new("verbs-read-rails");
+    let (b_rails, a_rails) = (format!("{},{b2}", r.b_dev), format!("{},{a2}", r.a_dev));
+    let devices = ["-d", &b_rails, "--peer-device", &a_rails];
+    let args = ["sweep", "--transport", "verbs", "--op", "read", "--sizes", "1MiB", "--reps", "1"];
+    let out = run(&[&args[..], &devices, &["--out-dir", &t.arg("")]].concat());
+    out.expect_code(2);
+    let e = out.one_error();
+    assert!(e.contains("--op read runs over one RDMA device per end") && e.contains("give one -d device"), "{e}");
+}

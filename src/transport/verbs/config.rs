@@ -224,6 +224,25 @@ mod tests {
     }
 
     #[test]
+    fn read_is_written_only_when_chosen_and_refused_where_it_cannot_run() {
+        let read = VerbsConfig { op: VerbsOp::Read, ..VerbsConfig::default() };
+        let json = serde_json::to_string(&read).unwrap();
+        assert!(json.ends_with(r#""max_sge":16,"op":"read"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<VerbsConfig>(&json).unwrap(), read);
+        assert!(!serde_json::to_string(&VerbsConfig::default()).unwrap().contains("\"op\""));
+        read.check().unwrap();
+        read.check_flags(TransportKind::Verbs, MemKind::Host).unwrap();
+        let refused = |v: VerbsConfig| v.check().unwrap_err().to_string();
+        assert!(refused(VerbsConfig { reg_per_rep: true, ..read.clone() }).starts_with("--reg-per-rep registers"));
+        assert!(refused(VerbsConfig { odp: true, ..read.clone() }).starts_with("--odp is measured for RDMA WRITEs"));
+        let tcp = read.check_flags(TransportKind::Tcp, MemKind::Host).unwrap_err().to_string();
+        assert_eq!(
+            tcp,
+            "--op read has the receiver post RDMA READs: it needs --transport verbs, not --transport tcp (nixl reads with --nixl-op read)"
+        );
+    }
+
+    #[test]
     fn verbs_flags_are_refused_for_other_transports_and_odp_for_gpu_memory() {
         let d = VerbsConfig::default();
         let verbs = TransportKind::Verbs;
