@@ -4,7 +4,7 @@
 # GB/s (10^9 B/s; ib_write_bw's MB/sec are 2^20 B) and the ratio kvxfer p50 / ib_write_bw average, against
 # ib_write_bw's default single queue pair and against 4 queue pairs (kvxfer's default).
 # Then RDMA READs, the decode side pulling: kvxfer --op read (the receiver on rxeA reads from the sender on rxeB)
-# against ib_read_bw (its client on rxeA reads from its server on rxeB), with 1 and 4 queue pairs, and the ratio.
+# against ib_read_bw (its client on rxeB reads from its server on rxeA), with 1 and 4 queue pairs, and the ratio.
 #   SIZES_MIB      sizes to compare writes at (default "4 16 64")
 #   READ_SIZES_MIB sizes to compare reads at (default "1 64")
 #   KVXFER_ARGS    extra kvxfer send arguments (default: none, i.e. kvxfer's defaults)
@@ -49,12 +49,14 @@ done
 : > $out/reads.tsv
 for mib in ${READ_SIZES_MIB:-1 64}; do
   bytes=$((mib << 20)); iters=${BENCH_ITERS:-$(( 320 / mib ))}; [ $iters -lt 5 ] && iters=5
-  # perftest: the server (rxeB) lends its buffer, the client (rxeA) READs it, 1 and 4 queue pairs.
+  # perftest: the server (rxeA) lends its buffer, the client (rxeB) READs it, 1 and 4 queue pairs. The guest's
+  # routing serves connections to rxeA's address (a server on rxeB is not reached), so the bytes cross the veth
+  # pair the other way than kvxfer's below; the link is symmetric.
   ib=""
   for q in 1 4; do
-    timeout 300 ib_read_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
+    timeout 300 ib_read_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
     sleep 2
-    timeout 300 ib_read_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_B_IP" > $out/ibc.log 2>&1
+    timeout 300 ib_read_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1
     wait $srv
     ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
   done

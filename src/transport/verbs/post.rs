@@ -3,6 +3,7 @@
 //! `--inflight` outstanding per queue pair, a completion requested every `--signal-every` and on the last. The last
 //! write of each queue pair carries the immediate that tells the receiver its data landed (RC orders writes within a
 //! queue pair, so one immediate per queue pair is needed).
+//! With `--op read` the receiver runs the same loop over the same requests as RDMA READs (`read.rs`).
 //! Work request and scatter arrays are allocated once per connection, never per post.
 
 use super::cq::Poller;
