@@ -31,8 +31,11 @@ for mib in ${SIZES_MIB:-4 16 64}; do
   ib=""
   for q in 1 4; do
     timeout 300 ib_write_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
-    sleep 2
-    timeout 300 ib_write_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1
+    # The client gives up at once when the server is not listening yet (a loaded guest starts it late): retry.
+    for try in 1 2 3 4 5 6; do
+      sleep 2
+      timeout 300 ib_write_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1 && break
+    done
     wait $srv
     ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
   done
@@ -55,8 +58,11 @@ for mib in ${READ_SIZES_MIB:-1 64}; do
   ib=""
   for q in 1 4; do
     timeout 300 ib_read_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
-    sleep 2
-    timeout 300 ib_read_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1
+    # The client gives up at once when the server is not listening yet (a loaded guest starts it late): retry.
+    for try in 1 2 3 4 5 6; do
+      sleep 2
+      timeout 300 ib_read_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1 && break
+    done
     wait $srv
     ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
   done
