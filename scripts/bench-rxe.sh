@@ -3,15 +3,18 @@
 # of the rxe VM (scripts/rxe-vm): server on rxeA, client on rxeB, at 4, 16 and 64 MiB. Prints both bandwidths in
 # GB/s (10^9 B/s; ib_write_bw's MB/sec are 2^20 B) and the ratio kvxfer p50 / ib_write_bw average, against
 # ib_write_bw's default single queue pair and against 4 queue pairs (kvxfer's default).
-#   SIZES_MIB   sizes to compare (default "4 16 64")
-#   KVXFER_ARGS extra kvxfer send arguments (default: none, i.e. kvxfer's defaults)
-# --quick: 4 MiB only, 5 ib_write_bw iterations and 2 kvxfer reps: proves the script works in one VM boot (a few
-# minutes under emulation, most of it the boot), its figures mean nothing.
+# Then RDMA READs, the decode side pulling: kvxfer --op read (the receiver on rxeA reads from the sender on rxeB)
+# against ib_read_bw (its client on rxeB reads from its server on rxeA), with 1 and 4 queue pairs, and the ratio.
+#   SIZES_MIB      sizes to compare writes at (default "4 16 64")
+#   READ_SIZES_MIB sizes to compare reads at (default "1 64")
+#   KVXFER_ARGS    extra kvxfer send arguments (default: none, i.e. kvxfer's defaults)
+# --quick: 4 MiB writes and 1 MiB reads only, 5 perftest iterations and 2 kvxfer reps: proves the script works in
+# one VM boot (a few minutes under emulation, most of it the boot), its figures mean nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_REPS=5 BENCH_ITERS=
 if [ "${1:-}" = --quick ]; then
-  SIZES_MIB=${SIZES_MIB:-4} BENCH_REPS=2 BENCH_ITERS=5
+  SIZES_MIB=${SIZES_MIB:-4} READ_SIZES_MIB=${READ_SIZES_MIB:-1} BENCH_REPS=2 BENCH_ITERS=5
 fi
 cargo build --release --quiet
 mkdir -p target/bench-rxe
@@ -28,8 +31,11 @@ for mib in ${SIZES_MIB:-4 16 64}; do
   ib=""
   for q in 1 4; do
     timeout 300 ib_write_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
-    sleep 2
-    timeout 300 ib_write_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1
+    # The client gives up at once when the server is not listening yet (a loaded guest starts it late): retry.
+    for try in 1 2 3 4 5 6; do
+      sleep 2
+      timeout 300 ib_write_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1 && break
+    done
     wait $srv
     ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
   done
@@ -43,20 +49,49 @@ for mib in ${SIZES_MIB:-4 16 64}; do
   kv=$(python3 -c "import json;print(json.load(open('$out/k$mib.json'))['cases'][0]['gbps']['p50'])" 2>/dev/null || echo nan)
   echo -e "$mib\t${ib}$kv" >> $out/rows.tsv
 done
+: > $out/reads.tsv
+for mib in ${READ_SIZES_MIB:-1 64}; do
+  bytes=$((mib << 20)); iters=${BENCH_ITERS:-$(( 320 / mib ))}; [ $iters -lt 5 ] && iters=5
+  # perftest: the server (rxeA) lends its buffer, the client (rxeB) READs it, 1 and 4 queue pairs. The guest's
+  # routing serves connections to rxeA's address (a server on rxeB is not reached), so the bytes cross the veth
+  # pair the other way than kvxfer's below; the link is symmetric.
+  ib=""
+  for q in 1 4; do
+    timeout 300 ib_read_bw -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters > $out/ibs.log 2>&1 & srv=$!
+    # The client gives up at once when the server is not listening yet (a loaded guest starts it late): retry.
+    for try in 1 2 3 4 5 6; do
+      sleep 2
+      timeout 300 ib_read_bw -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -F -q $q -s $bytes -n $iters "$RXE_A_IP" > $out/ibc.log 2>&1 && break
+    done
+    wait $srv
+    ib="$ib$(awk -v b=$bytes '$1 == b && NF >= 5 {print $4}' $out/ibc.log | tail -n 1)	"   # BW average [MB/sec]
+  done
+  # kvxfer: the receiver on rxeA READs each rep from the sender on rxeB and times it.
+  port=$((21000 + mib))
+  timeout 300 $K serve --listen "$RXE_A_IP:$port" -d "$RXE_A_DEV" --once > $out/serve.log 2>&1 & srv=$!
+  sleep 1
+  timeout 300 $K send --peer "$RXE_A_IP:$port" -d "$RXE_B_DEV" --transport verbs --op read --sizes ${mib}MiB \
+     --reps $BENCH_REPS --json $out/r$mib.json ${KVXFER_ARGS:-} > $out/send.log 2>&1 || { echo "kvxfer failed:"; cat $out/send.log $out/serve.log; }
+  wait $srv
+  kv=$(python3 -c "import json;print(json.load(open('$out/r$mib.json'))['cases'][0]['gbps']['p50'])" 2>/dev/null || echo nan)
+  echo -e "$mib\t${ib}$kv" >> $out/reads.tsv
+done
 INNER
-SIZES_MIB=${SIZES_MIB:-} KVXFER_ARGS=${KVXFER_ARGS:-} BENCH_REPS=$BENCH_REPS BENCH_ITERS=$BENCH_ITERS \
+SIZES_MIB=${SIZES_MIB:-} READ_SIZES_MIB=${READ_SIZES_MIB:-} KVXFER_ARGS=${KVXFER_ARGS:-} BENCH_REPS=$BENCH_REPS BENCH_ITERS=$BENCH_ITERS \
   RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500} scripts/rxe-vm -- bash "$inner" >&2
-python3 - target/bench-rxe/rows.tsv "${KVXFER_ARGS:-}" <<'PY'
+python3 - target/bench-rxe/rows.tsv target/bench-rxe/reads.tsv "${KVXFER_ARGS:-}" <<'PY'
 import sys, math
-rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
-print(f"kvxfer verbs vs ib_write_bw on soft-RoCE (rxeB -> rxeA, one VM boot); kvxfer args: {sys.argv[2] or '(defaults)'}")
-print(f"{'size':>8} {'ib_write_bw -q1':>16} {'ib_write_bw -q4':>16} {'kvxfer p50':>11} {'ratio vs q1':>12} {'ratio vs q4':>12}   (GB/s)")
 def gbps(mb):
     try:
         return float(mb) * 2**20 / 1e9
     except ValueError:
         return math.nan
-for mib, ib1, ib4, kv in rows:
-    a, b, k = gbps(ib1), gbps(ib4), float(kv)
-    print(f"{mib + ' MiB':>8} {a:>16.4f} {b:>16.4f} {k:>11.4f} {k / a:>12.3f} {k / b:>12.3f}")
+for path, op in [(sys.argv[1], "write"), (sys.argv[2], "read")]:
+    rows = [l.split("\t") for l in open(path).read().splitlines() if l]
+    ib, kvx = f"ib_{op}_bw", "kvxfer" + (" --op read" if op == "read" else "")
+    print(f"{kvx} vs {ib} on soft-RoCE ({'rxeA reads from rxeB' if op == 'read' else 'rxeB -> rxeA'}, one VM boot); kvxfer args: {sys.argv[3] or '(defaults)'}")
+    print(f"{'size':>8} {ib + ' -q1':>16} {ib + ' -q4':>16} {'kvxfer p50':>11} {'ratio vs q1':>12} {'ratio vs q4':>12}   (GB/s)")
+    for mib, ib1, ib4, kv in rows:
+        a, b, k = gbps(ib1), gbps(ib4), float(kv)
+        print(f"{mib + ' MiB':>8} {a:>16.4f} {b:>16.4f} {k:>11.4f} {k / a:>12.3f} {k / b:>12.3f}")
 PY

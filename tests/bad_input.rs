@@ -123,6 +123,12 @@ fn run_flags_out_of_range() {
     send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--odp"], 2, &["--odp", "--transport verbs"]);
     send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--no-relaxed-ordering"], 2, &["--no-relaxed-ordering"]);
     fails(&["sweep", "--transport", "tcp", "--sizes", "1MiB", "--tclass", "8"], 2, &["--tclass", "--transport verbs"]);
+    // RDMA READs are the verbs transport's (nixl has its own --nixl-op read); refused elsewhere, and with the
+    // knobs a read run cannot honour.
+    send_fails(&["--sizes", "1MiB", "--transport", "tcp", "--op", "read"], 2, &["--op read", "--transport verbs"]);
+    fails(&["sweep", "--transport", "tcp", "--sizes", "1MiB", "--op", "read"], 2, &["--op read", "--transport tcp"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "verbs", "--op", "read", "--reg-per-rep"], 2, &["--reg-per-rep"]);
+    send_fails(&["--sizes", "1MiB", "--transport", "verbs", "--op", "pull"], 2, &["pull", "--op"]);
     fails(&["serve", "--io-timeout", "garbage"], 2, &["--io-timeout"]);
     fails(&["serve", "--listen", "localhost-ish"], 2, &["--listen"]);
     fails(&["serve", "--max-size", "1GB", "--listen", "127.0.0.1:0"], 2, &["--max-size", "GiB"]);

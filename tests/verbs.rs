@@ -8,6 +8,9 @@ use common::*;
 // The NIC knobs' tests: tests/verbs/knobs.rs.
 #[path = "verbs/knobs.rs"]
 mod knobs;
+// RDMA READs (--op read): tests/verbs/read.rs.
+#[path = "verbs/read.rs"]
+mod read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

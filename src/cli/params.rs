@@ -12,7 +12,7 @@ use crate::plan::{CountersMode, NumaMode, TransportConfig};
 use crate::transport::cuda::{CopyMode, CudaConfig, Staging};
 use crate::transport::mooncake::{MooncakeConfig, MooncakeEntries, MooncakeProtocol};
 use crate::transport::nixl::{NixlBackend, NixlConfig, NixlOp};
-use crate::transport::verbs::{CqMode, VerbsConfig};
+use crate::transport::verbs::{CqMode, VerbsConfig, VerbsOp};
 use clap::Args;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::PathBuf;
@@ -235,6 +235,7 @@ impl RunArgs {
                 tclass: v.tclass,
                 sl: v.sl,
                 odp: v.odp,
+                op: v.op,
             }),
             TransportConfig::of(&CudaConfig { copy: self.copy, staging: self.staging }),
             TransportConfig::of(&MooncakeConfig { protocol: self.mooncake_protocol, entries: self.mooncake_entries }),
@@ -301,6 +302,11 @@ pub struct VerbsArgs {
     /// ODP for RC, and for GPU memory
     #[arg(long)]
     pub odp: bool,
+    /// write (the sender posts RDMA WRITEs into the receiver) or read (the receiver, the decode side, posts RDMA
+    /// READs from the sender's buffer into its own, as vLLM's NixlConnector and Mooncake pull; the receiver times
+    /// the READs)
+    #[arg(long, default_value = "write", value_parser = named::<VerbsOp>())]
+    pub op: VerbsOp,
 }
 
 /// KV-cache layout: one contiguous buffer, or paged blocks scattered over a pool as a serving engine keeps them.

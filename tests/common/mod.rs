@@ -620,10 +620,12 @@ pub fn check_case_timed(c: &serde_json::Value, size_bytes: u64, reps: u64, verif
     }
     assert!(num(g, "min") <= num(g, "p50") && num(g, "p50") <= num(g, "max"));
     let lat = &c["block_latency_us"];
-    for k in ["p50", "p99", "max"] {
+    // A verbs READ run's sender sees no block complete: the receiver posts them (nixl's READ notifies the sender).
+    let blocks_seen = timed_by == TimedBy::Sender || !lat.is_null();
+    for k in ["p50", "p99", "max"].into_iter().filter(|_| blocks_seen) {
         assert!(num(lat, k) >= 1.0, "block_latency_us.{k}: {lat}");
     }
-    assert!(num(lat, "p50") <= num(lat, "p99") && num(lat, "p99") <= num(lat, "max"));
+    assert!(!blocks_seen || num(lat, "p50") <= num(lat, "p99") && num(lat, "p99") <= num(lat, "max"));
     if verify {
         assert_eq!(c["verified"], serde_json::json!(true), "{c}");
         assert_eq!(c["mismatched_bytes"].as_u64(), Some(0), "{c}");

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// `ibv_devinfo -v -d DEV`'s `key: value` lines, the first of each key (the device's attributes come before the
 /// port's and any capability block), hexadecimal values read as numbers.
-fn devinfo(dev: &str) -> BTreeMap<String, u64> {
+pub(super) fn devinfo(dev: &str) -> BTreeMap<String, u64> {
     let out = std::process::Command::new("ibv_devinfo").args(["-v", "-d", dev]).output().expect("ibv_devinfo runs");
     assert!(out.status.success(), "ibv_devinfo -v -d {dev}: {}", String::from_utf8_lossy(&out.stderr));
     let mut map = BTreeMap::new();

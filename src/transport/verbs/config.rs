@@ -21,6 +21,18 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// `--op`: which end posts the RDMA work requests.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum VerbsOp {
+        // The sender (prefill side) posts RDMA WRITEs into the receiver's region.
+        #[default]
+        Write = "write",
+        // The receiver (decode side) posts RDMA READs from the sender's buffer into its own, and times them.
+        Read = "read",
+    }
+}
+
 /// How the verbs transport posts work: queue pairs, batching, depth, signaling, memory registration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerbsConfig {
@@ -57,6 +69,14 @@ pub struct VerbsConfig {
     /// `--odp`: register on-demand paged memory and prefetch it with ibv_advise_mr.
     #[serde(default, skip_serializing_if = "is_off")]
     pub odp: bool,
+    /// `--op`: the sender WRITEs, or the receiver READs. Written only when read, so a write run's configuration
+    /// reads as it always did.
+    #[serde(default, skip_serializing_if = "is_write")]
+    pub op: VerbsOp,
+}
+
+fn is_write(op: &VerbsOp) -> bool {
+    *op == VerbsOp::Write
 }
 
 fn on() -> bool {
@@ -93,6 +113,7 @@ impl Default for VerbsConfig {
             tclass: None,
             sl: None,
             odp: false,
+            op: VerbsOp::Write,
         }
     }
 }
@@ -124,6 +145,16 @@ impl OwnKnobs for VerbsConfig {
         if let Some(sl) = self.sl.filter(|&sl| sl > 15) {
             bail_usage!("--sl {sl}: give a service level of 0 to 15");
         }
+        if self.op == VerbsOp::Read {
+            // The reader needs the sender's keys before the rep starts; ODP faults on a READ's responder are
+            // another device capability than the WRITE one `--odp` checks.
+            if self.reg_per_rep {
+                bail_usage!("--reg-per-rep registers the sender's memory inside each rep, which --op read cannot (the receiver reads with keys it got when connecting): drop one");
+            }
+            if self.odp {
+                bail_usage!("--odp is measured for RDMA WRITEs only: drop --odp or use --op write");
+            }
+        }
         Ok(())
     }
 
@@ -137,6 +168,11 @@ impl OwnKnobs for VerbsConfig {
             (!self.relaxed_ordering, "--no-relaxed-ordering"),
         ];
         if running != TransportKind::Verbs {
+            if self.op == VerbsOp::Read {
+                bail_usage!(
+                    "--op read has the receiver post RDMA READs: it needs --transport verbs, not --transport {running} (nixl reads with --nixl-op read)"
+                );
+            }
             if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
                 bail_usage!(
                     "{flag} sets the RDMA verbs queue pairs or registrations: it needs --transport verbs, not --transport {running}"
@@ -192,6 +228,25 @@ mod tests {
         let old = r#"{"qps":4,"batch":16,"inflight":128,"signal_every":16,"mr_chunk":null,"reg_per_rep":false,"cq_mode":"poll","ack_timeout":14,"max_sge":16}"#;
         assert_eq!(serde_json::from_str::<VerbsConfig>(old).unwrap(), VerbsConfig::default());
         assert!(VerbsConfig::default().relaxed_ordering);
+    }
+
+    #[test]
+    fn read_is_written_only_when_chosen_and_refused_where_it_cannot_run() {
+        let read = VerbsConfig { op: VerbsOp::Read, ..VerbsConfig::default() };
+        let json = serde_json::to_string(&read).unwrap();
+        assert!(json.ends_with(r#""max_sge":16,"op":"read"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<VerbsConfig>(&json).unwrap(), read);
+        assert!(!serde_json::to_string(&VerbsConfig::default()).unwrap().contains("\"op\""));
+        read.check().unwrap();
+        read.check_flags(TransportKind::Verbs, MemKind::Host).unwrap();
+        let refused = |v: VerbsConfig| v.check().unwrap_err().to_string();
+        assert!(refused(VerbsConfig { reg_per_rep: true, ..read.clone() }).starts_with("--reg-per-rep registers"));
+        assert!(refused(VerbsConfig { odp: true, ..read.clone() }).starts_with("--odp is measured for RDMA WRITEs"));
+        let tcp = read.check_flags(TransportKind::Tcp, MemKind::Host).unwrap_err().to_string();
+        assert_eq!(
+            tcp,
+            "--op read has the receiver post RDMA READs: it needs --transport verbs, not --transport tcp (nixl reads with --nixl-op read)"
+        );
     }
 
     #[test]

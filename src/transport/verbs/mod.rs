@@ -3,7 +3,8 @@
 //! The region is the receiver's buffer registered in pieces (address, length, rkey each); a write is one RDMA WRITE
 //! work request (paged layout: writes whose destinations are back to back share one, gathered by an SGE list);
 //! completion is a (selectively signaled) work completion; the receiver learns the rep landed from a WRITE_WITH_IMM
-//! on every queue pair. Built on `sideway` (which dlopens libibverbs, so kvxfer starts on hosts
+//! on every queue pair. With `--op read` (`read`) the roles of the work turn around: the sender lends its buffer
+//! and the receiver posts the same requests as RDMA READs, timing them on its own clock. Built on `sideway` (which dlopens libibverbs, so kvxfer starts on hosts
 //! without it) for setup, and on raw preallocated work request arrays for the hot path.
 
 mod config;
@@ -15,6 +16,7 @@ mod mr;
 mod post;
 mod qp;
 mod rails;
+mod read;
 
 use super::api::{HasKnobs, Context, Inventory, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
 use super::{DeviceChoice, TransportDetail, Unusable};
@@ -22,7 +24,7 @@ use crate::measure::{CaseExtras, ExtrasNote, ExtrasNotes, Fields, Warning};
 use crate::mem::Buffer;
 use crate::plan::{RunConfig, TransportConfig, Write};
 use anyhow::{Context as _, Result};
-pub use config::{CqMode, VerbsConfig};
+pub use config::{CqMode, VerbsConfig, VerbsOp};
 use cq::Poller;
 use device::PortInfo;
 use extras::RepExtras;
@@ -90,7 +92,10 @@ impl Transport for Verbs {
 
     fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
         let knobs = cfg.transport.knobs::<VerbsConfig>()?;
-        Ok(Box::new(VerbsTarget::open(&knobs, buf, ctx)?))
+        Ok(match knobs.op {
+            VerbsOp::Write => Box::new(VerbsTarget::open(&knobs, buf, ctx)?),
+            VerbsOp::Read => Box::new(read::ReadTarget::open(&knobs, cfg, buf, ctx)?),
+        })
     }
 
     fn connect_source(
@@ -101,7 +106,10 @@ impl Transport for Verbs {
         ctx: &Context,
     ) -> Result<Box<dyn Source>> {
         let knobs = cfg.transport.knobs::<VerbsConfig>()?;
-        Ok(Box::new(VerbsSource::connect(&knobs, cfg, buf, offer, ctx)?))
+        Ok(match knobs.op {
+            VerbsOp::Write => Box::new(VerbsSource::connect(&knobs, cfg, buf, offer, ctx)?),
+            VerbsOp::Read => Box::new(read::LendSource::connect(&knobs, cfg, buf, offer, ctx)?),
+        })
     }
 
     fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
@@ -159,6 +167,14 @@ pub struct VerbsSenderDetail {
     /// RDMA READs a queue pair has outstanding / answers (max_rd_atomic, max_dest_rd_atomic).
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
+    /// `--op read`: the receiver READ each rep from this end's buffer (max_rd_atomic is then the receiver's queue
+    /// pairs', max_dest_rd_atomic this end's). Written only for reads.
+    #[serde(skip_serializing_if = "is_write")]
+    pub op: VerbsOp,
+}
+
+fn is_write(op: &VerbsOp) -> bool {
+    *op == VerbsOp::Write
 }
 
 /// What the receiver's offer said about its end.
@@ -195,6 +211,9 @@ struct Offer {
 struct Answer {
     /// The sender's queue pairs, rail by rail.
     rails: Vec<Vec<Endpoint>>,
+    /// `--op read`: the sender's buffer as the receiver READs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lent: Option<read::Lent>,
 }
 
 /// Open device `name` (see [`device::open`]) and `cfg.qps` queue pairs whose sends carry up to `send_sge` scatter
@@ -443,7 +462,7 @@ impl VerbsSource {
 
 impl Source for VerbsSource {
     fn answer(&self) -> serde_json::Value {
-        serde_json::to_value(Answer { rails: self.rails.iter().map(|r| r.set.endpoints()).collect() })
+        serde_json::to_value(Answer { rails: self.rails.iter().map(|r| r.set.endpoints()).collect(), lent: None })
             .expect("answer serializes")
     }
 
@@ -475,6 +494,7 @@ impl Source for VerbsSource {
                 max_inline_data: self.max_inline_data,
                 max_rd_atomic: RD_ATOMIC,
                 max_dest_rd_atomic: RD_ATOMIC,
+                op: VerbsOp::Write,
             },
             receiver: self.receiver.clone(),
         })

@@ -59,6 +59,8 @@ pub struct Registration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
     pub remote_write: bool,
+    /// IBV_ACCESS_REMOTE_READ: only the sender's run buffer of an `--op read` run, which the receiver READs.
+    pub remote_read: bool,
     /// IBV_ACCESS_RELAXED_ORDERING: in the optional range of access flags (from IBV_ACCESS_OPTIONAL_FIRST, 1 << 20),
     /// so a device without relaxed ordering registers as if it were absent.
     pub relaxed_ordering: bool,
@@ -69,13 +71,21 @@ pub struct Access {
 impl Access {
     /// What `cfg` asks for a region that peers write into (`remote_write`) or not.
     pub fn of(cfg: &super::VerbsConfig, remote_write: bool) -> Access {
-        Access { remote_write, relaxed_ordering: cfg.relaxed_ordering, odp: cfg.odp }
+        Access { remote_write, remote_read: false, relaxed_ordering: cfg.relaxed_ordering, odp: cfg.odp }
+    }
+
+    /// What `cfg` asks for the sender's buffer of an `--op read` run: the receiver READs it, nothing writes it.
+    pub fn remote_readable(cfg: &super::VerbsConfig) -> Access {
+        Access { remote_read: true, ..Access::of(cfg, false) }
     }
 
     pub fn flags(self) -> AccessFlags {
         let mut f = AccessFlags::LocalWrite;
         if self.remote_write {
             f |= AccessFlags::RemoteWrite;
+        }
+        if self.remote_read {
+            f |= AccessFlags::RemoteRead;
         }
         if self.relaxed_ordering {
             f |= AccessFlags::RelaxedOrdering;
@@ -121,6 +131,8 @@ pub fn register(
         );
     }
     let remote_write = access.remote_write;
+    // A piece the peer reaches travels with its rkey; one only this end posts from, with its lkey.
+    let remote = access.remote_write || access.remote_read;
     let flags = access.flags();
     let t = Instant::now();
     let mut mrs = Vec::new();
@@ -135,7 +147,7 @@ pub fn register(
             offset,
             len: n,
             addr: mr.get_ptr() as u64,
-            key: if remote_write { mr.rkey() } else { mr.lkey() },
+            key: if remote { mr.rkey() } else { mr.lkey() },
         });
         mrs.push(mr);
         offset += n;
@@ -239,10 +251,15 @@ mod tests {
         assert_eq!(AccessFlags::OnDemand.bits(), 1 << 6);
         let cfg = super::super::VerbsConfig::default();
         let recv = Access::of(&cfg, true);
-        assert_eq!(recv, Access { remote_write: true, relaxed_ordering: true, odp: false });
+        assert_eq!(recv, Access { remote_write: true, remote_read: false, relaxed_ordering: true, odp: false });
         assert_eq!(recv.flags().bits(), 1 | 2 | 1 << 20, "local + remote write + relaxed ordering by default");
         let send = Access::of(&super::super::VerbsConfig { relaxed_ordering: false, odp: true, ..cfg }, false);
         assert_eq!(send.flags().bits(), 1 | 1 << 6, "--no-relaxed-ordering --odp on the sender");
+        // IBV_ACCESS_REMOTE_READ is 1 << 2: only the sender of an --op read run asks for it, and never with write.
+        let lent = Access::remote_readable(&cfg);
+        assert_eq!(lent.flags().bits(), 1 | 4 | 1 << 20, "the read run's sender: local + remote read");
+        assert_eq!(Access::of(&cfg, false).flags().bits() & 4, 0);
+        assert_eq!(recv.flags().bits() & 4, 0);
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! `--inflight` outstanding per queue pair, a completion requested every `--signal-every` and on the last. The last
 //! write of each queue pair carries the immediate that tells the receiver its data landed (RC orders writes within a
 //! queue pair, so one immediate per queue pair is needed).
+//! With `--op read` the receiver runs the same loop over the same requests as RDMA READs (`read.rs`).
 //! Work request and scatter arrays are allocated once per connection, never per post.
 
 use super::cq::Poller;
 use super::device::wc_status_text;
 use super::mr::Piece;
 use super::qp::QpSet;
-use super::VerbsConfig;
+use super::{VerbsConfig, VerbsOp};
 use crate::plan::Write;
 use crate::transport::TransferHooks;
 use anyhow::{anyhow, bail, Result};
@@ -104,8 +105,31 @@ pub struct RepWork<'a> {
     pub segs: &'a [Segment],
     pub reqs: &'a [WriteRequest],
     pub writes: usize,
-    /// The rep number, which rides as the immediate on each queue pair's last work request.
+    /// The rep number, which rides as the immediate on each queue pair's last work request (WRITEs).
     pub imm: u32,
+    /// WRITEs (local segments gathered into a remote range) or, for `--op read`, READs (a remote range scattered
+    /// into the local segments): the same requests, the other opcode. READs carry no immediate: the reader sees
+    /// its own completions.
+    pub op: VerbsOp,
+}
+
+impl RepWork<'_> {
+    /// The work requests queue pair `q` of `nq` posts: request i goes to queue pair i % nq; a WRITE queue pair
+    /// that got none still posts one empty WRITE_WITH_IMM.
+    fn total(&self, q: usize, nq: usize) -> u64 {
+        let n = self.reqs.len().saturating_sub(q).div_ceil(nq) as u64;
+        match self.op {
+            VerbsOp::Write => n.max(1),
+            VerbsOp::Read => n,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self.op {
+            VerbsOp::Write => "RDMA WRITE",
+            VerbsOp::Read => "RDMA READ",
+        }
+    }
 }
 
 pub struct Poster {
@@ -157,9 +181,7 @@ impl Poster {
     ) -> Result<(Instant, Instant)> {
         let RepWork { segs, reqs, writes, .. } = work;
         let nq = set.qps.len();
-        // Work requests per queue pair (request i goes to queue pair i % nq), or one empty WRITE_WITH_IMM when it
-        // got none.
-        let total: Vec<u64> = (0..nq).map(|q| (reqs.len().saturating_sub(q).div_ceil(nq)).max(1) as u64).collect();
+        let total: Vec<u64> = (0..nq).map(|q| work.total(q, nq)).collect();
         self.posted.clear();
         self.posted.resize(nq, 0);
         self.completed.clear();
@@ -176,7 +198,8 @@ impl Poster {
 
         let mut first_post = None;
         let mut last = Instant::now();
-        let mut finished = 0;
+        // A READ queue pair without requests has nothing to wait for.
+        let mut finished = total.iter().filter(|&&t| t == 0).count();
         let mut last_progress = Instant::now();
         let mut last_peer_check = Instant::now();
         while finished < nq {
@@ -192,15 +215,16 @@ impl Poster {
                 last_peer_check = Instant::now();
                 if (hooks.peer_failed)() {
                     drain(poller, &self.posted, &self.completed);
-                    bail!("the receiver hung up or reported an error on the control connection mid-transfer");
+                    bail!("the {} hung up or reported an error on the control connection mid-transfer", peer(work.op));
                 }
             }
             let wcs = poller.wait(Duration::from_millis(1))?;
             if wcs.is_empty() {
                 if last_progress.elapsed() > stall_timeout {
                     bail!(
-                        "no RDMA completion for {:.0} s (--io-timeout); the receiver or the path stopped answering",
-                        stall_timeout.as_secs_f64()
+                        "no RDMA completion for {:.0} s (--io-timeout); the {} or the path stopped answering",
+                        stall_timeout.as_secs_f64(),
+                        peer(work.op)
                     );
                 }
                 continue;
@@ -208,7 +232,7 @@ impl Poster {
             let now = Instant::now();
             last_progress = now;
             last = now;
-            match self.complete(wcs, segs, reqs, &total, now, hooks) {
+            match self.complete(wcs, work, &total, now, hooks) {
                 Ok(done) => finished += done,
                 Err(err) => {
                     // Stop posting; reap what the failed queue pairs flush so nothing is left behind, then report.
@@ -225,19 +249,20 @@ impl Poster {
     fn complete(
         &mut self,
         wcs: &[ibv_wc],
-        segs: &[Segment],
-        reqs: &[WriteRequest],
+        work: RepWork,
         total: &[u64],
         now: Instant,
         hooks: &mut TransferHooks,
     ) -> Result<usize> {
+        let RepWork { segs, reqs, .. } = work;
         let nq = total.len();
         let mut finished = 0;
         for wc in wcs {
             let (q, seq) = ((wc.wr_id >> 40) as usize, wc.wr_id & ((1 << 40) - 1));
             if wc.status != 0 {
                 bail!(
-                    "RDMA WRITE failed on queue pair {q}: {} (vendor error {:#x})",
+                    "{} failed on queue pair {q}: {} (vendor error {:#x})",
+                    work.verb(),
                     wc_status_text(wc.status),
                     wc.vendor_err
                 );
@@ -285,7 +310,11 @@ impl Poster {
             let wr = &mut self.wrs[k];
             wr.wr_id = ((q as u64) << 40) | seq;
             wr.send_flags = if last || (seq + 1) % signal_every == 0 { IBV_SEND_SIGNALED } else { 0 };
-            wr.opcode = if last { ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM } else { ibv_wr_opcode::IBV_WR_RDMA_WRITE };
+            wr.opcode = match work.op {
+                VerbsOp::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
+                VerbsOp::Write if last => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                VerbsOp::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            };
             wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
             match req {
                 Some(r) => {
@@ -338,6 +367,14 @@ impl Poster {
         }
         self.posted[q] = start + n as u64;
         Ok(t)
+    }
+}
+
+/// The other end of the data path, as a failure names it: the one written into, or read from.
+fn peer(op: VerbsOp) -> &'static str {
+    match op {
+        VerbsOp::Write => "receiver",
+        VerbsOp::Read => "sender",
     }
 }
 

@@ -44,6 +44,27 @@ pub struct Service {
 /// but the verbs attributes take at least one.
 pub const RD_ATOMIC: u8 = 1;
 
+/// RDMA READs a queue pair may have outstanding as the requester (max_rd_atomic, set at RTR → RTS) and answer as
+/// the responder (max_dest_rd_atomic, set at INIT → RTR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdAtomic {
+    pub initiator: u8,
+    pub responder: u8,
+}
+
+impl Default for RdAtomic {
+    /// What WRITEs need: none, but the attributes take at least one.
+    fn default() -> RdAtomic {
+        RdAtomic { initiator: RD_ATOMIC, responder: RD_ATOMIC }
+    }
+}
+
+/// A device limit (ibv_device_attr's max_qp_rd_atom or max_qp_init_rd_atom) as the 8-bit queue pair attribute
+/// takes it, at least 1.
+pub fn rd_atom_limit(device_limit: i32) -> u8 {
+    device_limit.clamp(1, u8::MAX as i32) as u8
+}
+
 pub struct QpSet {
     // Field order is drop order: queue pairs before the CQ and PD they use.
     pub qps: Vec<GenericQueuePair>,
@@ -54,6 +75,8 @@ pub struct QpSet {
     pub port: PortInfo,
     /// Set in the address vector at INIT → RTR (default: 0 and 0).
     pub service: Service,
+    /// Set at INIT → RTR and RTR → RTS (default: one of each, what WRITEs need).
+    pub rd_atomic: RdAtomic,
     _ctx: Arc<DeviceContext>,
 }
 
@@ -100,7 +123,8 @@ impl QpSet {
             qps.push(qp);
         }
         let psns = (0..n).map(|_| random_psn()).collect::<Result<_>>()?;
-        Ok(QpSet { qps, cq, channel, pd, psns, port: port.clone(), service: Service::default(), _ctx: ctx.clone() })
+        let (port, service, rd_atomic) = (port.clone(), Service::default(), RdAtomic::default());
+        Ok(QpSet { qps, cq, channel, pd, psns, port, service, rd_atomic, _ctx: ctx.clone() })
     }
 
     pub fn endpoints(&self) -> Vec<Endpoint> {
@@ -121,6 +145,12 @@ impl QpSet {
     pub fn init(&mut self, remote_write: bool) -> Result<()> {
         let access =
             if remote_write { AccessFlags::LocalWrite | AccessFlags::RemoteWrite } else { AccessFlags::LocalWrite };
+        self.init_with(access)
+    }
+
+    /// RESET → INIT, the queue pairs letting the peer at this end's memory as `access` says (the sender of an
+    /// `--op read` run: remote reads).
+    pub fn init_with(&mut self, access: AccessFlags) -> Result<()> {
         for (i, qp) in self.qps.iter_mut().enumerate() {
             let mut a = QueuePairAttribute::new();
             a.setup_state(QueuePairState::Init)
@@ -142,7 +172,7 @@ impl QpSet {
                 self.qps.len()
             );
         }
-        let (port, service) = (&self.port, self.service);
+        let (port, service, rd) = (&self.port, self.service, self.rd_atomic);
         for (i, (qp, r)) in self.qps.iter_mut().zip(remote).enumerate() {
             let mut ah = AddressHandleAttribute::new();
             ah.setup_port(port.port).setup_dest_lid(r.lid).setup_service_level(service.sl);
@@ -155,7 +185,7 @@ impl QpSet {
                 .setup_path_mtu(Mtu::from(port.active_mtu_enum.min(r.mtu)))
                 .setup_dest_qp_num(r.qpn)
                 .setup_rq_psn(r.psn)
-                .setup_max_dest_read_atomic(RD_ATOMIC)
+                .setup_max_dest_read_atomic(rd.responder)
                 .setup_min_rnr_timer(12)
                 .setup_address_vector(&ah);
             qp.modify(&a).with_context(|| format!("queue pair {i}: INIT → RTR (peer qpn {:#x})", r.qpn))?;
@@ -165,7 +195,7 @@ impl QpSet {
                 .setup_timeout(ack_timeout)
                 .setup_retry_cnt(RETRY_COUNT)
                 .setup_rnr_retry(7)
-                .setup_max_read_atomic(RD_ATOMIC);
+                .setup_max_read_atomic(rd.initiator);
             qp.modify(&a).with_context(|| format!("queue pair {i}: RTR → RTS"))?;
         }
         Ok(())

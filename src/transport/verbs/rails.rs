@@ -9,7 +9,7 @@ use super::extras::{RailRep, RepExtras};
 use super::mr::{self, Piece, RegMethod, Registration};
 use super::post::{self, Poster, RepWork, Segment, WriteRequest};
 use super::qp::QpSet;
-use super::{open_set, RailOffer, VerbsConfig};
+use super::{open_set, RailOffer, VerbsConfig, VerbsOp};
 use crate::mem::Buffer;
 use crate::plan::Write;
 use crate::transport::{Context, TransferHooks, TransferTimes};
@@ -115,7 +115,7 @@ impl SendRail {
         let max_len = self.set.port.max_msg_sz.max(4096) as u64;
         let outcome = post::segments(writes, &reg.pieces, &self.remote, max_len, &mut self.segs).and_then(|()| {
             post::gather(&self.segs, self.max_sge, max_len, &mut self.reqs);
-            let work = RepWork { segs: &self.segs, reqs: &self.reqs, writes: writes.len(), imm: run.rep };
+            let work = RepWork { segs: &self.segs, reqs: &self.reqs, writes: writes.len(), imm: run.rep, op: VerbsOp::Write };
             self.poster.run(&self.set, &mut self.poller, work, run.cfg, run.stall_timeout, hooks)
         });
         if !run.cfg.reg_per_rep {
