@@ -1,5 +1,7 @@
 //! `--duration` and `--interval` over loopback tcp with the real binary: an endless run stopped by a signal keeps
-//! its files and exits 130, and bad combinations are one line and exit code 2.
+//! its files and exits 130, so does a finite one (its size in progress kept, marked partial, the run interrupted),
+//! an endless run's events file stays bounded, the progress bar counts time, and bad combinations are one line and
+//! exit code 2.
 
 mod common;
 
@@ -33,6 +35,90 @@ fn an_endless_run_stopped_by_sigint_writes_its_results_and_exits_130() {
     assert!(case["duration"]["s"].is_null(), "{}", case["duration"]);
     let reps: u64 = case["intervals"].as_array().unwrap().iter().map(|i| i["reps"].as_u64().unwrap()).sum();
     assert!(reps > 0 && reps == case["n"].as_u64().unwrap(), "{case}");
+}
+
+/// A 10 s-per-size run of three sizes, SIGINT in its first size: what that size measured is written (its
+/// `duration.stopped_by` says it was cut short), no further size runs, the run is marked interrupted, exit 130.
+#[test]
+fn a_finite_run_stopped_by_sigint_keeps_the_size_in_progress_and_exits_130() {
+    let t = TempDir::new("duration-cut");
+    let json = t.arg("r.json");
+    let args = ["sweep", "--sizes", "1MiB,2MiB,4MiB", "--duration", "10s", "--interval", "200ms", "--json", &json];
+    let mut p = Proc::spawn(&args);
+    assert!(
+        p.stdout.wait_until(Duration::from_secs(60), |t| t.lines().any(|l| l.starts_with("interval "))),
+        "no interval line:\n{}",
+        p.stderr.text()
+    );
+    kill(Pid::from_raw(p.child.id() as i32), Signal::SIGINT).unwrap();
+    let status = p.wait_timeout(Duration::from_secs(20)).expect("an exit after SIGINT");
+    let out = Out { code: status.code(), stdout: p.stdout.text(), stderr: p.stderr.text(), what: p.what.clone() };
+    out.expect_code(130);
+    let r = read_json(&t.join("r.json"));
+    assert_eq!(r["complete"], false, "{r}");
+    assert_eq!(r["interrupted"]["signal"], "SIGINT");
+    assert_eq!((r["interrupted"]["cases_done"].as_u64(), r["interrupted"]["cases_total"].as_u64()), (Some(0), Some(3)));
+    assert!(r["interrupted"]["measuring"].as_str().unwrap().starts_with("1 MiB: "), "{}", r["interrupted"]);
+    let cases = r["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1, "the size in progress only: {r}");
+    let d = &cases[0]["duration"];
+    assert_eq!(d["stopped_by"], "SIGINT");
+    assert!(d["measured_s"].as_f64().unwrap() < 10.0, "{d}");
+    let reps: u64 = cases[0]["intervals"].as_array().unwrap().iter().map(|i| i["reps"].as_u64().unwrap()).sum();
+    assert!(reps > 0 && reps == cases[0]["n"].as_u64().unwrap(), "{}", cases[0]);
+}
+
+/// An endless run's events file keeps a case's first 10,000 measured reps whole and thins the rest (saying so in a
+/// line of its own), so it grows far slower than the reps.
+#[test]
+fn an_endless_runs_events_are_thinned_past_the_kept_reps() {
+    let t = TempDir::new("duration-events");
+    let (json, events) = (t.arg("r.json"), t.arg("ev.jsonl"));
+    let args = ["sweep", "--sizes", "4KiB", "--duration", "inf", "--interval", "200ms", "--json", &json];
+    let mut p = Proc::spawn(&[&args[..], &["--events", &events]].concat());
+    let reps = |t: &str| -> u64 {
+        let count = |l: &str| l.split("  ").find_map(|w| w.strip_suffix(" reps")?.parse::<u64>().ok());
+        t.lines().filter(|l| l.starts_with("interval ")).filter_map(count).sum()
+    };
+    assert!(
+        p.stdout.wait_until(Duration::from_secs(120), |t| reps(t) > 25_000),
+        "not 25,000 reps in 2 minutes:\n{}",
+        p.stdout.text()
+    );
+    kill(Pid::from_raw(p.child.id() as i32), Signal::SIGINT).unwrap();
+    let status = p.wait_timeout(Duration::from_secs(20)).expect("an exit after SIGINT");
+    assert_eq!(status.code(), Some(130), "{}", p.stderr.text());
+    let r = read_json(&t.join("r.json"));
+    let case = &r["cases"][0];
+    let measured = case["n"].as_u64().unwrap() + case["duration"]["folded"]["reps"].as_u64().unwrap_or(0);
+    let text = std::fs::read_to_string(t.join("ev.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let notes: Vec<&serde_json::Value> = lines.iter().filter(|l| l["thinned"] == true).collect();
+    assert_eq!(notes.len(), 1, "one line says the reps are thinned");
+    assert!(notes[0]["note"].as_str().unwrap().contains("10000"), "{}", notes[0]);
+    let written = lines.iter().filter(|l| l["side"] == "sender" && l["warmup"] == false).count() as u64;
+    assert!(written >= 10_000 && written < measured, "{written} of {measured} measured reps written");
+    assert!(written <= 10_000 + (measured - 10_000) / 2 + 1, "{written} of {measured}: thinned past 10,000");
+}
+
+/// On a terminal the bar of a paced run counts each size's time ("1.0 of 2.0 s"), not reps against the rep count
+/// it would have had without --duration (which it overran).
+#[test]
+fn a_paced_runs_progress_bar_counts_time_per_size() {
+    let t = TempDir::new("duration-bar");
+    let cmd =
+        format!("{} sweep --sizes 1MiB,2MiB --duration 2s --interval 1s --json {}", bin().display(), t.arg("r.json"));
+    // script(1) gives the run a terminal, where indicatif draws.
+    let out = std::process::Command::new("script")
+        .args(["-qfec", &cmd, "/dev/null"])
+        .env("TERM", "xterm")
+        .output()
+        .expect("script(1) (util-linux) runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let screen = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    assert!(screen.contains("size 2/2 2 MiB: "), "{screen}");
+    assert!(screen.contains(" of 2.0 s "), "{screen}");
+    assert!(!screen.contains(" reps  1 MiB"), "no rep count on the bar: {screen}");
 }
 
 /// Each bad combination is refused before anything runs, with one line naming the flags, exit code 2.

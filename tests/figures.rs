@@ -228,3 +228,49 @@ fn the_reps_figure_marks_the_slow_reps_an_attribution_names() {
     assert!(svg.contains("slow: completer_retry_err +1 vs +0/rep"), "the slow reps' counter is noted");
     assert!(svg.contains("filled = slow reps"), "and the legend says what filled means");
 }
+
+/// A real latency run over loopback TCP draws its own two figures (not the bandwidth ones, meaningless for 8 B
+/// messages), and `report` draws the same two from its results file.
+#[test]
+fn a_latency_run_draws_latency_vs_size_and_each_sizes_cdf_and_report_redraws_them() {
+    const LATENCY: [&str; 2] = ["latency-vs-size", "latency-cdf"];
+    let d = scratch("latency");
+    let (json, figs) = (d.join("lat.json"), d.join("lat-figs"));
+    let out = kvxfer(&[
+        "latency",
+        "--sizes",
+        "8,4KiB,64KiB",
+        "--iters",
+        "200",
+        "--warmup-iters",
+        "10",
+        "--label",
+        "tcp loopback",
+        "--json",
+        s(&json),
+        "--fig",
+        s(&figs),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let check = |dir: &Path| {
+        for f in LATENCY {
+            assert_png(&dir.join(format!("{f}.png")));
+        }
+        let by_size = std::fs::read_to_string(dir.join("latency-vs-size.svg")).unwrap();
+        for text in ["tcp loopback", "p50", "p99", "µs", "message size", "8 B", "4 KiB", "64 KiB"] {
+            assert!(by_size.contains(text), "latency-vs-size.svg lacks {text:?}");
+        }
+        assert_svg(&dir.join("latency-cdf.svg"), &["8 B", "4 KiB", "64 KiB", "µs", "p50 and p99"]);
+        for f in FIGURES {
+            assert!(!dir.join(format!("{f}.png")).exists(), "{f} is not drawn for a latency run");
+        }
+    };
+    check(&figs);
+
+    let again = d.join("report-figs");
+    let out = kvxfer(&["report", s(&json), "--fig", s(&again)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    check(&again);
+    let svg = |dir: &Path| std::fs::read_to_string(dir.join("latency-vs-size.svg")).unwrap();
+    assert_eq!(svg(&figs), svg(&again), "report draws the run's figure from its file as the run drew it");
+}

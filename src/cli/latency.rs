@@ -37,6 +37,9 @@ pub struct LatencyArgs {
     /// Write the results file here
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Write figures here (PNG and SVG; created if its parent exists): latency vs size, and each size's latency CDF
+    #[arg(long, value_name = "DIR")]
+    pub fig: Option<PathBuf>,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,

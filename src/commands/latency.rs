@@ -27,6 +27,9 @@ pub fn run(a: LatencyArgs) -> Result<()> {
     if let Some(path) = &a.json {
         crate::export::check_writable("--json", path)?;
     }
+    if let Some(dir) = &a.fig {
+        crate::export::plot::prepare_dir(dir)?;
+    }
     let Some(peer) = &a.peer else {
         let limits = ReceiverLimits {
             max_size: None,
@@ -131,6 +134,9 @@ fn measure(
     results.complete = outcome.is_ok();
     results.error = outcome.as_ref().err().map(|e| format!("{e:#}"));
     save(a, &results)?;
+    if let (Some(dir), false) = (&a.fig, results.cases.is_empty()) {
+        crate::export::plot::draw_series(&[(results.label.clone(), results)], dir, &[])?;
+    }
     outcome
 }
 

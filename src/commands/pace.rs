@@ -37,17 +37,15 @@ pub fn pacing(p: &PaceArgs, cases: usize) -> Result<Option<Pacing>> {
             _ => Some(i),
         },
     };
-    if length == Length::Infinite {
-        crate::run::pace::stop_softly_on_signal();
-    }
+    crate::run::pace::stop_softly_on_signal();
     Ok(Some(Pacing { length, interval }))
 }
 
-/// After a paced run's files are written: an infinite run stopped by a signal exits 130, as an interrupted run
-/// does (its files are complete: stopping it is how it ends).
+/// After a paced run's files are written: a run stopped by a signal exits 130, as an interrupted run does (its
+/// files are whole: an infinite run's complete, a finite one's marked interrupted with its last case partial).
 pub fn exit_if_stopped() {
     if let Some(sig) = crate::run::pace::stopped_by() {
-        crate::errln!("stopped by {sig}; the results files are complete");
+        crate::errln!("stopped by {sig}; the results files are written");
         std::process::exit(crate::output::interrupt::EXIT_INTERRUPTED);
     }
 }

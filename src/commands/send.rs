@@ -137,6 +137,7 @@ pub fn drive(job: SendJob) -> Result<Results> {
     let mut rec = Recorder::new(results, &job.cfg, job.out)?;
     let total = rec.results.cases.iter().filter(|c| c.sweep.complete).count() + job.cfg.cases.len();
     rec.set_plan(total, job.resumable)?;
+    rec.set_pacing(job.pacing.as_ref(), job.cfg.cases.len());
     let outcome = session.run(&mut rec);
     rec.finish(outcome.as_ref().err())?;
     outcome.map(|()| rec.results)

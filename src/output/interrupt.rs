@@ -106,18 +106,7 @@ fn stop(sig: i32) -> ! {
 /// Mark the results interrupted and write every output; returns the line to print.
 fn finish_files(armed: &mut Armed, signal: &str, measuring: Option<String>) -> String {
     let done = armed.results.cases.iter().filter(|c| c.sweep.complete).count();
-    let total = armed.cases_total.max(done);
-    let what = format!("interrupted by {signal} after {done} of {total} cases");
-    armed.results.complete = false;
-    armed.results.error = Some(what.clone());
-    armed.results.interrupted = Some(Interruption {
-        signal: signal.to_string(),
-        at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        cases_done: done,
-        cases_total: total,
-        measuring,
-        resume: armed.resume.clone(),
-    });
+    let what = mark(&mut armed.results, signal, done, armed.cases_total, measuring, armed.resume.clone());
     let files: Vec<String> = armed.exports.files().map(|(_, p)| p.display().to_string()).collect();
     let saved = armed.exports.write(std::slice::from_ref(&armed.results));
     let held = match (&saved, files.is_empty()) {
@@ -127,6 +116,30 @@ fn finish_files(armed: &mut Armed, signal: &str, measuring: Option<String>) -> S
     };
     let resume = armed.resume.as_ref().map(|c| format!("; resume with: {c}")).unwrap_or_default();
     format!("{what}{held}{resume}")
+}
+
+/// Mark `results` interrupted by `signal` after `done` of `total` cases; returns what it says.
+pub fn mark(
+    results: &mut Results,
+    signal: &str,
+    done: usize,
+    total: usize,
+    measuring: Option<String>,
+    resume: Option<String>,
+) -> String {
+    let total = total.max(done);
+    let what = format!("interrupted by {signal} after {done} of {total} cases");
+    results.complete = false;
+    results.error = Some(what.clone());
+    results.interrupted = Some(Interruption {
+        signal: signal.to_string(),
+        at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        cases_done: done,
+        cases_total: total,
+        measuring,
+        resume,
+    });
+    what
 }
 
 /// Run `write` (a save of the run's files) so that a signal waits for it, then keep what it saved as what a

@@ -6,30 +6,55 @@ use std::time::Duration;
 
 pub struct Progress {
     bar: ProgressBar,
+    /// A paced run (`--duration`) counts time, not reps: each size's time so far of its duration (none: `inf`),
+    /// and how many sizes there are.
+    paced: Option<(Option<Duration>, usize)>,
 }
 
 impl Progress {
     /// A bar over `total_reps` reps (warm-up included).
     pub fn new(total_reps: u64) -> Progress {
-        // A dumb terminal (a serial console, an editor's shell) cannot redraw a line: no bar there.
-        let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-        let target = if dumb { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
-        let bar = ProgressBar::with_draw_target(Some(total_reps), target);
+        let bar = ProgressBar::with_draw_target(Some(total_reps), target());
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} reps  {msg}")
                 .expect("static template")
                 .progress_chars("=> "),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress { bar }
+        Progress { bar, paced: None }
     }
 
-    pub fn set_message(&self, msg: String) {
-        self.bar.set_message(msg);
+    /// A paced run of `cases` sizes, each measuring for `per_case` (a bar of each size's time) or until a signal
+    /// (`None`: a spinner with the time so far): its rep count is not known ahead.
+    pub fn paced(&mut self, per_case: Option<Duration>, cases: usize) {
+        let template = match per_case {
+            Some(_) => "{spinner} [{elapsed_precise}] {bar:30} {msg}",
+            None => "{spinner} [{elapsed_precise}] {msg}",
+        };
+        self.bar.set_style(ProgressStyle::with_template(template).expect("static template").progress_chars("=> "));
+        self.bar.set_length(per_case.map_or(0, |d| d.as_millis() as u64));
+        self.bar.set_position(0);
+        self.paced = Some((per_case, cases));
     }
 
-    pub fn inc(&self) {
-        self.bar.inc(1);
+    /// A rep of case `index` (`size`, `gbps`) is done, `measured_s` into its measured time: the bar's position and
+    /// what it says.
+    pub fn rep(&self, index: usize, size: &str, gbps: f64, measured_s: Option<f64>) {
+        let Some((per_case, cases)) = self.paced else {
+            self.bar.inc(1);
+            self.bar.set_message(format!("{size} {gbps:.2} GB/s"));
+            return;
+        };
+        let t = measured_s.unwrap_or(0.0);
+        let of = match per_case {
+            Some(d) => {
+                self.bar.set_position(((t * 1e3) as u64).min(d.as_millis() as u64));
+                format!("{t:.1} of {:.1} s", d.as_secs_f64())
+            }
+            None => format!("{t:.1} s, until Ctrl-C"),
+        };
+        let which = if cases > 1 { format!("size {}/{cases} ", index + 1) } else { String::new() };
+        self.bar.set_message(format!("{which}{size}: {of}  {gbps:.2} GB/s"));
     }
 
     /// Print a line on stdout without disturbing the bar.
@@ -39,6 +64,16 @@ impl Progress {
 
     pub fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+}
+
+/// Where a bar draws: stderr, unless a dumb terminal (a serial console, an editor's shell) cannot redraw a line.
+fn target() -> ProgressDrawTarget {
+    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+    if dumb {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
     }
 }
 

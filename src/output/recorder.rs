@@ -63,6 +63,14 @@ impl Recorder {
         Ok(rec)
     }
 
+    /// A paced run (`--duration`) of `cases` sizes: its bar counts each size's time, not reps.
+    pub fn set_pacing(&mut self, pacing: Option<&crate::run::pace::Pacing>, cases: usize) {
+        use crate::run::pace::Length;
+        if let Some(p) = pacing {
+            self.progress.paced(if let Length::For(d) = p.length { Some(d) } else { None }, cases);
+        }
+    }
+
     /// What an interrupted run's files and line say: how many cases it measures in all, and (when the command
     /// takes `--resume`) how to resume it into its results file.
     pub fn set_plan(&mut self, cases_total: usize, resumable: bool) -> Result<()> {
@@ -125,6 +133,9 @@ impl Recorder {
             Some(e) => self.results.error = Some(format!("{e:#}")),
             None => self.results.complete = true,
         }
+        if error.is_none() {
+            self.mark_cut_short();
+        }
         // Next to the start's, in the fingerprint: a host that got busier during the run shows it.
         let end = crate::env::load_average(crate::env::sysroot::SysRoot::get());
         if let Some(env) = self.results.env.as_object_mut() {
@@ -165,6 +176,26 @@ impl Recorder {
             crate::errln!("{}: {}", format.what(), p.display());
         }
         self.write_figures()
+    }
+
+    /// A finite paced case that a signal cut short keeps what it measured (its `duration.stopped_by` says so), but
+    /// the run did not do what was asked: it is interrupted, the cut case not counted among those done. Resuming
+    /// would take the partial case as done, so no resume command is offered.
+    fn mark_cut_short(&mut self) {
+        fn cut(c: &CaseResult) -> Option<(String, &crate::run::pace::DurationRecord)> {
+            let d = c.duration.as_ref()?;
+            d.s.and(d.stopped_by.clone()).map(|s| (s, d))
+        }
+        let Some((signal, measuring)) = self.results.cases.iter().find_map(|c| {
+            cut(c).map(|(s, d)| {
+                let how = format!("{:.1} s of {:.1} s", d.measured_s, d.s.unwrap_or_default());
+                (s, format!("{}: {how} measured, kept in cases (duration.stopped_by)", format_size(c.size_bytes)))
+            })
+        }) else {
+            return;
+        };
+        let done = self.results.cases.iter().filter(|c| cut(c).is_none()).count();
+        interrupt::mark(&mut self.results, &signal, done, self.cases_total, Some(measuring), None);
     }
 
     /// `--fig`: draw the completed sizes (even of a run that stopped early) from the results in memory.
@@ -228,8 +259,8 @@ impl RunSink for Recorder {
                 self.events_error.get_or_insert(e);
             }
         }
-        self.progress.inc();
-        self.progress.set_message(format!("{} {:.2} GB/s", format_size(case.case.size_bytes), rep.gbps));
+        let measured_s = case.paced.as_ref().map(|p| p.elapsed());
+        self.progress.rep(case.index, &format_size(case.case.size_bytes), rep.gbps, measured_s);
         let kind = if warmup { "warm-up" } else { "measured" };
         interrupt::measuring(Some(format!("{}: {kind} rep {} done", format_size(case.case.size_bytes), rep.i + 1)));
     }

@@ -1,9 +1,10 @@
 //! Runs paced by time instead of a rep count (`--duration`, `--interval`): when a case's measured reps stop, the
 //! rows of what each interval moved, and how a long run stays bounded in memory.
 //!
-//! A case measures until its duration has passed since its first measured rep (warm-ups do not count), or, with
-//! `--duration inf`, until the first SIGINT/SIGTERM/SIGHUP asks it to stop: the rep in flight finishes, the case is
-//! recorded as any case is, and the command exits 130. Every interval closes into an [`IntervalRow`] (recorded
+//! A case measures until its duration has passed since its first measured rep (warm-ups do not count), or until
+//! the first SIGINT/SIGTERM/SIGHUP asks it to stop: the rep in flight finishes, the case is recorded as any case is
+//! (with the signal that cut it short), no further size starts, and the command exits 130. For `--duration inf` the
+//! signal is how a run ends; a finite run so stopped is also marked interrupted, its last case partial. Every interval closes into an [`IntervalRow`] (recorded
 //! with `--interval`; without it, a progress line every [`PROGRESS_EVERY`] that is not recorded). A case keeps its
 //! first [`KEPT_REPS`] measured reps in `reps`; later ones only enter the interval rows and a histogram of their
 //! transfer times ([`Folded`]), so an endless run's memory stays bounded.
@@ -64,7 +65,8 @@ pub struct DurationRecord {
     pub interval_s: Option<f64>,
     /// How long the case measured, seconds.
     pub measured_s: f64,
-    /// The signal that ended an infinite run (`SIGINT`), absent otherwise.
+    /// The signal that ended the case (`SIGINT`): an infinite run's end, or a finite case cut short (measured_s
+    /// then falls short of s); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<String>,
     /// Reps past the first [`KEPT_REPS`]: counted in the intervals, not kept in `reps` nor in the case's
@@ -87,12 +89,12 @@ static STOP: AtomicBool = AtomicBool::new(false);
 static SOFT: AtomicBool = AtomicBool::new(false);
 static STOPPED_BY: Mutex<Option<String>> = Mutex::new(None);
 
-/// An infinite run is under way: the first signal asks it to stop at the end of the rep in flight.
+/// A paced run is under way: the first signal asks it to stop at the end of the rep in flight.
 pub fn stop_softly_on_signal() {
     SOFT.store(true, Ordering::SeqCst);
 }
 
-/// A signal arrived: `true` when an infinite run takes it as its end (and will exit 130 itself).
+/// A signal arrived: `true` when a paced run takes it as its end (and will exit 130 itself).
 pub fn take_signal(name: &str) -> bool {
     if !SOFT.load(Ordering::SeqCst) {
         return false;
@@ -102,7 +104,7 @@ pub fn take_signal(name: &str) -> bool {
     true
 }
 
-/// The signal that stopped an infinite run, once one has.
+/// The signal that stopped a paced run, once one has.
 pub fn stopped_by() -> Option<String> {
     if !STOP.load(Ordering::SeqCst) {
         return None;
@@ -140,7 +142,8 @@ impl Paced {
         self.started.get_or_insert_with(Instant::now);
     }
 
-    fn elapsed(&self) -> f64 {
+    /// Seconds since the case's first measured rep began (0 during warm-up).
+    pub fn elapsed(&self) -> f64 {
         self.started.map_or(0.0, |t| t.elapsed().as_secs_f64())
     }
 
@@ -148,7 +151,7 @@ impl Paced {
     pub fn is_done(&self) -> bool {
         let Some(t0) = self.started else { return false };
         match self.pacing.length {
-            Length::For(d) => t0.elapsed() >= d,
+            Length::For(d) => t0.elapsed() >= d || STOP.load(Ordering::SeqCst),
             Length::Infinite => STOP.load(Ordering::SeqCst),
         }
     }
@@ -224,7 +227,7 @@ impl Paced {
             },
             interval_s: self.pacing.interval.map(|d| d.as_secs_f64()),
             measured_s: round6(self.elapsed()),
-            stopped_by: if self.pacing.length == Length::Infinite { stopped_by() } else { None },
+            stopped_by: stopped_by(),
             folded: (!h.is_empty()).then(|| Folded {
                 reps: h.len(),
                 p50_ms: h.value_at_quantile(0.5) as f64 / 1e3,

@@ -208,6 +208,10 @@ impl SenderSession {
 
     fn run_cases(&mut self, sink: &mut dyn RunSink) -> Result<()> {
         for index in 0..self.cfg.cases.len() {
+            // A paced run asked to stop measures no further size (see `pace`).
+            if super::pace::stopped_by().is_some() {
+                break;
+            }
             let mut run = self.start_case(index, 0)?;
             while !run.is_done() {
                 self.next_rep(&mut run, sink)?;

@@ -15,6 +15,8 @@ pub struct SizeAxis {
     pub tokens: Option<BTreeMap<u64, u64>>,
     /// The bytes per token every case shares, when the token axis is drawn.
     pub bytes_per_token: Option<u64>,
+    /// What the axis measures, with its units.
+    pub desc: &'static str,
 }
 
 impl SizeAxis {
@@ -40,7 +42,7 @@ impl SizeAxis {
         let sizes: Vec<u64> = tokens.keys().copied().collect();
         let bytes_per_token = per_token.flatten();
         let tokens = bytes_per_token.map(|_| tokens.into_iter().filter_map(|(s, t)| t.map(|t| (s, t))).collect());
-        SizeAxis { sizes, tokens, bytes_per_token }
+        SizeAxis { sizes, tokens, bytes_per_token, desc: "transfer size (binary units: MiB = 2^20 B, GiB = 2^30 B)" }
     }
 
     /// The log axis range, a little wider than the data so end markers are not cut.

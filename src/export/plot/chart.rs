@@ -65,7 +65,7 @@ where
         .bold_line_style(GRID)
         .light_line_style(TRANSPARENT)
         .axis_style(style::INK)
-        .x_desc("transfer size (binary units: MiB = 2^20 B, GiB = 2^30 B)")
+        .x_desc(sizes.desc)
         .y_desc(y_desc)
         .x_label_formatter(&|v| SizeAxis::size_label(*v))
         .y_label_formatter(y_label)

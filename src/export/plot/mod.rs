@@ -4,6 +4,8 @@
 //! - `reps-bandwidth`: every rep's GB/s per size (strip plot), bimodal sizes marked;
 //! - `bandwidth-over-time`, when a run recorded intervals (`--duration … --interval …`): GB/s per interval, a
 //!   series per run and size;
+//! - a latency run (`kvxfer latency`): `latency-vs-size` (p50 and p99, log-log, min–max band) and `latency-cdf`
+//!   (each size's distribution) in place of the three above (see `latency`);
 //! - a cluster run: `cluster-heatmap` (p50 GB/s per link at the largest size), and the three above with one
 //!   series per link (`src→dst`; above 64 links, the 10 slowest).
 //!
@@ -18,6 +20,7 @@ mod chart;
 mod heatmap;
 mod intervals;
 mod labels;
+mod latency;
 mod raster;
 mod reps;
 mod style;
@@ -93,31 +96,46 @@ pub fn prepare_dir(dir: &Path) -> Result<()> {
         .map_err(|e| crate::error::usage(format!("--fig {}: cannot create the directory: {e}", dir.display())))
 }
 
-/// Draw every figure of these runs (named, in order) into `dir`; returns the files written.
+/// Draw every figure of these runs (named, in order) into `dir`; returns the files written. Latency runs have
+/// their own figures, drawn beside the others' when a report names both.
 pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine]) -> Result<Vec<PathBuf>> {
     style::register();
-    let runs: Vec<Run> = runs
-        .iter()
+    let drawn: Vec<&(String, &Results)> = runs.iter().filter(|(_, r)| !r.cases.is_empty()).collect();
+    if drawn.is_empty() {
+        crate::bail_usage!("--fig {}: no run has a completed size to draw", dir.display());
+    }
+    let (latency_runs, transfer_runs): (Vec<_>, Vec<_>) = drawn.into_iter().partition(|(_, r)| latency::is_latency(r));
+    let mut written = Vec::new();
+    let transfer_runs = styled(&transfer_runs);
+    if !transfer_runs.is_empty() {
+        written.extend(save(&time::TimeFigure::new(&transfer_runs), dir, "time-vs-size")?);
+        written.extend(save(&bandwidth::BandwidthFigure::new(&transfer_runs, lines), dir, "bandwidth-vs-size")?);
+        written.extend(save(&reps::RepsFigure::new(&transfer_runs), dir, "reps-bandwidth")?);
+        if let Some(fig) = intervals::IntervalsFigure::new(&transfer_runs) {
+            written.extend(save(&fig, dir, "bandwidth-over-time")?);
+        }
+    }
+    let latency_runs = styled(&latency_runs);
+    if !latency_runs.is_empty() {
+        written.extend(save(&latency::LatencySizeFigure::new(&latency_runs), dir, "latency-vs-size")?);
+        if let Some(fig) = latency::LatencyCdfFigure::new(&latency_runs) {
+            written.extend(save(&fig, dir, "latency-cdf")?);
+        }
+    }
+    Ok(written)
+}
+
+/// The runs as the figures see them, each with its style by its place among them.
+fn styled<'a>(runs: &[&'a (String, &'a Results)]) -> Vec<Run<'a>> {
+    runs.iter()
         .enumerate()
-        .filter(|(_, (_, r))| !r.cases.is_empty())
         .map(|(i, (name, r))| Run {
             name: name.clone(),
             results: r,
             style: style::run_style(i),
             ceiling: ceiling(&r.cases),
         })
-        .collect();
-    if runs.is_empty() {
-        crate::bail_usage!("--fig {}: no run has a completed size to draw", dir.display());
-    }
-    let mut written = Vec::new();
-    written.extend(save(&time::TimeFigure::new(&runs), dir, "time-vs-size")?);
-    written.extend(save(&bandwidth::BandwidthFigure::new(&runs, lines), dir, "bandwidth-vs-size")?);
-    written.extend(save(&reps::RepsFigure::new(&runs), dir, "reps-bandwidth")?);
-    if let Some(fig) = intervals::IntervalsFigure::new(&runs) {
-        written.extend(save(&fig, dir, "bandwidth-over-time")?);
-    }
-    Ok(written)
+        .collect()
 }
 
 /// `--fig`: draw the series (named, in order) into `dir` and name every file written on stderr.
