@@ -13,9 +13,11 @@ use anyhow::Result;
 
 pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
+        let bidir = a.pace.bidir.then_some("--bidir");
         if let Some(flag) = [("--duration", &a.pace.duration), ("--interval", &a.pace.interval)]
             .into_iter()
             .find_map(|(f, v)| v.as_ref().map(|_| f))
+            .or(bidir)
         {
             crate::bail_usage!("{flag}: with a sweep file, each case runs the reps the file sets; drop {flag}");
         }
@@ -36,6 +38,9 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
     let (src, dst) = (a.src, a.dst);
     let Configured { mut cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
     let pacing = super::pace::pacing(&a.pace, cfg.cases.len())?;
+    if a.pace.bidir {
+        crate::run::bidir::check(&cfg)?;
+    }
     let previous = a.resume.as_deref().map(|p| super::resume::continue_sweep(p, &mut cfg)).transpose()?;
     Recorder::check_outputs(out)?;
 
@@ -72,6 +77,7 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
         previous,
         resumable: true,
         pacing,
+        bidir: a.pace.bidir,
     });
     // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
     // error already says what went wrong on either side; the receiver's own copy would only repeat it.
