@@ -147,6 +147,7 @@ pub fn drive(job: SendJob) -> Result<Results> {
     let detail = session.transport_detail.to_json();
     let mut config = results_config(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
     config.numa = Some(session.numa.clone());
+    config.bidir = job.bidir.then_some(true);
     let results = match job.previous {
         Some(mut prev) => {
             prev.error = None;

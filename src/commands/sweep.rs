@@ -58,11 +58,10 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
     };
     let (addr, token, receiver) = loopback_receiver(limits, cfg.transport.kind())?;
 
-    let label = a
-        .run
-        .label
-        .clone()
-        .or_else(|| Some(format!("{} {src}→{dst} on {}", cfg.transport.kind(), crate::env::hostname())));
+    let label = a.run.label.clone().or_else(|| {
+        let arrow = if a.pace.bidir { "⇄" } else { "→" };
+        Some(format!("{} {src}{arrow}{dst} on {}", cfg.transport.kind(), crate::env::hostname()))
+    });
     let outcome = drive(SendJob {
         peer: &addr.to_string(),
         token: &token,
