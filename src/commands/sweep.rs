@@ -13,11 +13,12 @@ use anyhow::Result;
 
 pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
-        let bidir = a.pace.bidir.then_some("--bidir");
+        if a.pace.bidir {
+            crate::bail_usage!("--bidir: a sweep file's cases run one way; drop --bidir, or give the sizes as flags");
+        }
         if let Some(flag) = [("--duration", &a.pace.duration), ("--interval", &a.pace.interval)]
             .into_iter()
             .find_map(|(f, v)| v.as_ref().map(|_| f))
-            .or(bidir)
         {
             crate::bail_usage!("{flag}: with a sweep file, each case runs the reps the file sets; drop {flag}");
         }

@@ -63,7 +63,7 @@ pub fn check(cfg: &RunConfig) -> Result<()> {
     if !registry::get(kind).reverses() {
         let can: Vec<String> = registry::all().iter().filter(|t| t.reverses()).map(|t| t.kind().to_string()).collect();
         crate::bail_usage!(
-            "--bidir: --transport {kind} cannot send from the receiver back to the sender; use --transport {} or drop --bidir",
+            "--bidir: --transport {kind} cannot send from the receiver back to the sender; use --transport {}, or drop --bidir",
             can.join(" or ")
         );
     }
@@ -87,7 +87,7 @@ impl ReverseTarget {
     /// After Connected: open the target, offer it, take the receiver's answer, and wait until its source is ready.
     pub fn open(ch: &mut ControlChannel, cfg: &RunConfig, mem: MemKind, ctx: &Context) -> Result<ReverseTarget> {
         let transport = registry::get(cfg.transport.kind());
-        let ctx = reversed(ctx)?;
+        let ctx = reversed(ctx);
         let buf = Arc::new(transport.alloc_buffer(cfg, mem, "receiver", &ctx)?);
         let mut target = transport.open_target(cfg, buf.clone(), &ctx)?;
         ch.send(&Msg::Reverse { offer: target.offer() })?;
@@ -120,15 +120,15 @@ impl ReverseTarget {
 
 /// The context of the reverse connection: the same ends, with the key of the reverse connection, so that its data
 /// connections prove themselves apart from the forward ones.
-fn reversed(ctx: &Context) -> Result<Context> {
-    Ok(Context {
+fn reversed(ctx: &Context) -> Context {
+    Context {
         peer_ip: ctx.peer_ip,
         local_ip: ctx.local_ip,
         timeouts: ctx.timeouts,
         device: ctx.device.clone(),
         shares_process: ctx.shares_process,
         session_key: ctx.session_key.map(|k| k.reversed()),
-    })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------- the receiver
@@ -150,7 +150,7 @@ impl ReverseSource {
             other => bail!("the sender sent {} instead of Reverse", other.name()),
         };
         let transport = registry::get(cfg.transport.kind());
-        let ctx = reversed(ctx)?;
+        let ctx = reversed(ctx);
         let buf = transport.alloc_buffer(cfg, mem, "sender", &ctx)?;
         let mut source = transport.connect_source(cfg, &buf, offer, &ctx)?;
         ch.send(&Msg::ReverseAnswer { answer: source.answer() })?;
