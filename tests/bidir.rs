@@ -43,6 +43,14 @@ fn sweep_bidir_over_tcp_verifies_both_directions_and_reports_each_and_the_aggreg
     assert_eq!(cases.len(), 2);
     check_both_ways(&cases[0], MIB, 3);
     check_both_ways(&cases[1], 8 * MIB, 3);
+    // Read back and written again (as `report` and `--resume` do), the file keeps every key in its order.
+    let text = std::fs::read_to_string(d.join("r.json")).unwrap();
+    let back = kvxfer::export::json::Results::parse(&d.join("r.json"), &text).unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&back.to_json().unwrap()).unwrap();
+    assert_eq!(again["cases"][1]["reps"][0], r["cases"][1]["reps"][0]);
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&again["cases"][1]), keys(&cases[1]));
+    assert_eq!(again["cases"][1]["aggregate_gbps"], cases[1]["aggregate_gbps"]);
     let md = std::fs::read_to_string(d.join("r.md")).unwrap();
     assert!(md.contains("| reverse p50 GB/s | aggregate p50 GB/s |") && md.contains("⇄ --bidir"), "{md}");
     // `report` reads the keys back: the columns and the note come back from the file.
