@@ -51,9 +51,10 @@ impl BidirRep {
     }
 }
 
-/// The `--verify` pattern key of a rep's reverse transfer: never one of the forward transfers' keys.
-pub fn reverse_key(case: usize, rep: u32) -> u64 {
-    super::sender::pattern_key(case, rep) | 1 << 63
+/// The `--verify` pattern key of a rep's reverse transfer, from the forward one's (`sender::pattern_key`, which
+/// never sets the top bit): never one of the forward transfers' keys.
+pub fn reverse_key(forward: u64) -> u64 {
+    forward | 1 << 63
 }
 
 /// Refuse `--bidir` for a run that cannot go both ways: a transport whose halves do not reverse, a paged layout.
@@ -223,7 +224,7 @@ mod tests {
         // A forward transfer that finished later sets the span.
         let b = BidirRep::of(1_000_000_000, 20.0, rev, None);
         assert_eq!((b.bidir_span_ms, b.aggregate_gbps), (20.0, 100.0));
-        assert_ne!(reverse_key(3, 7), super::super::sender::pattern_key(3, 7));
+        assert_ne!(reverse_key(3 << 20 | 7), 3 << 20 | 7);
     }
 
     #[test]

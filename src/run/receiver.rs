@@ -235,7 +235,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
                 }
                 target.arm(case, size_bytes)?;
                 if let Some(r) = reverse.as_mut().filter(|_| cfg.knobs.verify) {
-                    r.fill(size_bytes, cfg.knobs.seed, super::bidir::reverse_key(case, rep))?;
+                    r.fill(size_bytes, cfg.knobs.seed, super::bidir::reverse_key(pattern_key(case, rep)))?;
                 }
                 counters.start();
                 let before = gauge.map(RunGauge::snapshot);

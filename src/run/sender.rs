@@ -347,7 +347,8 @@ impl SenderSession {
         let Some(times) = report.reverse else {
             bail!("the receiver's RepDone of a bidirectional rep lacks its reverse transfer's times")
         };
-        let verify = self.cfg.knobs.verify.then(|| (self.cfg.knobs.seed, super::bidir::reverse_key(case, seq)));
+        let verify =
+            self.cfg.knobs.verify.then(|| (self.cfg.knobs.seed, super::bidir::reverse_key(pattern_key(case, seq))));
         let mismatched = r.landed(size, self.ch.io_timeout(), verify)?;
         Ok(Some(super::bidir::BidirRep::of(size, ms_since(go, forward_end), times, mismatched)))
     }
