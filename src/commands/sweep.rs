@@ -14,7 +14,9 @@ use anyhow::Result;
 pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
         if a.pace.bidir {
-            crate::bail_usage!("--bidir: a sweep file's cases run one way; drop --bidir, or give the sizes as flags");
+            crate::bail_usage!(
+                "--bidir: with a sweep file, each case runs one way; drop --bidir, or give the sizes as flags"
+            );
         }
         if let Some(flag) = [("--duration", &a.pace.duration), ("--interval", &a.pace.interval)]
             .into_iter()
