@@ -37,8 +37,8 @@ pub struct BidirRep {
 }
 
 impl BidirRep {
-    /// A rep of `size` bytes each way: the forward transfer took `forward_ms` and finished `forward_end_ms` after
-    /// the common start; the receiver's account of the reverse one is `reverse`.
+    /// A rep of `size` bytes each way: the forward transfer finished `forward_end_ms` after the common start (on
+    /// the sender's clock); the receiver's account of the reverse one is `reverse`.
     pub fn of(size: u64, forward_end_ms: f64, reverse: ReverseTimes, mismatched: Option<u64>) -> BidirRep {
         let span = forward_end_ms.max(reverse.elapsed_ms).max(reverse.transfer_ms);
         BidirRep {
