@@ -42,7 +42,7 @@ kinds = [
     lambda: bytes(rng.getrandbits(8) for _ in range(512)),     # garbage
     lambda: b"\xff\xff\xff\xff" + b"x" * 64,                  # a huge length prefix
     lambda: struct.pack(">I", 5000) + b"y" * 100,             # a frame over the pre-auth limit, truncated
-    lambda: frame(b'{"type":"hello","magic":"kvxfer","protocol":7,"version":"x","nonce":"' + b"00" * 16 + b'"}')
+    lambda: frame(b'{"type":"hello","magic":"kvxfer","protocol":8,"version":"x","nonce":"' + b"00" * 16 + b'"}')
             + frame(b'{"type":"proof","proof":"' + b"11" * 32 + b'"}'),   # a wrong-token handshake
     lambda: frame(b'{"type":"finish"}'),                      # the wrong first message
 ]

@@ -121,6 +121,29 @@ fn in_process_sm_copy_and_chunked_streams_verified() {
     }
 }
 
+/// `--bidir` between host and GPU memory: pinned → GPU and GPU → pinned at once, each verified, each direction's
+/// rate and the aggregate recorded (the aggregate at most their sum: its span covers both transfers).
+#[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
+fn pinned_host_and_gpu_both_ways_at_once_verified() {
+    let Some(_) = gpus() else { return };
+    let args = ["--src", "pinned", "--dst", "gpu:0", "--sizes", "96MiB,1536MiB", "--reps", "3", "--bidir"];
+    let r = verified_cuda_sweep("bidir", &args);
+    assert_verified(&r, &[96 << 20, 1536 << 20], 3, 5.0);
+    assert_eq!(r["config"]["bidir"], true);
+    for c in r["cases"].as_array().unwrap() {
+        assert_eq!(c["reverse_mismatched_bytes"].as_u64(), Some(0), "{c}");
+        let (fwd, rev, agg) =
+            (c["gbps"]["p50"].as_f64(), c["reverse_gbps"]["p50"].as_f64(), c["aggregate_gbps"]["p50"].as_f64());
+        let (fwd, rev, agg) = (fwd.unwrap(), rev.expect("reverse_gbps"), agg.expect("aggregate_gbps"));
+        assert!(rev > 5.0 && agg > rev.max(fwd) * 0.5, "fwd {fwd} rev {rev} aggregate {agg}");
+        for rep in c["reps"].as_array().unwrap() {
+            let sum = rep["gbps"].as_f64().unwrap() + rep["reverse_gbps"].as_f64().unwrap();
+            assert!(rep["aggregate_gbps"].as_f64().unwrap() <= sum * 1.0001, "{rep}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn pinned_host_to_gpu_and_back_verified() {

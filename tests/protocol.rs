@@ -107,7 +107,7 @@ fn a_sender_of_the_previous_protocol_is_refused_naming_both() {
     let reply = read_reply(&mut s).expect("an Error frame before the close");
     let msg = reply["message"].as_str().unwrap();
     assert!(!msg.contains('\n'), "one line: {msg}");
-    assert!(msg.contains("sender kvxfer 0.0.9 speaks protocol 6") && msg.contains("speaks 7"), "{msg}");
+    assert!(msg.contains("sender kvxfer 0.0.9 speaks protocol 6") && msg.contains("speaks 8"), "{msg}");
     wait_sessions(&serve, 1);
     assert!(serve.proc.is_running());
     assert_serves(&serve, None);
@@ -170,7 +170,7 @@ fn garbage_huge_and_truncated_frames_do_not_crash_serve() {
         ("huge length prefix", vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]),
         ("length just above the limit", ((1u32 << 20) + 1).to_be_bytes().to_vec()),
         ("truncated frame", {
-            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":7,"version":"x","nonce":""}"#);
+            let mut f = frame(br#"{"type":"hello","magic":"kvxfer","protocol":8,"version":"x","nonce":""}"#);
             f.truncate(20);
             f
         }),
@@ -238,7 +238,7 @@ impl RawSender {
         // The challenge-response of control/auth.rs, with serve's empty token.
         let sender = [9u8; auth::NONCE_LEN];
         let hello = format!(
-            r#"{{"type":"hello","magic":"kvxfer","protocol":7,"version":"{}","nonce":"{}"}}"#,
+            r#"{{"type":"hello","magic":"kvxfer","protocol":8,"version":"{}","nonce":"{}"}}"#,
             env!("CARGO_PKG_VERSION"),
             hex(&sender)
         );
@@ -458,7 +458,7 @@ fn a_replayed_proof_is_refused_and_the_token_is_never_sent() {
     let mut serve = Serve::start(&["--token", token]);
     let sender = [7u8; auth::NONCE_LEN];
     let hello = format!(
-        r#"{{"type":"hello","magic":"kvxfer","protocol":7,"version":"{}","nonce":"{}"}}"#,
+        r#"{{"type":"hello","magic":"kvxfer","protocol":8,"version":"{}","nonce":"{}"}}"#,
         env!("CARGO_PKG_VERSION"),
         hex(&sender)
     );

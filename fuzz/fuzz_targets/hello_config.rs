@@ -1,8 +1,9 @@
 //! Hello and Config as the receiver checks them: the nonce and proof parsers of the handshake, and a sender's run
-//! configuration against a receiver's limits and the plan limits, before anything is allocated.
+//! configuration (one way or both, `--bidir`) against a receiver's limits and the plan limits, before anything is
+//! allocated.
 #![no_main]
 use kvxfer::control::{auth, Msg, Timeouts};
-use kvxfer::run::receiver::{validate, ReceiverLimits};
+use kvxfer::run::receiver::{validate_run, ReceiverLimits};
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         Msg::Proof { proof } => {
             assert!(!auth::proof_matches(&[0u8; auth::PROOF_LEN], &proof) || proof.len() == 2 * auth::PROOF_LEN);
         }
-        Msg::Config { config } => {
+        Msg::Config { config, bidir } => {
             let limits = ReceiverLimits {
                 max_size: Some(1 << 30),
                 max_streams: 64,
@@ -25,9 +26,10 @@ fuzz_target!(|data: &[u8]| {
                 shares_process: false,
                 gauge: None,
             };
-            if validate(&config, &limits).is_ok() {
-                // What passed is within the limits it was checked against.
-                assert!(config.buffer_bytes() <= 1 << 30, "{}", config.buffer_bytes());
+            if validate_run(&config, bidir, &limits).is_ok() {
+                // What passed is within the limits it was checked against: both buffers under --bidir.
+                let held = config.buffer_bytes().saturating_mul(if bidir { 2 } else { 1 });
+                assert!(held <= 1 << 30, "{} (bidir: {bidir})", config.buffer_bytes());
             }
         }
         _ => {}

@@ -16,6 +16,10 @@ pub struct PaceArgs {
     /// every 5 s
     #[arg(long, value_name = "DURATION")]
     pub interval: Option<String>,
+    /// Both ends send at once, as perftest -b does: the receiver writes the same sizes back into a buffer of the
+    /// sender's at each rep; each direction's GB/s and both together (aggregate) are reported
+    #[arg(long)]
+    pub bidir: bool,
     /// Whether --reps was given on the command line (its default hides it), which --duration refuses.
     #[arg(skip)]
     pub reps_given: bool,

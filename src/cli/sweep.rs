@@ -106,7 +106,7 @@ const FILE_FLAGS: &[&str] = &[
 const RUN_FLAGS: &[&str] = &["reps", "warmup", "label"];
 
 /// Flags of a run from flags only, which a sweep file has no key for (`commands::sweep` refuses them with one).
-const FLAGS_ONLY: &[&str] = &["duration", "interval"];
+const FLAGS_ONLY: &[&str] = &["duration", "interval", "bidir"];
 
 /// Flags a sweep file names otherwise, as their fields' `#[serde(rename(deserialize))]` does: a file's `seed` is its
 /// shuffle's, so `--seed` is `pattern_seed` there.

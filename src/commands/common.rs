@@ -206,6 +206,7 @@ pub fn results_config(
         transport_detail,
         numa: None,
         mode: None,
+        bidir: None,
     }
 }
 

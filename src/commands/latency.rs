@@ -199,6 +199,7 @@ fn case_result(cfg: &RunConfig, s: &LatencySamples) -> CaseResult {
             mismatched_bytes: None,
             counters: None,
             shared_runs: None,
+            bidir: None,
             extras: Fields::new(),
             sender: Default::default(),
             receiver: Default::default(),

@@ -32,6 +32,8 @@ pub struct SendJob<'a> {
     pub resumable: bool,
     /// `--duration`: each case measures for a time rather than `--reps` reps.
     pub pacing: Option<crate::run::pace::Pacing>,
+    /// `--bidir`: the receiver sends back into a buffer of this end's at each rep.
+    pub bidir: bool,
 }
 
 pub fn run(a: SendArgs) -> Result<()> {
@@ -44,6 +46,9 @@ fn send(a: &SendArgs, out: &Outputs) -> Result<()> {
     let src = a.mem;
     let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src])?;
     let pacing = super::pace::pacing(&a.pace, cfg.cases.len())?;
+    if a.pace.bidir {
+        crate::run::bidir::check(&cfg)?;
+    }
     let device = common::device_choice(&a.device)?;
     common::check_host_support(&cfg, &[("--mem", src)], &[&device])?;
     drive(SendJob {
@@ -60,6 +65,7 @@ fn send(a: &SendArgs, out: &Outputs) -> Result<()> {
         previous: None,
         resumable: false,
         pacing,
+        bidir: a.pace.bidir,
     })?;
     super::pace::exit_if_stopped();
     Ok(())
@@ -77,6 +83,21 @@ pub fn connect(
     src: MemKind,
     shares_process: bool,
 ) -> Result<(SenderSession, String)> {
+    connect_with(peer, token, timeouts, device, cfg, src, shares_process, false)
+}
+
+/// [`connect`]; with `bidir`, the session also opens the reverse connection (`--bidir`).
+#[allow(clippy::too_many_arguments)]
+pub fn connect_with(
+    peer: &str,
+    token: &str,
+    timeouts: Timeouts,
+    device: &DeviceChoice,
+    cfg: &RunConfig,
+    src: MemKind,
+    shares_process: bool,
+    bidir: bool,
+) -> Result<(SenderSession, String)> {
     let attempt = || -> Result<(SenderSession, String)> {
         let mut ch = ControlChannel::connect(peer, timeouts)?;
         let receiver_host = client_hello(&mut ch, token)?;
@@ -86,7 +107,7 @@ pub fn connect(
         let (peer_ip, local_ip, device) = (peer_addr.ip(), local.ip(), device.clone());
         let session_key = ch.session_key();
         let ctx = Context { peer_ip, local_ip, timeouts, device, shares_process, session_key };
-        Ok((SenderSession::establish(ch, cfg.clone(), src, &ctx)?, receiver_host))
+        Ok((SenderSession::establish_with(ch, cfg.clone(), src, &ctx, bidir)?, receiver_host))
     };
     let deadline = std::time::Instant::now() + timeouts.connect;
     let mut pause = std::time::Duration::from_millis(20);
@@ -120,12 +141,13 @@ pub fn drive(job: SendJob) -> Result<Results> {
     // A sweep's receiver is a thread of this process, unless its transport needs a process of its own.
     let shares_process = job.role == Role::Sweep && !registry::get(job.cfg.transport.kind()).receiver_in_own_process();
     let (mut session, receiver_host) =
-        connect(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process)?;
+        connect_with(job.peer, job.token, job.timeouts, &job.device, &job.cfg, job.src, shares_process, job.bidir)?;
     session.set_pacing(job.pacing);
     let label = job.label.unwrap_or_else(|| format!("{} → {receiver_host}", job.cfg.transport.kind()));
     let detail = session.transport_detail.to_json();
     let mut config = results_config(&job.cfg, job.model, job.peer, job.role, session.dst_mem.clone(), detail);
     config.numa = Some(session.numa.clone());
+    config.bidir = job.bidir.then_some(true);
     let results = match job.previous {
         Some(mut prev) => {
             prev.error = None;

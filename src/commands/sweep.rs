@@ -13,6 +13,11 @@ use anyhow::Result;
 
 pub fn run(a: SweepArgs) -> Result<()> {
     if let Some(file) = a.file.clone() {
+        if a.pace.bidir {
+            crate::bail_usage!(
+                "--bidir: with a sweep file, each case runs one way; drop --bidir, or give the sizes as flags"
+            );
+        }
         if let Some(flag) = [("--duration", &a.pace.duration), ("--interval", &a.pace.interval)]
             .into_iter()
             .find_map(|(f, v)| v.as_ref().map(|_| f))
@@ -36,6 +41,9 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
     let (src, dst) = (a.src, a.dst);
     let Configured { mut cfg, model, timeouts } = configure(&a.sizes, &a.run, &[src, dst])?;
     let pacing = super::pace::pacing(&a.pace, cfg.cases.len())?;
+    if a.pace.bidir {
+        crate::run::bidir::check(&cfg)?;
+    }
     let previous = a.resume.as_deref().map(|p| super::resume::continue_sweep(p, &mut cfg)).transpose()?;
     Recorder::check_outputs(out)?;
 
@@ -53,11 +61,10 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
     };
     let (addr, token, receiver) = loopback_receiver(limits, cfg.transport.kind())?;
 
-    let label = a
-        .run
-        .label
-        .clone()
-        .or_else(|| Some(format!("{} {src}→{dst} on {}", cfg.transport.kind(), crate::env::hostname())));
+    let label = a.run.label.clone().or_else(|| {
+        let arrow = if a.pace.bidir { "⇄" } else { "→" };
+        Some(format!("{} {src}{arrow}{dst} on {}", cfg.transport.kind(), crate::env::hostname()))
+    });
     let outcome = drive(SendJob {
         peer: &addr.to_string(),
         token: &token,
@@ -72,6 +79,7 @@ fn sweep(a: &SweepArgs, out: &crate::export::outputs::Outputs) -> Result<()> {
         previous,
         resumable: true,
         pacing,
+        bidir: a.pace.bidir,
     });
     // The receiver reports its failures to the sender over the control channel before it stops, so the sender's
     // error already says what went wrong on either side; the receiver's own copy would only repeat it.

@@ -89,6 +89,17 @@ pub fn data_proof(key: &SessionKey, stream: u32) -> [u8; PROOF_LEN] {
     m.finalize().into_bytes().into()
 }
 
+impl SessionKey {
+    /// The key of the session's reverse connection (`--bidir`: the receiver's transport writes into the sender's
+    /// buffer), derived from this one, so that what a forward data connection presents proves nothing to the
+    /// sender's reverse target.
+    pub fn reversed(&self) -> SessionKey {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(b"kvxfer reverse");
+        SessionKey(m.finalize().into_bytes().into())
+    }
+}
+
 /// Whether `given` is data connection `stream`'s proof for `key`, compared in constant time.
 pub fn data_proof_matches(key: &SessionKey, stream: u32, given: &[u8]) -> bool {
     bool::from(given.ct_eq(&data_proof(key, stream)))
@@ -154,6 +165,7 @@ mod tests {
         assert!(!proof_matches(&p, "zz") && !proof_matches(&p, &hex::encode(&p[..31])));
         let k = session_key("t0ken-of-16-chars", &n());
         assert!(data_proof_matches(&k, 0, &data_proof(&k, 0)) && !data_proof_matches(&k, 1, &data_proof(&k, 0)));
+        assert!(!data_proof_matches(&k.reversed(), 0, &data_proof(&k, 0)), "the reverse connection's proofs differ");
         assert_eq!(new_token().unwrap().len(), 32);
         assert!(parse_nonce(&hex::encode([7u8; NONCE_LEN])).is_some() && parse_nonce("00").is_none());
     }

@@ -18,6 +18,12 @@
 //! Finish                              ──▶
 //!                                     ◀──  Bye
 //! ```
+//! A bidirectional run (`--bidir`) says so in Config (`bidir: true`); after Connected the roles turn round for a
+//! second connection of the same transport: `Reverse{offer}` ──▶ (the sender's target over its reverse buffer),
+//! ◀── `ReverseAnswer{answer}` (the receiver's source), `Connected` ──▶ once the sender accepted it, ◀── `Connected`
+//! once the receiver prepared it. Each rep then goes RepStart ──▶ ◀── RepReady, `RepGo` ──▶, and both ends transfer
+//! at once: the sender its buffer into the receiver's region, the receiver its second buffer into the sender's; the
+//! receiver's RepDone carries its transfer's times (`reverse`).
 //! A latency run (`kvxfer latency`) sends `PingPong{RunConfig, plan}` instead of Config; Accept, Connect and
 //! Connected follow alike, then per size `PingPongStart{case,size,exchanges}` ──▶ ◀── RepReady, the exchanges on the
 //! transport's data path, ◀── RepDone; then Finish/Bye.
@@ -29,8 +35,10 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: &str = "kvxfer";
 /// Bumped on any incompatible change of these messages or of a transport's wire format. 6: `Config` names its
 /// transport and carries its knobs as one object (`{"name": ..., "knobs": {...}}`). 7: `PingPong` (latency) and
-/// verbs' `tclass`, `sl`, `odp` and relaxed-ordering knobs, which an older receiver would ignore.
-pub const PROTOCOL: u32 = 7;
+/// verbs' `tclass`, `sl`, `odp` and relaxed-ordering knobs, which an older receiver would ignore. 8: bidirectional runs
+/// (`Config.bidir`, `Reverse`, `ReverseAnswer`, `RepGo`, `RepReport.reverse`), which an older receiver would run
+/// one way only.
+pub const PROTOCOL: u32 = 8;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -58,6 +66,9 @@ pub enum Msg {
     },
     Config {
         config: Box<RunConfig>,
+        /// Both ways at once (`--bidir`): the receiver also sends, from a second buffer, into the sender's.
+        #[serde(default, skip_serializing_if = "is_false")]
+        bidir: bool,
     },
     /// The receiver's transport-specific description of its exposed region and how to reach it.
     Accept {
@@ -102,6 +113,29 @@ pub enum Msg {
         size_bytes: u64,
         exchanges: u64,
     },
+    /// Sender → receiver, after Connected in a bidirectional run: the sender's target over its reverse buffer.
+    Reverse {
+        offer: serde_json::Value,
+    },
+    /// Receiver → sender: its source's answer to [`Msg::Reverse`].
+    ReverseAnswer {
+        answer: serde_json::Value,
+    },
+    /// Sender → receiver, after RepReady in a bidirectional run: both ends start their transfers now.
+    RepGo,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The receiver's own transfer of a bidirectional rep, on its clock.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct ReverseTimes {
+    /// First byte posted → last completion.
+    pub transfer_ms: f64,
+    /// RepGo received → last completion: how long after the common start the reverse transfer finished.
+    pub elapsed_ms: f64,
 }
 
 /// What the receiver saw of one rep, on its own monotonic clock (never compared with the sender's clock).
@@ -123,6 +157,9 @@ pub struct RepReport {
     /// Other senders' runs the receiver served while this rep moved (`serve --max-sessions`); absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_runs: Option<u32>,
+    /// A bidirectional rep: the receiver's transfer into the sender's buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse: Option<ReverseTimes>,
 }
 
 impl Msg {
@@ -145,6 +182,9 @@ impl Msg {
             Msg::Error { .. } => "Error",
             Msg::PingPong { .. } => "PingPong",
             Msg::PingPongStart { .. } => "PingPongStart",
+            Msg::Reverse { .. } => "Reverse",
+            Msg::ReverseAnswer { .. } => "ReverseAnswer",
+            Msg::RepGo => "RepGo",
         }
     }
 }

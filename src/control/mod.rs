@@ -6,5 +6,5 @@ pub mod frame;
 pub mod messages;
 pub mod peer;
 
-pub use messages::{Msg, RepReport};
+pub use messages::{Msg, RepReport, ReverseTimes};
 pub use peer::{ControlChannel, Timeouts};

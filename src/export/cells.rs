@@ -51,10 +51,43 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
         ),
         match (c.check.verified, c.check.mismatched_bytes) {
             (Some(true), _) => "ok".into(),
-            (Some(false), Some(n)) => format!("{n} bad"),
+            // A bidirectional case's bad bytes are both directions'.
+            (Some(false), Some(n)) => {
+                format!("{} bad", n + c.bidir.as_ref().and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0))
+            }
             _ => "-".into(),
         },
     ]
+}
+
+/// The columns a bidirectional run (`--bidir`) adds after [`CASE_HEADER`]'s, where any of its cases is one.
+pub const BIDIR_HEADER: &[&str] = &["reverse p50 GB/s", "aggregate p50 GB/s"];
+
+/// Whether any of `cases` ran both ways at once (its table then has [`BIDIR_HEADER`]'s columns).
+pub fn any_bidir(cases: &[CaseResult]) -> bool {
+    cases.iter().any(|c| c.bidir.is_some())
+}
+
+/// A case's [`BIDIR_HEADER`] cells (`-` for a one-way case).
+pub fn bidir_cells(c: &CaseResult) -> Vec<String> {
+    match &c.bidir {
+        Some(b) => vec![format!("{:.2}", b.reverse_gbps.p50), format!("{:.2}", b.aggregate_gbps.p50)],
+        None => vec!["-".into(), "-".into()],
+    }
+}
+
+/// What a live row adds for a bidirectional case, whose columns are the forward direction's.
+pub fn bidir_inline(c: &CaseResult) -> Option<String> {
+    c.bidir
+        .as_ref()
+        .map(|b| format!("⇄ reverse {:.2} GB/s, aggregate {:.2} GB/s (p50)", b.reverse_gbps.p50, b.aggregate_gbps.p50))
+}
+
+/// What the columns of a bidirectional run measure, under its table.
+pub fn bidir_note(cases: &[CaseResult]) -> Option<String> {
+    any_bidir(cases).then(|| {
+        "⇄ --bidir: both ends sent at once; ms and GB/s are the sender → receiver direction's, reverse the receiver → sender one's, aggregate both directions' bytes over each rep's span from the common start to the later finish".to_string()
+    })
 }
 
 /// The extras of `cases` as their transports' notes read them (`names`: each case's [`case_name`]).
@@ -78,6 +111,7 @@ pub fn notes(cases: &[CaseResult], extras: &dyn ExtrasNotes) -> Vec<String> {
         .chain(others)
         .chain(std::iter::once(warning_summary(cases)))
         .chain(ci_note(cases))
+        .chain(bidir_note(cases))
         .chain(transport_notes)
         .chain(cases.iter().filter_map(why_note))
         .collect()

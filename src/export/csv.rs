@@ -58,6 +58,26 @@ fn cluster_cells(c: &crate::stats::CaseResult) -> Vec<String> {
     ]
 }
 
+/// Appended when a run is bidirectional (`--bidir`): the reverse direction's rates and both directions' at once.
+const BIDIR_HEADER: &[&str] = &[
+    "reverse_gbps_p50",
+    "reverse_gbps_min",
+    "reverse_gbps_max",
+    "aggregate_gbps_p50",
+    "aggregate_gbps_min",
+    "aggregate_gbps_max",
+    "reverse_mismatched_bytes",
+];
+
+/// The bidirectional columns of a case (empty for a one-way case).
+fn bidir_cells(c: &crate::stats::CaseResult) -> Vec<String> {
+    let Some(b) = &c.bidir else { return vec![String::new(); BIDIR_HEADER.len()] };
+    let (r, a) = (&b.reverse_gbps, &b.aggregate_gbps);
+    let mut cells: Vec<String> = [r.p50, r.min, r.max, a.p50, a.min, a.max].iter().map(|v| format!("{v:.4}")).collect();
+    cells.push(b.reverse_mismatched_bytes.map(|n| n.to_string()).unwrap_or_default());
+    cells
+}
+
 /// Appended when a run is a sweep file's: which case each row is, then one `param_<key>` column per parameter
 /// that varies across the file's cases.
 const SWEEP_HEADER: &[&str] = &["case_id", "case"];
@@ -93,7 +113,11 @@ pub fn render(all: &[Results]) -> Result<String> {
     let cluster = all.iter().any(|r| r.cluster.is_some());
     let sweep = all.iter().any(|r| r.sweep.is_some());
     let varying = varying_params(all);
+    let bidir = all.iter().any(|r| r.cases.iter().any(|c| c.bidir.is_some()));
     let mut header: Vec<String> = HEADER.iter().map(|h| h.to_string()).collect();
+    if bidir {
+        header.extend(BIDIR_HEADER.iter().map(|h| h.to_string()));
+    }
     if cluster {
         header.extend(CLUSTER_HEADER.iter().map(|h| h.to_string()));
     }
@@ -138,6 +162,9 @@ pub fn render(all: &[Results]) -> Result<String> {
                 c.shape.piece_bytes.to_string(),
                 c.shape.writes.to_string(),
             ];
+            if bidir {
+                row.extend(bidir_cells(c));
+            }
             if cluster {
                 row.extend(cluster_cells(c));
             }

@@ -88,6 +88,10 @@ pub struct ConfigJson {
     /// its `latency_us` their quantiles). Absent for bandwidth runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `--bidir`: both ends sent at once, each case's `reverse_gbps` and `aggregate_gbps` say how fast. Absent for
+    /// one-way runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bidir: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

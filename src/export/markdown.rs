@@ -1,6 +1,6 @@
 //! `--md`: a Markdown table per run, the form users paste into reports and issues.
 
-use super::cells::{case_cells, notes, CASE_HEADER};
+use super::cells::{any_bidir, bidir_cells, case_cells, notes, BIDIR_HEADER, CASE_HEADER};
 use super::compare;
 use super::json::Results;
 use super::Exporter;
@@ -27,7 +27,11 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
         // that varies across the file.
         let named = r.cases.iter().any(|c| c.sweep.case_label.is_some());
         let varying = if named { r.varying_params() } else { Vec::new() };
+        let bidir = any_bidir(&r.cases);
         let mut header = CASE_HEADER.to_vec();
+        if bidir {
+            header.extend(BIDIR_HEADER);
+        }
         if named {
             header.push("case");
             header.extend(varying.iter().map(String::as_str));
@@ -36,6 +40,9 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
         out.push_str(&format!("|{}\n", header.iter().map(|_| "---:|").collect::<String>()));
         for c in &r.cases {
             let mut cells = case_cells(c);
+            if bidir {
+                cells.extend(bidir_cells(c));
+            }
             if named {
                 cells.push(c.sweep.case_label.clone().unwrap_or_default());
                 let value = |k: &String| c.sweep.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default();

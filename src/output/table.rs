@@ -1,7 +1,7 @@
 //! The per-size table on the console: live rows as sizes finish, and `report`'s boxed table. The cells and notes
 //! are the Markdown's ([`crate::export::cells`]).
 
-use crate::export::cells::{case_cells, case_name, CASE_HEADER};
+use crate::export::cells::{any_bidir, bidir_cells, bidir_inline, case_cells, case_name, BIDIR_HEADER, CASE_HEADER};
 use crate::measure::CaseExtras;
 use crate::stats::{warnings, CaseResult};
 use crate::transport::registry::NOTES;
@@ -25,6 +25,9 @@ pub fn live_row(c: &CaseResult) -> String {
     if let Some(label) = &c.sweep.case_label {
         line.push_str(&format!("  {label}"));
     }
+    if let Some(both) = bidir_inline(c) {
+        line.push_str(&format!("  {both}"));
+    }
     let name = case_name(c);
     for extra in NOTES.inline(&CaseExtras { name: &name, extras: &c.extras, writes: c.shape.writes }) {
         line.push_str(&format!("  {extra}"));
@@ -39,20 +42,27 @@ pub fn live_row(c: &CaseResult) -> String {
 /// A boxed table of every case, for `report` (with a `case` column when a sweep file named its cases).
 pub fn render(cases: &[CaseResult]) -> String {
     let named = cases.iter().any(|c| c.sweep.case_label.is_some());
+    let bidir = any_bidir(cases);
     let mut t = Table::new();
     let mut header = CASE_HEADER.to_vec();
+    if bidir {
+        header.extend(BIDIR_HEADER);
+    }
     if named {
         header.push("case");
     }
     t.load_preset(UTF8_FULL_CONDENSED).set_header(header.clone());
     for c in cases {
         let mut cells = case_cells(c);
+        if bidir {
+            cells.extend(bidir_cells(c));
+        }
         if named {
             cells.push(c.sweep.case_label.clone().unwrap_or_default());
         }
         t.add_row(cells);
     }
-    for i in 0..CASE_HEADER.len() {
+    for i in 0..CASE_HEADER.len() + if bidir { BIDIR_HEADER.len() } else { 0 } {
         if let Some(col) = t.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
         }

@@ -1,5 +1,6 @@
 //! Running a plan: the sender drives reps over the control channel, the receiver answers, both record stage times.
 
+pub mod bidir;
 pub mod latency;
 pub mod pace;
 pub mod prepare;
@@ -80,6 +81,9 @@ pub struct RepRecord {
     /// receiver's NIC and memory, and its counters. Absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_runs: Option<u32>,
+    /// A bidirectional rep (`--bidir`): the reverse transfer and both at once. Absent for one-way reps.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub bidir: Option<bidir::BidirRep>,
     /// What the transport measured besides the times (`reg_ms`, `work_requests`, `staged`...: keys of the rep,
     /// the transport's own, carried in the order it wrote them).
     #[serde(flatten)]

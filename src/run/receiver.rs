@@ -1,6 +1,7 @@
 //! The receiver role: accept a sender, validate its configuration before allocating, expose the region, and
 //! answer each rep with what it saw on its own clock.
 
+use super::bidir::ReverseSource;
 use super::sender::pattern_key;
 use crate::control::peer::{server_hello, HANDSHAKE_DEADLINE};
 use crate::control::{ControlChannel, Msg, RepReport, Timeouts};
@@ -8,12 +9,12 @@ use crate::env::{memory, sysroot::SysRoot};
 use crate::mem::{Buffer, MemKind};
 use crate::pattern::Span;
 use crate::plan::{sizes::format_size, RunConfig, TransferPlan};
-use crate::transport::{registry, Context, Landing};
+use crate::transport::{registry, Context, Landing, Target};
 use anyhow::{bail, Result};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the receiver allows and how it waits.
 #[derive(Debug, Clone)]
@@ -73,6 +74,12 @@ impl RunGauge {
 /// Check a sender's configuration against this receiver's limits. Errors are usage errors: the sender asked for
 /// something this receiver refuses.
 pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
+    validate_run(cfg, false, limits)
+}
+
+/// [`validate`], for a run that may be bidirectional (`--bidir`): the receiver then holds a second buffer of the
+/// same size, the one it sends back from, and both count against its limits.
+pub fn validate_run(cfg: &RunConfig, bidir: bool, limits: &ReceiverLimits) -> Result<()> {
     let usage = |m: String| crate::error::usage(m);
     if cfg.cases.is_empty() || cfg.cases.iter().any(|c| c.size_bytes == 0) {
         return Err(usage("the run has no sizes or a zero size".into()));
@@ -90,6 +97,18 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
     registry::get(cfg.transport.kind()).check_knobs(&cfg.transport).map_err(|e| usage(format!("{e:#}")))?;
     // What this receiver allocates: the largest transfer, or the paged layout's pool.
     let size = cfg.buffer_bytes();
+    if bidir {
+        super::bidir::check(cfg)?;
+    }
+    let held = if bidir { size.saturating_mul(2) } else { size };
+    if let Some(max) = limits.max_size.filter(|max| bidir && held > *max) {
+        return Err(usage(format!(
+            "--bidir: this receiver would hold two buffers of {} (the region the sender writes and the one it sends back from, {} in all), above its --max-size {}; use sizes up to half of it, or drop --bidir",
+            format_size(size),
+            format_size(held),
+            format_size(max)
+        )));
+    }
     if let Some(max) = limits.max_size {
         if size > max {
             return Err(usage(format!(
@@ -110,19 +129,20 @@ pub fn validate(cfg: &RunConfig, limits: &ReceiverLimits) -> Result<()> {
         return Ok(());
     }
     let root = SysRoot::get();
-    if let Some(room) = memory::headroom(root).filter(|r| size > r.bytes) {
+    if let Some(room) = memory::headroom(root).filter(|r| held > r.bytes) {
         return Err(usage(format!(
-            "size {} does not fit in the receiver's memory: {}",
+            "size {}{} does not fit in the receiver's memory: {}",
             format_size(size),
+            if bidir { " twice (--bidir)" } else { "" },
             room.describe()
         )));
     }
     let kind = cfg.transport.kind();
     let pins = registry::get(kind).pins_host_memory();
-    if let Some(lock) = memory::lockable(root).filter(|l| pins && size > l.bytes()) {
+    if let Some(lock) = memory::lockable(root).filter(|l| pins && held > l.bytes()) {
         return Err(usage(format!(
             "--transport {kind} pins {} of the receiver's memory, but its ulimit -l (RLIMIT_MEMLOCK, {}) lets it pin only {} more; raise it where the receiver starts (ulimit -l unlimited) or use smaller sizes",
-            format_size(size),
+            format_size(held),
             format_size(lock.limit),
             format_size(lock.bytes())
         )));
@@ -152,16 +172,16 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
     };
     let (local_ip, peer_ip) = (local.ip(), peer.ip());
     // A configuration this receiver cannot read (e.g. a transport it does not have) is answered, not just dropped.
-    let (cfg, latency) = match ch.recv("Config") {
-        Ok(Msg::Config { config }) => (*config, None),
-        Ok(Msg::PingPong { config, plan }) => (*config, Some(plan)),
+    let (cfg, latency, bidir) = match ch.recv("Config") {
+        Ok(Msg::Config { config, bidir }) => (*config, None, bidir),
+        Ok(Msg::PingPong { config, plan }) => (*config, Some(plan), false),
         Ok(other) => bail!("the sender sent {} instead of Config", other.name()),
         Err(e) => {
             ch.send_error(&e);
             return Err(e);
         }
     };
-    if let Err(e) = validate(&cfg, limits) {
+    if let Err(e) = validate_run(&cfg, bidir, limits) {
         ch.send_error(&e);
         return Err(e);
     }
@@ -175,7 +195,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
     };
     let outcome = match latency {
         Some(plan) => super::latency::respond(&mut ch, &cfg, plan, &limits.mem.to_string(), &ctx),
-        None => session(&mut ch, &cfg, limits, ctx),
+        None => session(&mut ch, &cfg, limits, ctx, bidir),
     };
     match outcome {
         Ok(()) => Ok(()),
@@ -186,7 +206,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
     }
 }
 
-fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ctx: Context) -> Result<()> {
+fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ctx: Context, bidir: bool) -> Result<()> {
     let mem = limits.mem;
     let gauge = limits.gauge.as_deref();
     let numa = super::place_numa(cfg, &ctx, mem, &cfg.src_mem)?;
@@ -199,6 +219,8 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
         other => bail!("the sender sent {} instead of Connect", other.name()),
     }
     ch.send(&Msg::Connected)?;
+    let mut reverse = bidir.then(|| ReverseSource::connect(ch, cfg, mem, &ctx)).transpose()?;
+    let announced = transport.landing(&cfg.transport) == Landing::Announced;
     let mut counters = super::rep_counters(crate::observe::counters::Side::Receiver, cfg, &ctx, mem);
     let started = Instant::now();
     let ms = |t: Instant| t.saturating_duration_since(started).as_secs_f64() * 1e3;
@@ -212,24 +234,25 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
                     bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
                 }
                 target.arm(case, size_bytes)?;
+                if let Some(r) = reverse.as_mut().filter(|_| cfg.knobs.verify) {
+                    r.fill(size_bytes, cfg.knobs.seed, super::bidir::reverse_key(pattern_key(case, rep)))?;
+                }
                 counters.start();
                 let before = gauge.map(RunGauge::snapshot);
                 let t_start = Instant::now();
                 ch.send(&Msg::RepReady)?;
-                let landed = if transport.landing(&cfg.transport) == Landing::Announced {
-                    match ch.recv("Landed")? {
-                        Msg::Landed => Instant::now(),
-                        other => bail!("the sender sent {} instead of Landed", other.name()),
-                    }
-                } else {
-                    let control = &*ch;
-                    match target.wait_landed(ctx.timeouts.io, &mut || control.has_input())? {
-                        Some(at) => at,
-                        // The sender spoke (an Error) or hung up mid-rep: its message or the close is the story.
-                        None => {
-                            let msg = ch.recv("the rep's end")?;
-                            bail!("the sender sent {} while the receiver waited for data", msg.name());
+                let timeout = ctx.timeouts.io;
+                let (landed, reverse_times) = match reverse.as_mut() {
+                    None => (land(ch, target.as_mut(), announced, timeout)?, None),
+                    Some(r) => {
+                        match ch.recv("RepGo")? {
+                            Msg::RepGo => {}
+                            other => bail!("the sender sent {} instead of RepGo", other.name()),
                         }
+                        let go = Instant::now();
+                        let (at, times) =
+                            r.transfer_while(cfg, case, go, || land(ch, target.as_mut(), announced, timeout))?;
+                        (at, Some(times))
                     }
                 };
                 let moved = counters.finish();
@@ -246,6 +269,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
                     transfer_ms: target
                         .posted_transfer()
                         .map(|(posted, done)| done.saturating_duration_since(posted).as_secs_f64() * 1e3),
+                    reverse: reverse_times,
                     ..RepReport::default()
                 };
                 if cfg.knobs.verify {
@@ -268,6 +292,25 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
                 return Ok(());
             }
             other => bail!("the sender sent {} in the middle of a run", other.name()),
+        }
+    }
+}
+
+/// When the armed rep's bytes landed: as the target observed it, or as the sender announced it.
+fn land(ch: &mut ControlChannel, target: &mut dyn Target, announced: bool, timeout: Duration) -> Result<Instant> {
+    if announced {
+        return match ch.recv("Landed")? {
+            Msg::Landed => Ok(Instant::now()),
+            other => bail!("the sender sent {} instead of Landed", other.name()),
+        };
+    }
+    let control = &*ch;
+    match target.wait_landed(timeout, &mut || control.has_input())? {
+        Some(at) => Ok(at),
+        // The sender spoke (an Error) or hung up mid-rep: its message or the close is the story.
+        None => {
+            let msg = ch.recv("the rep's end")?;
+            bail!("the sender sent {} while the receiver waited for data", msg.name());
         }
     }
 }

@@ -56,7 +56,9 @@ impl CaseRun {
 
     /// Fail once any rep of the case (warm-up or measured) saw mismatched bytes under `--verify`.
     pub fn check_verified(&self) -> Result<()> {
-        let bad: u64 = self.rec.reps.iter().chain(&self.rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
+        let reps = || self.rec.reps.iter().chain(&self.rec.warmups);
+        let bad: u64 = reps().filter_map(|r| r.mismatched_bytes).sum::<u64>()
+            + reps().filter_map(|r| r.bidir.and_then(|b| b.reverse_mismatched_bytes)).sum::<u64>();
         if bad > 0 {
             bail!(
                 "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
@@ -90,6 +92,8 @@ pub struct SenderSession {
     pacing: Option<Pacing>,
     /// Test-only: corrupt one byte of each contiguous case's first measured rep (see [`flip_byte_fault`]).
     flip_byte: bool,
+    /// `--bidir`: the receiver sends back into this target at each rep.
+    reverse: Option<super::bidir::ReverseTarget>,
 }
 
 fn ms_since(t0: Instant, t: Instant) -> f64 {
@@ -121,9 +125,20 @@ pub fn pattern_key(case: usize, rep: u32) -> u64 {
 
 impl SenderSession {
     /// Send the configuration, allocate the source buffer and connect the transport.
-    pub fn establish(mut ch: ControlChannel, cfg: RunConfig, src: MemKind, ctx: &Context) -> Result<SenderSession> {
+    pub fn establish(ch: ControlChannel, cfg: RunConfig, src: MemKind, ctx: &Context) -> Result<SenderSession> {
+        SenderSession::establish_with(ch, cfg, src, ctx, false)
+    }
+
+    /// [`Self::establish`]; with `bidir`, also the reverse connection, into a buffer of this end's (`--bidir`).
+    pub fn establish_with(
+        mut ch: ControlChannel,
+        cfg: RunConfig,
+        src: MemKind,
+        ctx: &Context,
+        bidir: bool,
+    ) -> Result<SenderSession> {
         let flip_byte = flip_byte_fault()?;
-        ch.send(&Msg::Config { config: Box::new(cfg.clone()) })?;
+        ch.send(&Msg::Config { config: Box::new(cfg.clone()), bidir })?;
         let (offer, dst_mem, receiver_numa) = match ch.recv("Accept")? {
             Msg::Accept { offer, mem, numa } => (offer, mem, numa),
             other => bail!("the receiver answered {} to Config", other.name()),
@@ -159,6 +174,13 @@ impl SenderSession {
             ch.send_error(&e);
             return Err(e);
         }
+        let reverse = match bidir.then(|| super::bidir::ReverseTarget::open(&mut ch, &cfg, src, ctx)).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                ch.send_error(&e);
+                return Err(e);
+            }
+        };
         let transport_detail = source.describe();
         let counters = super::rep_counters(Side::Sender, &cfg, ctx, src);
         let started = Instant::now();
@@ -174,6 +196,7 @@ impl SenderSession {
             started,
             pacing: None,
             flip_byte,
+            reverse,
         })
     }
 
@@ -317,6 +340,27 @@ impl SenderSession {
         Ok(())
     }
 
+    /// A bidirectional rep's reverse half, once the receiver's RepDone said its transfer completed: its bytes
+    /// landed here and were checked, and the rep's aggregate from the common start `go`.
+    fn reverse_landed(
+        &mut self,
+        case: usize,
+        seq: u32,
+        size: u64,
+        go: Instant,
+        forward_end: Instant,
+        report: &crate::control::RepReport,
+    ) -> Result<Option<super::bidir::BidirRep>> {
+        let Some(r) = self.reverse.as_mut() else { return Ok(None) };
+        let Some(times) = report.reverse else {
+            bail!("the receiver's RepDone of a bidirectional rep lacks its reverse transfer's times")
+        };
+        let verify =
+            self.cfg.knobs.verify.then(|| (self.cfg.knobs.seed, super::bidir::reverse_key(pattern_key(case, seq))));
+        let mismatched = r.landed(size, self.ch.io_timeout(), verify)?;
+        Ok(Some(super::bidir::BidirRep::of(size, ms_since(go, forward_end), times, mismatched)))
+    }
+
     fn run_rep(
         &mut self,
         case: usize,
@@ -339,6 +383,9 @@ impl SenderSession {
                 }
             }
         }
+        if let Some(r) = self.reverse.as_mut() {
+            r.arm(case, size)?;
+        }
         self.counters.start();
         let t0 = Instant::now();
         self.ch.send(&Msg::RepStart { case, rep: seq, warmup, size_bytes: size })?;
@@ -347,6 +394,10 @@ impl SenderSession {
             other => bail!("the receiver answered {} to RepStart", other.name()),
         }
         let t_ready = Instant::now();
+        // Both ends start at once: the receiver's transfer on RepGo, this one's right after sending it.
+        if self.reverse.is_some() {
+            self.ch.send(&Msg::RepGo)?;
+        }
         let hist = &mut rec.block_latency_us;
         let ch = &self.ch;
         let mut hooks = TransferHooks {
@@ -378,6 +429,7 @@ impl SenderSession {
             other => bail!("the receiver answered {} instead of RepDone", other.name()),
         };
         let t_done = Instant::now();
+        let bidir = self.reverse_landed(case, seq, size, t_ready, times.last_complete, &report)?;
         let mut counters = self.counters.finish();
         crate::observe::counters::merge(&mut counters, report.counters.clone());
         // A receiver that posted the transfer itself (it pulls) timed it on its own clock.
@@ -393,6 +445,7 @@ impl SenderSession {
             mismatched_bytes: report.mismatched_bytes,
             counters,
             shared_runs: report.shared_runs,
+            bidir,
             extras: times.extras,
             sender: StageTimes {
                 t_setup_start_ms: ms_since(s0, t0),

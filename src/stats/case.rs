@@ -26,6 +26,10 @@ pub struct CaseResult {
     pub stats: CaseStats,
     #[serde(flatten)]
     pub check: Verification,
+    /// A bidirectional run (`--bidir`): the reverse direction's rates and both directions' together. Absent for
+    /// one-way runs; `stats`, `check` and `shape` are the forward direction's.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub bidir: Option<BidirCase>,
     #[serde(flatten)]
     pub shape: TransferShape,
     /// The transport's own keys for the case (`work_requests`, `staged_p50`, `descriptors`, `rails`...), which it
@@ -71,6 +75,36 @@ pub struct CaseStats {
 pub struct Verification {
     pub verified: Option<bool>,
     pub mismatched_bytes: Option<u64>,
+}
+
+/// What a bidirectional case adds: the reverse transfer's rate and the aggregate's (each rep's both directions'
+/// bytes over the span from the common start to the later finish), and what `--verify` found of the reverse bytes
+/// (the case's `verified` covers both directions).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BidirCase {
+    pub reverse_gbps: RateSummary,
+    pub aggregate_gbps: RateSummary,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_mismatched_bytes: Option<u64>,
+}
+
+impl BidirCase {
+    /// From the measured reps (and the warm-ups' reverse bytes under `--verify`); None for a one-way case.
+    fn of(reps: &[RepRecord], warmups: &[RepRecord], verify: bool) -> Option<BidirCase> {
+        let b: Vec<crate::run::bidir::BidirRep> = reps.iter().filter_map(|r| r.bidir).collect();
+        if b.is_empty() {
+            return None;
+        }
+        let rate = |f: fn(&crate::run::bidir::BidirRep) -> f64| {
+            Summary::of_samples(&b.iter().map(f).collect::<Vec<_>>()).rate()
+        };
+        let bad = reps.iter().chain(warmups).filter_map(|r| r.bidir.and_then(|b| b.reverse_mismatched_bytes)).sum();
+        Some(BidirCase {
+            reverse_gbps: rate(|r| r.reverse_gbps),
+            aggregate_gbps: rate(|r| r.aggregate_gbps),
+            reverse_mismatched_bytes: verify.then_some(bad),
+        })
+    }
 }
 
 /// How the transfer was cut into writes.
@@ -199,6 +233,8 @@ impl CaseResult {
         let col = |f: fn(&RepRecord) -> f64| Summary::of_samples(&rec.reps.iter().map(f).collect::<Vec<_>>());
         let h = &rec.block_latency_us;
         let mismatched: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
+        let bidir = BidirCase::of(&rec.reps, &rec.warmups, verify);
+        let reverse_bad = bidir.as_ref().and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0);
         CaseResult {
             size_bytes: rec.case.size_bytes,
             tokens: rec.case.tokens,
@@ -217,9 +253,10 @@ impl CaseResult {
                 }),
             },
             check: Verification {
-                verified: verify.then_some(mismatched == 0),
+                verified: verify.then_some(mismatched == 0 && reverse_bad == 0),
                 mismatched_bytes: verify.then_some(mismatched),
             },
+            bidir,
             shape: TransferShape {
                 block_size: rec.block_size,
                 block_clamped: rec.block_clamped,

@@ -237,6 +237,7 @@ mod tests {
                 block_latency_us: None,
             },
             check: Verification { verified: None, mismatched_bytes: None },
+            bidir: None,
             shape: TransferShape {
                 block_size: 1 << 20,
                 block_clamped: false,

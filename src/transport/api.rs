@@ -79,6 +79,13 @@ pub trait Transport: TransportKnobs + ExtrasNotes + Sync {
         false
     }
 
+    /// Whether its halves work with the roles turned round, for `--bidir`: the receiver's end connects a
+    /// [`Source`] to a [`Target`] the sender's end opened, over the same control channel, each end's buffer of its
+    /// own memory kind.
+    fn reverses(&self) -> bool {
+        false
+    }
+
     /// The buffer one end of a run moves (`role`: sender or receiver).
     fn alloc_buffer(&self, cfg: &RunConfig, kind: MemKind, _role: &str, _ctx: &Context) -> Result<Buffer> {
         Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.host_sharing())

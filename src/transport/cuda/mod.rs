@@ -66,6 +66,11 @@ impl Transport for Cuda {
         Landing::Announced
     }
 
+    /// A copy goes either way between the two buffers of one host: host to GPU and GPU to host at once are two.
+    fn reverses(&self) -> bool {
+        true
+    }
+
     fn open_target(&self, _cfg: &RunConfig, buf: Arc<Buffer>, _ctx: &Context) -> Result<Box<dyn Target>> {
         Ok(Box::new(CudaTarget::open(buf)?))
     }

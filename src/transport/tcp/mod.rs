@@ -66,6 +66,11 @@ impl Transport for Tcp {
         Landing::Observed
     }
 
+    /// Either end can listen and either can dial: the reverse connection is one more of its own.
+    fn reverses(&self) -> bool {
+        true
+    }
+
     fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
         Ok(Box::new(TcpTarget::open(cfg, buf, ctx)?))
     }
