@@ -242,7 +242,7 @@ mod tests {
         let refused = |v: VerbsConfig| v.check().unwrap_err().to_string();
         assert!(refused(VerbsConfig { reg_per_rep: true, ..read.clone() }).starts_with("--reg-per-rep registers"));
         assert!(refused(VerbsConfig { odp: true, ..read.clone() }).starts_with("--odp is measured for RDMA WRITEs"));
-        let tcp = read.check_flags(TransportKind::Tcp, MemKind::Host).unwrap_err().to_string();
+        let tcp = read.check_flags("tcp".parse().unwrap(), MemKind::Host).unwrap_err().to_string();
         assert_eq!(
             tcp,
             "--op read has the receiver post RDMA READs: it needs --transport verbs, not --transport tcp (nixl reads with --nixl-op read)"
