@@ -12,6 +12,7 @@ pub mod device;
 mod extras;
 mod land;
 mod mr;
+mod pingpong;
 mod post;
 mod qp;
 mod rails;
@@ -119,6 +120,10 @@ impl Transport for Verbs {
     ) -> Result<Box<dyn Source>> {
         let knobs = cfg.transport.knobs::<VerbsConfig>()?;
         Ok(Box::new(VerbsSource::connect(&knobs, cfg, buf, offer, ctx)?))
+    }
+
+    fn ping_pong(&self) -> Option<&dyn crate::transport::PingPong> {
+        Some(&pingpong::VerbsPingPong)
     }
 
     fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
