@@ -8,6 +8,9 @@ use common::*;
 // The NIC knobs' tests: tests/verbs/knobs.rs.
 #[path = "verbs/knobs.rs"]
 mod knobs;
+// Latency over verbs: tests/verbs/latency.rs.
+#[path = "verbs/latency.rs"]
+mod latency;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
