@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# kvxfer latency --transport tcp against sockperf ping-pong --tcp, both over loopback in the same run, at 14 B
-# (sockperf's smallest message: it refuses 8 B), 4 KiB and 64 KiB: each one's p50 and the ratio kvxfer/sockperf
-# (target: at most 1.05).
-#   scripts/bench-latency.sh            # sockperf 3 s per size, kvxfer 20,000 ping-pongs per size
-#   scripts/bench-latency.sh --quick    # 1 s / 1,000: proves the script works (scripts/test runs it), figures rough
+# kvxfer latency against the reference tools, in one run, each ratio kvxfer p50 / the tool's p50:
+# - tcp: kvxfer latency --transport tcp against sockperf ping-pong --tcp, both over loopback, at 14 B (sockperf's
+#   smallest message: it refuses 8 B), 4 KiB and 64 KiB (target: at most 1.05);
+# - verbs: kvxfer latency --transport verbs against perftest's ib_write_lat, between the two soft-RoCE devices of
+#   the rxe VM (scripts/rxe-vm: server on rxeA, client on rxeB, one boot), at 8 B, 4 KiB and 64 KiB. Soft-RoCE is
+#   emulated in software (under TCG, in a VM): its figures are noisy and say nothing about hardware.
+#   scripts/bench-latency.sh            # sockperf 3 s per size, kvxfer 20,000 ping-pongs per size; 5,000 on rxe
+#   scripts/bench-latency.sh --quick    # 1 s / 1,000; 500 on rxe: proves the script works, figures rough
+#   scripts/bench-latency.sh --tcp-only # the tcp half alone (no VM: a host without qemu or root)
 # Like with like: sockperf's percentiles and avg-latency are half the round trip (it prints round trips only with
 # --full-rtt, not used here), and so are kvxfer latency's; both ends of each run on loopback, each tool's client and
 # server in their own threads (kvxfer's receiver is a thread of its process), TCP_NODELAY on both (sockperf's default
 # for ping-pong), both waiting in blocking calls (sockperf's default epoll, kvxfer without --busy-poll), warm-ups on
 # both (sockperf's own warm-up, kvxfer's --warmup-iters). sockperf's percentiles come from its own full sample, kvxfer's
 # from an HDR histogram of 3 significant digits.
-# TODO: the RDMA half (kvxfer latency --transport verbs against ib_write_lat) runs in the soft-RoCE VM
-# (scripts/test-rxe); kvxfer has no verbs ping-pong yet, so this script compares tcp only.
+# On rxe, ib_write_lat's t_typical is its median, and like kvxfer's half the round trip (RTT/2 for WRITE); both run as
+# two processes (ib_write_lat server and client; kvxfer serve and latency), both RDMA-WRITE and spin on the last
+# byte, both with small messages inline (ib_write_lat at its default size, which it prints; kvxfer at the device's
+# limit, recorded as transport_detail.sender.inline), both with ACK timeout 18 (the VM's soft-RoCE turns
+# retransmissions at 14 into errors: scripts/rxe-vm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=3 iters=20000
-if [ "${1:-}" = --quick ]; then
-  shift; secs=1 iters=1000
-fi
+secs=3 iters=20000 rxe_iters=5000 vm=1
+for arg in "$@"; do
+  case $arg in
+    --quick) secs=1 iters=1000 rxe_iters=500 ;;
+    --tcp-only) vm= ;;
+    *) echo "bench-latency: unknown argument $arg (--quick, --tcp-only)" >&2; exit 2 ;;
+  esac
+done
 command -v sockperf >/dev/null ||
   { echo "bench-latency: sockperf is missing; install it (scripts/setup --test, or apt-get install sockperf)" >&2; exit 1; }
 cargo build --release --quiet
@@ -34,6 +45,7 @@ for _ in $(seq 100); do
   grep -q "listen on" "$t/server.log" 2>/dev/null && break
   sleep 0.05
 done
+echo "tcp over loopback: kvxfer latency vs sockperf ping-pong --tcp"
 printf '%8s  %14s  %14s  %8s\n' size "sockperf p50" "kvxfer p50" ratio
 for size in 14 4096 65536; do
   sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -m "$size" -t "$secs" > "$t/sp-$size.log" 2>&1 ||
@@ -46,3 +58,50 @@ for size in 14 4096 65536; do
   python3 -c 'import sys; s, sp, kv = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]); print(f"{s:>8}  {sp:11.3f} µs  {kv:11.3f} µs  {kv / sp:7.2f}×")' \
     "$size B" "$sp" "$kv"
 done
+[ -n "$vm" ] || exit 0
+kill "$server" 2>/dev/null; server=
+
+# The verbs half, in one boot of the rxe VM: ib_write_lat, then kvxfer serve + latency, at each size.
+out=target/bench-latency
+mkdir -p "$out"
+cat > "$out/inner.sh" <<'INNER'
+set -u
+K=target/release/kvxfer
+out=target/bench-latency
+export KVXFER_TOKEN=bench-latency-token-0123456789
+: > $out/rows.tsv
+for size in 8 4096 65536; do
+  timeout 300 ib_write_lat -d "$RXE_A_DEV" -x "$RXE_GID_INDEX" -u 18 -s $size -n $RXE_ITERS > $out/ibs.log 2>&1 & srv=$!
+  sleep 2
+  timeout 300 ib_write_lat -d "$RXE_B_DEV" -x "$RXE_GID_INDEX" -u 18 -s $size -n $RXE_ITERS "$RXE_A_IP" > $out/ibc-$size.log 2>&1
+  wait $srv
+  # " #bytes #iterations t_min t_max t_typical t_avg ...": t_typical is the median.
+  ib=$(awk -v b=$size '$1 == b && NF >= 5 {print $5}' $out/ibc-$size.log | tail -n 1)
+  inl=$(sed -n 's/.*Max inline data *: *\([0-9]*\).*/\1/p' $out/ibc-$size.log | head -n 1)
+  echo -e "$size\t${ib:-nan}\t${inl:-?}" >> $out/rows.tsv
+done
+port=$((20000 + RANDOM % 20000))
+timeout 600 $K serve --listen "$RXE_A_IP:$port" -d "$RXE_A_DEV" --once > $out/serve.log 2>&1 & srv=$!
+timeout 600 $K latency --transport verbs --peer "$RXE_A_IP:$port" -d "$RXE_B_DEV" --ack-timeout 18 \
+  --sizes 8,4KiB,64KiB --iters $RXE_ITERS --json $out/kv.json > $out/latency.log 2>&1 ||
+  { echo "kvxfer latency failed:"; cat $out/latency.log $out/serve.log; }
+wait $srv
+INNER
+rm -f "$out/kv.json" "$out/rows.tsv"
+RXE_ITERS=$rxe_iters RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500} scripts/rxe-vm -- bash "$out/inner.sh" >&2
+python3 - "$out/rows.tsv" "$out/kv.json" <<'PY'
+import json, math, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
+try:
+    kv = json.load(open(sys.argv[2]))
+except (OSError, ValueError):
+    sys.exit("bench-latency: kvxfer latency wrote no results in the VM (its output is above)")
+p50 = {c["size_bytes"]: c["latency_us"]["p50"] for c in kv["cases"]}
+inline = kv["config"]["transport_detail"]["sender"]["inline"]
+print(f"verbs on soft-RoCE (rxeB -> rxeA, one VM boot): kvxfer latency vs ib_write_lat; inline up to {inline} B (kvxfer), "
+      f"{rows[0][2] if rows else '?'} B (ib_write_lat)")
+print(f"{'size':>8}  {'ib_write_lat p50':>16}  {'kvxfer p50':>14}  {'ratio':>8}")
+for size, ib, _ in rows:
+    ib, k = float(ib), p50.get(int(size), math.nan)
+    print(f"{size + ' B':>8}  {ib:13.3f} µs  {k:11.3f} µs  {k / ib:7.2f}×")
+PY

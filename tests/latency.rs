@@ -106,6 +106,9 @@ fn bad_latency_inputs_are_one_line_and_exit_2() {
         (&["latency", "--sizes", "8,2GiB"][..], "at most 1 GiB, not 2 GiB"),
         (&["latency", "--transport", "mooncake"][..], "mooncake has no ping-pong"),
         (&["latency", "--inline", "64"][..], "--inline"),
+        (&["latency", "--tclass", "106"][..], "--tclass"),
+        (&["latency", "--transport", "verbs", "--busy-poll"][..], "--busy-poll"),
+        (&["latency", "--peer", "127.0.0.1:1", "--peer-device", "rxeA"][..], "--peer-device"),
     ] {
         let out = run(args);
         out.expect_code(2);

@@ -11,6 +11,9 @@ mod knobs;
 // RDMA READs (--op read): tests/verbs/read.rs.
 #[path = "verbs/read.rs"]
 mod read;
+// Latency over verbs: tests/verbs/latency.rs.
+#[path = "verbs/latency.rs"]
+mod latency;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

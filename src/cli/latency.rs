@@ -1,15 +1,17 @@
 //! `kvxfer latency`'s flags.
 
-use super::{named, parse_duration};
+use super::params::{parse_ack_timeout, parse_sl, parse_tclass};
+use super::{named, parse_duration, DeviceArgs};
 use crate::plan::latency::{DEFAULT_ITERS, DEFAULT_SIZES, DEFAULT_WARMUP_ITERS};
-use crate::plan::TransportKind;
+use crate::plan::{TransportConfig, TransportKind};
+use crate::transport::verbs::VerbsConfig;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
-    /// How messages move: a transport with a ping-pong (tcp)
+    /// How messages move: a transport with a ping-pong (tcp, verbs)
     #[arg(long, default_value = "tcp", value_parser = named::<TransportKind>())]
     pub transport: TransportKind,
     /// Message sizes: a list and/or ranges (8..1MiB doubles from 8 B to 1 MiB; 8..1MiB:x4 quadruples)
@@ -25,7 +27,7 @@ pub struct LatencyArgs {
     /// busy-poll modes)
     #[arg(long)]
     pub busy_poll: bool,
-    /// RDMA writes of N bytes or fewer go inline (verbs; default: the queue pair's limit)
+    /// RDMA writes of N bytes or fewer go inline (verbs; default: the most the device's queue pair takes)
     #[arg(long, value_name = "N")]
     pub inline: Option<u32>,
     /// Measure against a receiver (`kvxfer serve`) instead of one started in this process on loopback
@@ -49,4 +51,33 @@ pub struct LatencyArgs {
     /// Give up when the peer is silent this long
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub io_timeout: Duration,
+    /// GRH traffic class of the queue pair, 0 to 255 (DSCP and ECN bits on RoCE v2), as perftest --tclass
+    /// [default: 0]
+    #[arg(long, value_name = "N", value_parser = parse_tclass, help_heading = "RDMA verbs (--transport verbs)")]
+    pub tclass: Option<u8>,
+    /// Service level of the queue pair, 0 to 15, as perftest -S [default: 0]
+    #[arg(long, value_name = "N", value_parser = parse_sl, help_heading = "RDMA verbs (--transport verbs)")]
+    pub sl: Option<u8>,
+    /// Local ACK timeout exponent: a lost packet is retransmitted after 4.096 µs × 2^N (14 ≈ 67 ms, as perftest)
+    #[arg(long, default_value_t = 14, value_parser = parse_ack_timeout, help_heading = "RDMA verbs (--transport verbs)")]
+    pub ack_timeout: u8,
+    /// The receiver's RDMA device without --peer (default: the sender's, i.e. loopback through one NIC)
+    #[arg(long, value_name = "NAME", help_heading = "RDMA device")]
+    pub peer_device: Option<String>,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+impl LatencyArgs {
+    /// The knobs of the transports whose flags latency takes, as the flags set them (verbs: one queue pair).
+    pub fn transport_knobs(&self) -> Vec<TransportConfig> {
+        let verbs = VerbsConfig {
+            qps: 1,
+            tclass: self.tclass,
+            sl: self.sl,
+            ack_timeout: self.ack_timeout,
+            ..VerbsConfig::default()
+        };
+        vec![TransportConfig::of(&verbs)]
+    }
 }

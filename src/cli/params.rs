@@ -28,7 +28,7 @@ fn parse_page_multiple(text: &str) -> anyhow::Result<u64> {
 }
 
 /// `--ack-timeout`: the exponent of the local ACK timeout, 1 to 31 (the verbs attribute has five bits).
-fn parse_ack_timeout(text: &str) -> Result<u8, String> {
+pub(super) fn parse_ack_timeout(text: &str) -> Result<u8, String> {
     match text.parse::<u8>() {
         Ok(n @ 1..=31) => Ok(n),
         _ => Err(format!("{text} is not in 1..=31")),
@@ -36,12 +36,12 @@ fn parse_ack_timeout(text: &str) -> Result<u8, String> {
 }
 
 /// `--tclass`: the GRH traffic class, a byte.
-fn parse_tclass(text: &str) -> Result<u8, String> {
+pub(super) fn parse_tclass(text: &str) -> Result<u8, String> {
     text.parse::<u8>().map_err(|_| format!("{text} is not a traffic class in 0..=255 (DSCP << 2 | ECN)"))
 }
 
 /// `--sl`: the service level, 0 to 15 (four bits of the address vector).
-fn parse_sl(text: &str) -> Result<u8, String> {
+pub(super) fn parse_sl(text: &str) -> Result<u8, String> {
     match text.parse::<u8>() {
         Ok(n @ 0..=15) => Ok(n),
         _ => Err(format!("{text} is not a service level in 0..=15")),

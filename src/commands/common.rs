@@ -166,7 +166,12 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
 /// whichever runs: first whether they fit this run at all, then their values. A transport without flags gets its
 /// defaults.
 fn transport_knobs(r: &RunArgs, running: TransportKind, src: MemKind) -> Result<TransportConfig> {
-    let given = r.transport_knobs();
+    checked_knobs(&r.transport_knobs(), running, src)
+}
+
+/// The knobs of `running` from those the flags `given` set, each transport checking its own as
+/// [`transport_knobs`] does.
+pub fn checked_knobs(given: &[TransportConfig], running: TransportKind, src: MemKind) -> Result<TransportConfig> {
     let knobs: Vec<(&dyn Transport, TransportConfig)> = registry::all()
         .iter()
         .map(|&t| (t, given.iter().find(|k| k.kind() == t.kind()).cloned().unwrap_or_else(|| t.default_knobs())))

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 pub fn run(a: LatencyArgs) -> Result<()> {
     let (cfg, plan) = configure(&a)?;
+    let (device, peer_device) = devices(&a)?;
     let timeouts = Timeouts { connect: a.connect_timeout, io: a.io_timeout };
     if let Some(path) = &a.json {
         crate::export::check_writable("--json", path)?;
@@ -36,19 +37,33 @@ pub fn run(a: LatencyArgs) -> Result<()> {
             max_streams: 1,
             timeouts,
             mem: crate::mem::MemKind::Host,
-            device: DeviceChoice::default(),
+            device: peer_device,
             shares_process: !registry::get(a.transport).receiver_in_own_process(),
             gauge: None,
         };
         let (addr, token, receiver) = loopback_receiver(limits, a.transport)?;
-        let outcome = measure(&a, cfg, plan, &addr.to_string(), &token, timeouts, Role::Sweep);
+        let outcome = measure(&a, cfg, plan, &addr.to_string(), &token, (timeouts, device), Role::Sweep);
         let receiver_outcome = receiver.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the receiver thread panicked")));
         return match (outcome, receiver_outcome) {
             (Ok(()), Err(r)) => Err(r.context("the receiver failed after the run")),
             (outcome, _) => outcome,
         };
     };
-    measure(&a, cfg, plan, peer, a.token.as_deref().unwrap_or(""), timeouts, Role::Send)
+    measure(&a, cfg, plan, peer, a.token.as_deref().unwrap_or(""), (timeouts, device), Role::Send)
+}
+
+/// This end's RDMA device and, without --peer, the loopback receiver's (`--peer-device`, else the same), checked
+/// on this host when the transport opens RDMA devices.
+fn devices(a: &LatencyArgs) -> Result<(DeviceChoice, DeviceChoice)> {
+    if a.peer.is_some() && a.peer_device.is_some() {
+        bail_usage!(
+            "--peer-device names the device of the receiver latency starts itself; with --peer, give serve its -d"
+        );
+    }
+    let (device, peer_device) = super::common::loopback_devices(&a.device, &a.peer_device)?;
+    let ends: Vec<&DeviceChoice> = if a.peer.is_some() { vec![&device] } else { vec![&device, &peer_device] };
+    registry::get(a.transport).check_host(&ends)?;
+    Ok((device, peer_device))
 }
 
 /// The run's configuration and plan from the flags, refused (exit 2) before anything starts when they make no sense.
@@ -68,9 +83,9 @@ fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
         bail_usage!("--iters 0: at least one timed ping-pong per size is needed");
     }
     let plan = LatencyPlan { iters: a.iters, warmup_iters: a.warmup_iters, busy_poll: a.busy_poll, inline: a.inline };
-    let transport = registry::get(a.transport);
+    let knobs = super::common::checked_knobs(&a.transport_knobs(), a.transport, crate::mem::MemKind::Host)?;
     let cfg = RunConfig {
-        transport: transport.default_knobs(),
+        transport: knobs,
         knobs: RunKnobs {
             block_size: sizes.iter().copied().max().unwrap_or(1),
             streams: 1,
@@ -99,7 +114,7 @@ fn measure(
     plan: LatencyPlan,
     peer: &str,
     token: &str,
-    timeouts: Timeouts,
+    (timeouts, device): (Timeouts, DeviceChoice),
     role: Role,
 ) -> Result<()> {
     let mut ch = ControlChannel::connect(peer, timeouts)?;
@@ -111,7 +126,7 @@ fn measure(
         peer_ip: peer_addr.ip(),
         local_ip: local.ip(),
         timeouts,
-        device: DeviceChoice::default(),
+        device,
         shares_process: role == Role::Sweep,
         session_key: ch.session_key(),
     };

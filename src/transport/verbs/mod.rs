@@ -13,6 +13,7 @@ pub mod device;
 mod extras;
 mod land;
 mod mr;
+mod pingpong;
 mod post;
 mod qp;
 mod rails;
@@ -110,6 +111,10 @@ impl Transport for Verbs {
             VerbsOp::Write => Box::new(VerbsSource::connect(&knobs, cfg, buf, offer, ctx)?),
             VerbsOp::Read => Box::new(read::LendSource::connect(&knobs, cfg, buf, offer, ctx)?),
         })
+    }
+
+    fn ping_pong(&self) -> Option<&dyn crate::transport::PingPong> {
+        Some(&pingpong::VerbsPingPong)
     }
 
     fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {

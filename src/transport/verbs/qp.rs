@@ -80,6 +80,16 @@ pub struct QpSet {
     _ctx: Arc<DeviceContext>,
 }
 
+/// What each queue pair of a set is created with room for.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    send_wr: u32,
+    send_sge: u32,
+    recv_wr: u32,
+    /// Bytes a send may carry inline (the provider may grant more: [`QpSet::max_inline_data`] says).
+    max_inline_data: u32,
+}
+
 /// A random 24-bit packet sequence number, as perftest picks its start PSNs.
 fn random_psn() -> Result<u32> {
     let mut b = [0u8; 4];
@@ -99,6 +109,19 @@ impl QpSet {
         recv_wr: u32,
         cq_mode: CqMode,
     ) -> Result<QpSet> {
+        let caps = Caps { send_wr, send_sge, recv_wr, max_inline_data: 0 };
+        QpSet::create(ctx, port, n, caps, cq_mode)
+    }
+
+    /// One RC queue pair for a ping-pong: `send_wr` sends of one scatter entry, carrying up to `max_inline_data`
+    /// bytes inline, one receive, completions busy-polled. Fails where the provider grants less inline data.
+    pub fn inline(ctx: &Arc<DeviceContext>, port: &PortInfo, send_wr: u32, max_inline_data: u32) -> Result<QpSet> {
+        let caps = Caps { send_wr, send_sge: 1, recv_wr: 1, max_inline_data };
+        QpSet::create(ctx, port, 1, caps, CqMode::Poll)
+    }
+
+    fn create(ctx: &Arc<DeviceContext>, port: &PortInfo, n: u32, caps: Caps, cq_mode: CqMode) -> Result<QpSet> {
+        let Caps { send_wr, send_sge, recv_wr, max_inline_data } = caps;
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
         let channel = if cq_mode == CqMode::Event { Some(CompletionChannel::new(ctx).context("ibv_create_comp_channel")?) } else { None };
         let mut b = ctx.create_cq_builder();
@@ -115,10 +138,17 @@ impl QpSet {
                 .setup_max_send_wr(send_wr)
                 .setup_max_recv_wr(recv_wr)
                 .setup_max_send_sge(send_sge)
-                .setup_max_recv_sge(1);
+                .setup_max_recv_sge(1)
+                .setup_max_inline_data(max_inline_data);
             let qp: GenericQueuePair = qb
                 .build()
-                .with_context(|| format!("ibv_create_qp #{i} (max_send_wr {send_wr}, max_send_sge {send_sge})"))?
+                .with_context(|| {
+                    let inline = match max_inline_data {
+                        0 => String::new(),
+                        n => format!(", max_inline_data {n}"),
+                    };
+                    format!("ibv_create_qp #{i} (max_send_wr {send_wr}, max_send_sge {send_sge}{inline})")
+                })?
                 .into();
             qps.push(qp);
         }
