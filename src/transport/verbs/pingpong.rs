@@ -163,7 +163,7 @@ impl VerbsPingEnd {
         let mut set = QpSet::inline(&dev, &port, SEND_WR, inline)?;
         set.service = Service { tclass: v.tclass.unwrap_or(0), sl: v.sl.unwrap_or(0) };
         let (send, recv) = (Buffer::alloc(MemKind::Host, len, false)?, Buffer::alloc(MemKind::Host, len, false)?);
-        let access = |remote_write| Access { remote_write, relaxed_ordering: false, odp: false };
+        let access = |remote_write| Access { remote_write, remote_read: false, relaxed_ordering: false, odp: false };
         let send_reg = mr::register(&set.pd, &send, len, chunk, access(false))?;
         let recv_reg = mr::register(&set.pd, &recv, len, chunk, access(true))?;
         set.init(true)?;
