@@ -136,15 +136,18 @@ mod tests {
         assert_eq!(b.as_mut_slice()[12292], 7);
     }
 
-    /// Whether a mapping starts at `addr` in this process (/proc/self/maps).
+    /// Whether a mapping of this process covers `addr` (/proc/self/maps). Covers, not starts at: the kernel merges an
+    /// anonymous mapping with a neighbour of the same protection, and the merged one starts below it.
     fn mapped_at(addr: usize) -> bool {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        maps.lines().any(|l| l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()) == Some(addr))
+        maps.lines().filter_map(|l| l.split_whitespace().next()?.split_once('-')).any(|(a, b)| {
+            let range = |t: &str| usize::from_str_radix(t, 16).ok();
+            matches!((range(a), range(b)), (Some(a), Some(b)) if a <= addr && addr < b)
+        })
     }
 
     #[test]
     fn a_hold_keeps_the_mapping_after_the_buffer_is_gone() {
-        // An odd size, so the kernel does not merge this mapping with a neighbour of the same protection.
         let b = HostBuffer::new(5 * 4096 + 123, false).unwrap();
         let addr = b.as_ptr() as usize;
         let hold = b.hold();
