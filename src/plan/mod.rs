@@ -9,6 +9,7 @@ pub mod sizes;
 pub mod sweep_file;
 pub mod text;
 pub mod transport;
+pub mod workload;
 
 use crate::named::named_enum;
 use anyhow::Result;
