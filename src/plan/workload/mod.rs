@@ -1,15 +1,17 @@
 //! The requests a replay sends: read from a request trace (Mooncake's JSONL: one request a line, with its arrival
-//! time, its input and output lengths and the ids of its 512-token prefix blocks) cut to
+//! time, its input and output lengths and the ids of its 512-token prefix blocks) or generated from a seed, cut to
 //! a window, and passed through a prefix cache that says how much of each prompt's KV cache is already there.
 //!
 //! Everything here is pure and deterministic: the same file, flags and seed give the same requests, so two replays
 //! (two transports, two machines) offer the same load and their numbers can be set side by side.
 
+mod generate;
 mod prefix;
 mod select;
 mod summary;
 mod trace;
 
+pub use generate::{generate, Arrivals, PromptTokens, MAX_GENERATED, MAX_PROMPT_TOKENS};
 pub use prefix::{PrefixCache, PrefixCacheSize, PrefixHits};
 pub use select::{select, Window};
 pub use summary::{parse_speed, TraceSummary};
@@ -23,7 +25,7 @@ pub const BLOCK_TOKENS: u64 = 512;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// Its 0-based index: the line of the file less one (kept through a sort and a window, so a request can be
-    /// found in its file).
+    /// found in its file), or its place in the generated sequence.
     pub id: u64,
     /// When it arrives, in ms of trace time (after [`select`], from the first selected request).
     pub arrival_ms: f64,
