@@ -1,10 +1,12 @@
 //! Requests made up from a seed: arrivals from a process (Poisson, constant or gamma at a rate), prompt lengths from
-//! a distribution or drawn from a trace's rows. The same arguments and seed give the same requests, run after run
-//! and machine after machine, so a generated load can be named in a result and offered again.
+//! a distribution or drawn from a trace's rows. The same arguments and seed give the same requests, run after run,
+//! so a generated load can be named in a result and offered again.
 //!
 //! The random stream is ChaCha8 (`rand_chacha`), whose output is specified and portable; the distributions are
-//! `rand_distr`'s (well-kept, tested samplers rather than hand-written ones). Arrivals and lengths draw from two
-//! streams of one seed, so changing the prompt distribution does not move the arrivals, and the other way round.
+//! `rand_distr`'s (well-kept, tested samplers rather than hand-written ones). Their transforms call the platform's
+//! `ln`/`exp`, so two platforms agree bit for bit only where their math libraries do; a test pins seed 42's values,
+//! so a difference shows as a failure rather than a silent shift. Arrivals and lengths draw from two streams of one
+//! seed, so changing the prompt distribution does not move the arrivals, and the other way round.
 
 use super::{read_trace, Request};
 use crate::bail_usage;
