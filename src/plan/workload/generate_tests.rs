@@ -111,7 +111,7 @@ fn prompt_lengths_follow_their_distribution() {
 
 #[test]
 fn trace_lengths_are_rows_of_the_trace_with_their_outputs() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/mooncake-synthetic-trace.jsonl");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/mooncake-synthetic.jsonl");
     let rows = crate::plan::workload::shipped_trace();
     let pairs: std::collections::HashSet<(u64, u64)> = rows.iter().map(|r| (r.input_tokens, r.output_tokens)).collect();
     let reqs = generate(arrivals("poisson:2"), &prompt(&format!("trace:{path}")), 5000, 5).unwrap();

@@ -43,11 +43,11 @@ pub fn blocks_for(tokens: u64) -> u64 {
     tokens.div_ceil(BLOCK_TOKENS)
 }
 
-/// The trace published with Mooncake (FAST'25), shipped beside the repository (`../shared/data`). Tests that read it
+/// The trace published with Mooncake (FAST'25), kept in the repository (`traces/`). Tests that read it
 /// fail when it is absent rather than skip, so a checkout without it cannot pass silently.
 #[cfg(test)]
 pub(crate) fn shipped_trace() -> Vec<Request> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/mooncake-synthetic-trace.jsonl");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/mooncake-synthetic.jsonl");
     assert!(std::path::Path::new(path).is_file(), "{path} is missing: the workload tests need the shipped trace");
     read_trace(std::path::Path::new(path), false).unwrap()
 }

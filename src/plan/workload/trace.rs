@@ -77,8 +77,7 @@ pub fn parse_trace_named(text: &str, source: &str, sort: bool) -> Result<Vec<Req
         if let Some(prev) = out.last() {
             if !sort && req.arrival_ms < prev.arrival_ms {
                 bail_usage!(
-                    "{source}:{n}: timestamp {} ms is before line {}'s {} ms; sort the lines by timestamp, or have \
-                     replay sort them",
+                    "{source}:{n}: timestamp {} ms is before line {}'s {} ms; sort the lines by timestamp, or add --sort",
                     req.arrival_ms,
                     n - 1,
                     prev.arrival_ms

@@ -115,10 +115,7 @@ fn timestamps_going_backwards_are_refused_unless_sorting() {
     let c = r#"{"timestamp": 3, "input_length": 1, "output_length": 1, "hash_ids": [4]}"#;
     let text = format!("{A}\n{B}\n{c}\n");
     let m = refusal(&text, false);
-    assert_eq!(
-        m,
-        "trace:3: timestamp 3 ms is before line 2's 5 ms; sort the lines by timestamp, or have replay sort them"
-    );
+    assert_eq!(m, "trace:3: timestamp 3 ms is before line 2's 5 ms; sort the lines by timestamp, or add --sort");
     let sorted = parse_trace(&text, true).unwrap();
     let ids: Vec<u64> = sorted.iter().map(|r| r.id).collect();
     assert_eq!(ids, [0, 2, 1], "sorted by time, each keeping its line's id");
