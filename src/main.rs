@@ -22,6 +22,7 @@ fn main() {
         Command::Send(a) => commands::send::run(a),
         Command::Sweep(a) => commands::sweep::run(a),
         Command::Latency(a) => commands::latency::run(a),
+        Command::Replay(a) => commands::replay::run(a),
         Command::Report(a) => commands::report::run(a),
         Command::Predict(a) => commands::predict::run(a),
         Command::Cluster(a) => commands::cluster::run(a),

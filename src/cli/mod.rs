@@ -19,12 +19,14 @@ mod latency;
 mod output;
 mod pace;
 mod params;
+mod replay;
 pub mod sweep;
 pub mod values;
 pub use latency::LatencyArgs;
 pub use output::{FigArgs, OutputArgs};
 pub use pace::PaceArgs;
 pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
+pub use replay::ReplayArgs;
 pub use sweep::SweepArgs;
 use values::named;
 
@@ -55,6 +57,10 @@ impl Cli {
         match (&mut cli.command, matches.subcommand()) {
             (Command::Sweep(a), Some(("sweep", m))) => a.pace.reps_given = reps_given(m),
             (Command::Send(a), Some(("send", m))) => a.pace.reps_given = reps_given(m),
+            (Command::Replay(a), Some(("replay", m))) => {
+                a.reps_given = reps_given(m);
+                a.warmup_given = m.value_source("warmup") == Some(ValueSource::CommandLine);
+            }
             _ => {}
         }
         if let (Command::Sweep(a), Some(("sweep", m))) = (&mut cli.command, matches.subcommand()) {
@@ -108,6 +114,13 @@ pub enum Command {
                             kvxfer latency --sizes 8,4KiB,64KiB --iters 10000 --json lat.json\n  \
                             kvxfer latency --peer 10.0.0.2:18515 --token s3cret   # against kvxfer serve\n\n".to_owned() + UNITS_NOTE)]
     Latency(LatencyArgs),
+    /// Replay a request stream's KV transfers (a trace, or an arrival model) and report each request's latency
+    /// under load, counted from its scheduled arrival: p50/p99, offered vs achieved, the knee of a load sweep
+    #[command(after_help = "Examples:\n  kvxfer replay                                   # the built-in Mooncake trace's first 60 s, tcp\n  \
+                            kvxfer replay --trace conv.jsonl --window 0s..300s --speeds 1,2,4,8 --json r.json\n  \
+                            kvxfer replay --arrivals poisson:2 --prompt-tokens lognormal:8000,1 --requests 500 --rates 1,2,4\n  \
+                            kvxfer replay --transport cuda --src pinned --dst gpu:0 --speeds 1,4,16 --verify\n\n".to_owned() + UNITS_NOTE)]
+    Replay(ReplayArgs),
     /// Re-render tables from saved results files.
     #[command(after_help = "Examples:\n  kvxfer report results/a.json results/b.json --md tables.md\n  \
                             kvxfer report a.json b.json --fig figs --line \"NIC 25 GB/s=25\"\n\n".to_owned() + UNITS_NOTE)]

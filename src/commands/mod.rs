@@ -12,6 +12,7 @@ pub mod latency;
 pub mod loopback;
 pub mod pace;
 pub mod predict;
+pub mod replay;
 pub mod report;
 pub mod resume;
 pub mod send;

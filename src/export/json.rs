@@ -126,6 +126,9 @@ pub struct Results {
     /// Set when a signal (Ctrl-C, SIGTERM, SIGHUP) stopped the run: which, when, and where.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interruption>,
+    /// A replay (`kvxfer replay`): its workload, each load's requests and summary, and the knee.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::stats::replay::ReplayJson>,
 }
 
 /// `interrupted` in the results file.
@@ -222,6 +225,7 @@ impl Results {
             sweep: None,
             cluster: None,
             interrupted: None,
+            replay: None,
         }
     }
 

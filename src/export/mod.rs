@@ -14,6 +14,7 @@ pub mod json;
 pub mod markdown;
 pub mod outputs;
 pub mod plot;
+pub mod replay;
 
 use crate::measure::ExtrasNotes;
 use anyhow::Result;

@@ -5,6 +5,7 @@ pub mod latency;
 pub mod pace;
 pub mod prepare;
 pub mod receiver;
+pub mod replay;
 pub mod sender;
 
 use crate::control::RepReport;

@@ -284,7 +284,8 @@ impl SenderSession {
         if let (false, Some(p)) = (warmup, run.rec.paced.as_mut()) {
             p.rep_starts();
         }
-        let mut r = self.run_rep(index, seq, warmup, plan, spans, &mut run.rec)?;
+        let flip = self.flip_byte && !warmup && run.rec.reps.is_empty();
+        let mut r = self.run_rep(index, seq, warmup, plan, spans, &mut run.rec.block_latency_us, flip)?;
         run.seq += 1;
         // Rep numbers count on from what the case already holds (a resumed case keeps its earlier reps).
         if warmup {
@@ -361,6 +362,26 @@ impl SenderSession {
         Ok(Some(super::bidir::BidirRep::of(size, ms_since(go, forward_end), times, mismatched)))
     }
 
+    /// One rep of `size` bytes outside the configuration's cases, into the start of the receiver's region (a
+    /// replayed request, or a piece of one): the contiguous plan of that size, `seq` its `--verify` pattern key
+    /// (distinct per rep of the session). `size` is at most the agreed buffer.
+    pub fn rep_of_size(&mut self, size: u64, seq: u32) -> Result<RepRecord> {
+        let plan = TransferPlan::contiguous(size, self.cfg.knobs.block_size);
+        let mut blocks = hdrhistogram::Histogram::new(3).expect("3 significant digits is valid");
+        self.run_rep(0, seq, false, &plan, None, &mut blocks, false)
+    }
+
+    /// The configuration the session runs (agreed with the receiver).
+    pub fn config(&self) -> &RunConfig {
+        &self.cfg
+    }
+
+    /// The sender's clock origin of this session's stage times.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn run_rep(
         &mut self,
         case: usize,
@@ -368,7 +389,8 @@ impl SenderSession {
         warmup: bool,
         plan: &TransferPlan,
         paged_spans: Option<&[Span]>,
-        rec: &mut CaseRecord,
+        block_latency_us: &mut hdrhistogram::Histogram<u64>,
+        flip: bool,
     ) -> Result<RepRecord> {
         let size = plan.size_bytes;
         if self.cfg.knobs.verify {
@@ -377,7 +399,7 @@ impl SenderSession {
                 Some(spans) => self.buf.fill_spans(spans, self.cfg.knobs.seed, pattern_key(case, seq))?,
                 None => {
                     self.fill_watching_the_receiver(size, pattern_key(case, seq))?;
-                    if self.flip_byte && !warmup && rec.reps.is_empty() {
+                    if flip {
                         self.buf.flip_byte(size / 2)?;
                     }
                 }
@@ -398,7 +420,7 @@ impl SenderSession {
         if self.reverse.is_some() {
             self.ch.send(&Msg::RepGo)?;
         }
-        let hist = &mut rec.block_latency_us;
+        let hist = block_latency_us;
         let ch = &self.ch;
         let mut hooks = TransferHooks {
             done: &mut |_, posted, done| {

@@ -1,0 +1,366 @@
+//! `kvxfer replay`: a request stream's KV transfers, each request due at its scheduled arrival, moved over
+//! `--max-inflight` sessions against receivers started in this process on loopback (as `sweep` does) or a
+//! `kvxfer serve` named by `--peer`. Each load (a speed of the trace, or a rate of the arrival model) runs the
+//! stream once per repetition, loads interleaved; the results file is a results v1 file whose `config.mode` is
+//! `replay`, with a `replay` section holding every request and each load's summary.
+
+mod workload;
+
+use super::common::{self, check_host_support, results_config};
+use super::loopback::loopback_receiver;
+use super::send::connect;
+use crate::bail_usage;
+use crate::cli::ReplayArgs;
+use crate::env::Env;
+use crate::export::json::{Results, Role};
+use crate::plan::sizes::format_size;
+use crate::plan::{RunConfig, SizeCase};
+use crate::run::receiver::ReceiverLimits;
+use crate::run::replay::{self as driver, LoadRun, RequestRecord, Scheduled};
+use crate::run::sender::SenderSession;
+use crate::stats::replay::{knee, CeilingJson, LoadJson, LoadSummary, PooledJson, ReplayJson};
+use anyhow::{Context as _, Result};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use workload::Job;
+
+/// The region when `--region` gives none: the largest request, at most this (larger ones move in pieces).
+const DEFAULT_MAX_REGION: u64 = 4 << 30;
+/// Reps of the region measured for the path's ceiling when `--ceiling` gives none.
+const CEILING_REPS: u32 = 3;
+
+pub fn run(a: ReplayArgs) -> Result<()> {
+    let job = workload::job(&a)?;
+    let cfg = run_config(&a, &job)?;
+    for (flag, path) in [("--json", &a.json), ("--csv", &a.csv), ("--md", &a.md)] {
+        if let Some(p) = path {
+            crate::export::check_writable(flag, p)?;
+        }
+    }
+    let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
+    if a.peer.is_none() {
+        check_host_support(&cfg, &[("--src", a.src), ("--dst", a.dst)], &[&device, &peer_device])?;
+    } else {
+        check_host_support(&cfg, &[("--src", a.src)], &[&device])?;
+    }
+    crate::run::pace::stop_softly_on_signal();
+    let timeouts = crate::control::Timeouts { connect: a.run.connect_timeout, io: a.run.io_timeout };
+    let mut receivers: Vec<JoinHandle<Result<()>>> = Vec::new();
+    let mut sessions = Vec::new();
+    let shares_process =
+        a.peer.is_none() && !crate::transport::registry::get(cfg.transport.kind()).receiver_in_own_process();
+    let mut receiver_host = String::new();
+    for _ in 0..a.max_inflight {
+        let (addr, token) = match &a.peer {
+            Some(p) => (p.clone(), a.token.clone().unwrap_or_default()),
+            None => {
+                let limits = ReceiverLimits {
+                    max_size: None,
+                    max_streams: 64,
+                    timeouts,
+                    mem: a.dst,
+                    device: peer_device.clone(),
+                    shares_process,
+                    gauge: None,
+                };
+                let (addr, token, receiver) = loopback_receiver(limits, cfg.transport.kind())?;
+                receivers.push(receiver);
+                (addr.to_string(), token)
+            }
+        };
+        let (session, host) = connect(&addr, &token, timeouts, &device, &cfg, a.src, shares_process)?;
+        receiver_host = host;
+        sessions.push(session);
+    }
+    // Named only now, so that a run that never connected leaves no empty results file behind.
+    let outcome = results_path(&a).and_then(|json| replay(&a, &job, &cfg, &mut sessions, &json, &receiver_host));
+    let closed: Vec<Result<()>> = sessions.into_iter().map(|s| s.close(&Ok(()))).collect();
+    let receivers: Vec<Result<()>> = receivers
+        .into_iter()
+        .map(|r| r.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a receiver thread panicked"))))
+        .collect();
+    outcome?;
+    closed.into_iter().chain(receivers).collect::<Result<Vec<()>>>().context("closing the replay's sessions")?;
+    super::pace::exit_if_stopped();
+    Ok(())
+}
+
+/// The configuration every session agrees with its receiver: one case, the region.
+fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
+    if a.warmup_given {
+        bail_usage!("--warmup: a replay warms up with whole requests; use --warmup-requests N");
+    }
+    if a.max_inflight == 0 || a.max_inflight > 64 {
+        bail_usage!("--max-inflight {}: give 1 to 64 sessions", a.max_inflight);
+    }
+    if a.run.paged.layout != crate::plan::paged::Layout::Contiguous {
+        bail_usage!("--layout paged: replay moves contiguous requests for now; drop --layout");
+    }
+    if let Some(c) = a.ceiling.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        bail_usage!("--ceiling {c}: give the path's ceiling in GB/s, above 0");
+    }
+    if let Some(s) = a.slo_ms.filter(|s| !(s.is_finite() && *s > 0.0)) {
+        bail_usage!("--slo-ms {s}: give a latency target in ms, above 0");
+    }
+    let largest = job.largest_bytes();
+    if largest == 0 {
+        bail_usage!("every request of this workload is held by the prefix cache: nothing to move");
+    }
+    let region = match a.region {
+        Some(0) => bail_usage!("--region 0: the receiver's region needs at least 1 byte"),
+        Some(r) => r.min(largest),
+        None => largest.min(DEFAULT_MAX_REGION),
+    };
+    let sizes = crate::cli::SizeArgs {
+        sizes: Some(crate::plan::sizes::SizeList(vec![region])),
+        tokens: None,
+        model: None,
+        model_config: None,
+        kv_bytes_per_token: None,
+    };
+    let mut run = a.run.clone();
+    run.reps = 1;
+    let configured = common::configure(&sizes, &run, &[a.src, a.dst])?;
+    let mut cfg = configured.cfg;
+    cfg.cases = vec![SizeCase { size_bytes: region, tokens: None, bytes_per_token: Some(job.bytes_per_token) }];
+    Ok(cfg)
+}
+
+/// The results file: `--json`, or a new file in `--out-dir`.
+fn results_path(a: &ReplayArgs) -> Result<PathBuf> {
+    match &a.json {
+        Some(p) => Ok(p.clone()),
+        None => {
+            std::fs::create_dir_all(&a.out_dir)
+                .map_err(|e| crate::error::usage(format!("--out-dir {}: cannot create: {e}", a.out_dir.display())))?;
+            crate::export::files::create_unique(&a.out_dir, "replay", "json")
+        }
+    }
+}
+
+/// Measure the ceiling, warm up, run every load of every repetition, and write the files as loads complete.
+fn replay(
+    a: &ReplayArgs,
+    job: &Job,
+    cfg: &RunConfig,
+    sessions: &mut [SenderSession],
+    json: &std::path::Path,
+    receiver_host: &str,
+) -> Result<()> {
+    let region = cfg.cases[0].size_bytes;
+    let mut seqs = vec![0u32; sessions.len()];
+    let ceiling = ceiling(a, &mut sessions[0], &mut seqs[0], region)?;
+    warm_up(job, sessions, &mut seqs, region, a.warmup_requests)?;
+    let label = a
+        .run
+        .label
+        .clone()
+        .unwrap_or_else(|| format!("{} replay {}→{} on {receiver_host}", cfg.transport.kind(), a.src, a.dst));
+    let detail = serde_json::json!({ "sender": sessions[0].transport_detail.to_json() });
+    let peer = a.peer.as_deref().unwrap_or("loopback");
+    let role = if a.peer.is_some() { Role::Send } else { Role::Sweep };
+    let mut config = results_config(cfg, job.model.clone(), peer, role, sessions[0].dst_mem.clone(), detail);
+    config.mode = Some("replay".into());
+    let mut results = Results::new(label, &Env::capture(), config);
+    let mut section = ReplayJson {
+        workload: job.describe(),
+        load_unit: job.load_unit().into(),
+        latency: "arrival_to_landed".into(),
+        max_inflight: a.max_inflight,
+        region_bytes: region,
+        max_backlog_s: a.max_backlog.as_secs_f64(),
+        warmup_requests: a.warmup_requests,
+        verify_in_latency: cfg.knobs.verify,
+        ceiling,
+        loads: Vec::new(),
+        pooled: Vec::new(),
+        knee: None,
+    };
+    if cfg.knobs.verify {
+        crate::noteln!("--verify: each request's service time includes filling and checking its pattern; replay without it for timing");
+    }
+    let repeats = if a.reps_given { a.run.reps } else { 1 };
+    let loads = job.loads();
+    let total = repeats as usize * loads.len();
+    crate::outln!("{}", table_header(job.load_unit()));
+    let mut outcome = Ok(());
+    'runs: for repeat in 0..repeats {
+        for (k, &load) in loads.iter().enumerate() {
+            let schedule = job.schedule(load)?;
+            let step = repeat as usize * loads.len() + k + 1;
+            let run = run_one(sessions, &mut seqs, &schedule, region, a, (step, total, load, job.load_unit()));
+            let run = match run {
+                Ok(r) => r,
+                Err(e) => {
+                    outcome = Err(e);
+                    break 'runs;
+                }
+            };
+            let ceiling_gbps = section.ceiling.as_ref().map(|c| c.gbps);
+            let summary = LoadSummary::of(&run, &schedule, ceiling_gbps, a.slo_ms);
+            crate::outln!("{}", table_row(load, repeat, &summary));
+            let stopped = matches!(run.cutoff, Some(driver::Cutoff::Interrupted));
+            section.loads.push(LoadJson { load, repeat, summary, requests: run.records });
+            pool(&mut section, &loads, &job_schedules(job, &loads)?, a.slo_ms);
+            results.replay = Some(section.clone());
+            crate::export::write_atomic(json, &results.to_json()?)?;
+            if stopped {
+                break 'runs;
+            }
+        }
+    }
+    if let Some(k) = &section.knee {
+        crate::outln!("knee: {} ({})", load_words(k.load, job.load_unit()), k.why);
+    }
+    results.complete = outcome.is_ok() && crate::run::pace::stopped_by().is_none();
+    results.error = outcome.as_ref().err().map(|e| format!("{e:#}"));
+    results.replay = Some(section.clone());
+    crate::export::write_atomic(json, &results.to_json()?)?;
+    crate::errln!("results: {}", json.display());
+    write_side_files(a, &section)?;
+    outcome
+}
+
+/// Every load's schedule (for the offered rates of the pooled summaries).
+fn job_schedules(job: &Job, loads: &[f64]) -> Result<Vec<Vec<Scheduled>>> {
+    loads.iter().map(|&l| job.schedule(l)).collect()
+}
+
+/// Pool each load's repetitions into one summary and find the knee over them.
+fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Scheduled>], slo_ms: Option<f64>) {
+    let ceiling = section.ceiling.as_ref().map(|c| c.gbps);
+    section.pooled = loads
+        .iter()
+        .zip(schedules)
+        .filter_map(|(&load, schedule)| {
+            let runs: Vec<&LoadJson> = section.loads.iter().filter(|l| l.load == load).collect();
+            if runs.is_empty() {
+                return None;
+            }
+            let records: Vec<RequestRecord> = runs.iter().flat_map(|l| l.requests.iter().cloned()).collect();
+            let wall_ms = runs.iter().map(|l| l.requests.iter().map(|r| r.end_ms).fold(0.0, f64::max)).sum();
+            let cutoff = runs.iter().find_map(|l| l.summary.cutoff);
+            let not_started = runs.iter().map(|l| l.summary.not_started).sum();
+            let pooled = LoadRun { records, cutoff, not_started, wall_ms };
+            let repeated: Vec<Scheduled> = runs.iter().flat_map(|_| schedule.iter().copied()).collect();
+            let mut summary = LoadSummary::of(&pooled, schedule, ceiling, slo_ms);
+            summary.achieved_rps = LoadSummary::of(&pooled, &repeated, ceiling, slo_ms).achieved_rps;
+            Some(PooledJson { load, summary })
+        })
+        .collect();
+    let points: Vec<(f64, &LoadSummary)> = section.pooled.iter().map(|p| (p.load, &p.summary)).collect();
+    section.knee = knee(&points);
+}
+
+/// Run one load, with a progress line (requests done, backlog, ETA).
+fn run_one(
+    sessions: &mut [SenderSession],
+    seqs: &mut [u32],
+    schedule: &[Scheduled],
+    region: u64,
+    a: &ReplayArgs,
+    (step, total, load, unit): (usize, usize, f64, &str),
+) -> Result<LoadRun> {
+    let what = format!("load {step}/{total}: {}, {} requests", load_words(load, unit), schedule.len());
+    let progress = Mutex::new(crate::output::progress::StepProgress::new(schedule.len(), &what));
+    let report = |r: &RequestRecord, done: usize, backlog_s: f64| {
+        let msg = format!("{what}; request {} took {:.1} ms, backlog {backlog_s:.1} s", r.id, r.latency_ms);
+        progress.lock().unwrap_or_else(|p| p.into_inner()).update(done, &msg);
+    };
+    let stop = || crate::run::pace::stopped_by().is_some();
+    let limits = driver::Limits { max_backlog: a.max_backlog, progress: &report, stop: &stop };
+    let run = driver::run_load(sessions, seqs, schedule, region, &limits);
+    progress.lock().unwrap_or_else(|p| p.into_inner()).finish();
+    run
+}
+
+/// The path's ceiling: `--ceiling`, or the median of reps of the region.
+fn ceiling(a: &ReplayArgs, session: &mut SenderSession, seq: &mut u32, region: u64) -> Result<Option<CeilingJson>> {
+    if let Some(gbps) = a.ceiling {
+        return Ok(Some(CeilingJson { gbps, source: "given".into(), size_bytes: None }));
+    }
+    let mut gbps = Vec::new();
+    for _ in 0..CEILING_REPS {
+        let rep = session.rep_of_size(region, *seq)?;
+        *seq = seq.wrapping_add(1);
+        gbps.push(rep.gbps);
+    }
+    gbps.sort_by(f64::total_cmp);
+    let median = gbps[gbps.len() / 2];
+    crate::noteln!(
+        "ceiling: {median:.2} GB/s (median of {CEILING_REPS} reps of {}; --ceiling to give it)",
+        format_size(region)
+    );
+    Ok(Some(CeilingJson { gbps: median, source: "measured".into(), size_bytes: Some(region) }))
+}
+
+/// Move the stream's first `n` requests before any clock starts, spread over the sessions (each moves at least
+/// one when there are any).
+fn warm_up(job: &Job, sessions: &mut [SenderSession], seqs: &mut [u32], region: u64, n: u64) -> Result<()> {
+    let bytes = job.warmup_bytes(n);
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let lanes = sessions.len();
+    for (i, lane) in (0..lanes.max(bytes.len())).map(|i| (i, i % lanes)) {
+        let b = bytes[i % bytes.len()];
+        driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane])?;
+    }
+    Ok(())
+}
+
+fn fmt_load(load: f64) -> String {
+    format!("{load}")
+}
+
+/// A load as a person reads it: `speed 4` or `200 req/s`.
+fn load_words(load: f64, unit: &str) -> String {
+    match unit {
+        "rate" => format!("{load} req/s"),
+        _ => format!("{unit} {load}"),
+    }
+}
+
+fn table_header(unit: &str) -> String {
+    format!(
+        "{unit:>7} {:>3} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}",
+        "rep", "requests", "offer GB/s", "got GB/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "queue p99", "util", ""
+    )
+}
+
+fn table_row(load: f64, repeat: u32, s: &LoadSummary) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let l = s.latency_ms;
+    let note = match (s.saturated, s.cutoff) {
+        (true, _) => "saturated (backlog > --max-backlog)".to_string(),
+        (false, Some(_)) => "interrupted".to_string(),
+        _ => String::new(),
+    };
+    format!(
+        "{:>7} {:>3} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}",
+        fmt_load(load),
+        repeat,
+        s.requests,
+        f(s.offered_gbps),
+        f(s.achieved_gbps),
+        f(l.map(|q| q.p50)),
+        f(l.map(|q| q.p90)),
+        f(l.map(|q| q.p99)),
+        f(l.map(|q| q.max)),
+        f(s.queue_ms.map(|q| q.p99)),
+        s.utilization.map_or("-".to_string(), |u| format!("{:.0}%", u * 100.0)),
+        note
+    )
+}
+
+/// `--csv` (one row per request) and `--md` (the pooled summary per load).
+fn write_side_files(a: &ReplayArgs, section: &ReplayJson) -> Result<()> {
+    if let Some(path) = &a.csv {
+        crate::export::write_atomic(path, &crate::export::replay::requests_csv(section)?)?;
+    }
+    if let Some(path) = &a.md {
+        crate::export::write_atomic(path, crate::export::replay::summary_markdown(section).as_bytes())?;
+    }
+    Ok(())
+}

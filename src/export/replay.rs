@@ -1,0 +1,123 @@
+//! A replay's side files: one CSV row per request (every load and repetition), and the per-load summary as a
+//! Markdown table.
+
+use crate::stats::replay::{LoadSummary, ReplayJson};
+use anyhow::Result;
+use comfy_table::{presets::ASCII_MARKDOWN, Table};
+use serde::Serialize;
+
+/// One request as the CSV holds it: its load, then the record's fields (times in ms from the load's start).
+#[derive(Serialize)]
+struct Row {
+    load: f64,
+    repeat: u32,
+    id: u64,
+    scheduled_ms: f64,
+    start_ms: f64,
+    end_ms: f64,
+    queue_ms: f64,
+    service_ms: f64,
+    latency_ms: f64,
+    bytes: u64,
+    cached_bytes: u64,
+    pieces: u32,
+    lane: u32,
+    lag_ms: Option<f64>,
+    transfer_ms: f64,
+    mismatched_bytes: Option<u64>,
+}
+
+/// Every request of every load, in the order they ran.
+pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for l in &replay.loads {
+        for r in &l.requests {
+            w.serialize(Row {
+                load: l.load,
+                repeat: l.repeat,
+                id: r.id,
+                scheduled_ms: r.scheduled_ms,
+                start_ms: r.start_ms,
+                end_ms: r.end_ms,
+                queue_ms: r.queue_ms,
+                service_ms: r.service_ms,
+                latency_ms: r.latency_ms,
+                bytes: r.bytes,
+                cached_bytes: r.cached_bytes,
+                pieces: r.pieces,
+                lane: r.lane,
+                lag_ms: r.lag_ms,
+                transfer_ms: r.transfer_ms,
+                mismatched_bytes: r.mismatched_bytes,
+            })?;
+        }
+    }
+    w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".into(), |v| format!("{v:.digits$}"))
+}
+
+/// One line of the summary table.
+fn cells(load: f64, s: &LoadSummary) -> Vec<String> {
+    let l = s.latency_ms;
+    let mut note = String::new();
+    if s.saturated {
+        note = "saturated".into();
+    } else if s.cutoff.is_some() {
+        note = "interrupted".into();
+    }
+    vec![
+        format!("{load}"),
+        s.requests.to_string(),
+        num(s.offered_gbps, 2),
+        num(s.achieved_gbps, 2),
+        num(l.map(|q| q.p50), 1),
+        num(l.map(|q| q.p90), 1),
+        num(l.map(|q| q.p99), 1),
+        num(l.map(|q| q.max), 1),
+        num(s.queue_ms.map(|q| q.p99), 1),
+        num(s.service_ms.map(|q| q.p50), 1),
+        s.utilization.map_or("–".into(), |u| format!("{:.0}%", u * 100.0)),
+        s.slo.map_or("–".into(), |slo| format!("{:.1}%", slo.attained * 100.0)),
+        note,
+    ]
+}
+
+/// Each load's pooled summary (all its repetitions), the knee under it.
+pub fn summary_markdown(replay: &ReplayJson) -> String {
+    let mut t = Table::new();
+    t.load_preset(ASCII_MARKDOWN);
+    t.set_header(vec![
+        replay.load_unit.as_str(),
+        "requests",
+        "offered GB/s",
+        "achieved GB/s",
+        "latency p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "queue p99 ms",
+        "service p50 ms",
+        "utilization",
+        "SLO met",
+        "",
+    ]);
+    for p in &replay.pooled {
+        t.add_row(cells(p.load, &p.summary));
+    }
+    let mut md = format!(
+        "Latency: scheduled arrival → last byte landed, {} session(s), region {}.\n\n{t}\n",
+        replay.max_inflight,
+        crate::plan::sizes::format_size(replay.region_bytes)
+    );
+    if let Some(c) = &replay.ceiling {
+        md.push_str(&format!("\nCeiling: {:.2} GB/s ({}).\n", c.gbps, c.source));
+    }
+    match &replay.knee {
+        Some(k) => md.push_str(&format!("\nKnee: {} {} — {}.\n", k.load, replay.load_unit, k.why)),
+        None => md.push_str("\nKnee: none within these loads.\n"),
+    }
+    md
+}

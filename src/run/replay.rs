@@ -1,0 +1,235 @@
+//! The request driver: a stream of requests, each due at its scheduled time, moved over one or more sessions (each
+//! a server of a FIFO queue: the next request goes to the first session free). The clock is open-loop: a request's
+//! latency counts from its scheduled arrival, so a stalled link shows in every request that arrived during the
+//! stall, not only in the one that was moving (the coordinated-omission error).
+//!
+//! A request is one rep of its bytes, or several when it is larger than the receiver's region (moved one after
+//! another into the region's start); its service time covers them all. Nothing here knows where the requests came
+//! from (a trace or an arrival model).
+
+use super::sender::SenderSession;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One request of the stream as the driver moves it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scheduled {
+    /// The request's id in its workload (a trace's line order, or generation order).
+    pub id: u64,
+    /// When it is due, ms from the load's start.
+    pub at_ms: f64,
+    /// Bytes to move (its input not held by the decode side).
+    pub bytes: u64,
+    /// Bytes its prefix-cache hit saved (not moved).
+    pub cached_bytes: u64,
+}
+
+/// What happened to one request, times in ms from the load's start (the sender's clock).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub id: u64,
+    pub scheduled_ms: f64,
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// Scheduled arrival → its first byte was posted: the wait for a free session.
+    pub queue_ms: f64,
+    /// First byte posted → last byte landed (all its pieces, with their control round trips).
+    pub service_ms: f64,
+    /// Scheduled arrival → last byte landed: what the transfer adds to the request's time to first token.
+    pub latency_ms: f64,
+    pub bytes: u64,
+    pub cached_bytes: u64,
+    /// Reps it took (0 when its whole input was cached).
+    pub pieces: u32,
+    /// The session that moved it.
+    pub lane: u32,
+    /// Started on time (its session was idle, waiting for it): how late the driver's clock woke, ms. Absent when
+    /// it queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<f64>,
+    /// Transfer time of its pieces as the transport timed them (without the control round trips).
+    pub transfer_ms: f64,
+    /// `--verify`: mismatched bytes over its pieces (the pattern fill and check are then inside its service time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatched_bytes: Option<u64>,
+}
+
+/// How one load's stream ended before its last request.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cutoff {
+    /// The backlog (how far behind schedule the next request started) passed `--max-backlog`: saturated.
+    Backlog { at_request: u64, backlog_s: f64 },
+    /// A signal asked the run to stop.
+    Interrupted,
+}
+
+/// One load's run: the requests moved, in schedule order, and why it stopped early, if it did.
+#[derive(Debug, Clone)]
+pub struct LoadRun {
+    pub records: Vec<RequestRecord>,
+    pub cutoff: Option<Cutoff>,
+    /// Requests of the schedule never started (after a cutoff).
+    pub not_started: u64,
+    /// Wall time from the load's start to its last request's end, ms.
+    pub wall_ms: f64,
+}
+
+/// When to give up on a load, and whom to tell as requests complete.
+pub struct Limits<'a> {
+    /// Stop taking requests once the next one starts this late (the queue holds this much offered time).
+    pub max_backlog: Duration,
+    /// Called after each request, with the count done and the current backlog (s).
+    pub progress: &'a (dyn Fn(&RequestRecord, usize, f64) + Sync),
+    /// Asked between requests: a signal wants the run to stop.
+    pub stop: &'a (dyn Fn() -> bool + Sync),
+}
+
+/// Longest single sleep while waiting for a request's time: a stop request is seen within it.
+const WAKE_EVERY: Duration = Duration::from_millis(100);
+
+/// Move `pieces` reps covering `bytes` with at most `region` bytes each, over `session`; `seq` numbers reps for
+/// their `--verify` keys. Returns (pieces, transfer ms, mismatched bytes if verified).
+pub fn move_bytes(
+    session: &mut SenderSession,
+    bytes: u64,
+    region: u64,
+    seq: &mut u32,
+) -> Result<(u32, f64, Option<u64>)> {
+    let (mut left, mut pieces, mut transfer_ms, mut bad) = (bytes, 0u32, 0.0, None::<u64>);
+    while left > 0 {
+        let n = left.min(region);
+        let rep = session.rep_of_size(n, *seq)?;
+        *seq = seq.wrapping_add(1);
+        transfer_ms += rep.transfer_ms;
+        if let Some(m) = rep.mismatched_bytes {
+            bad = Some(bad.unwrap_or(0) + m);
+        }
+        left -= n;
+        pieces += 1;
+    }
+    Ok((pieces, transfer_ms, bad))
+}
+
+/// Sleep until `due` (or until a stop is asked); `false` when stopped first.
+fn sleep_until(due: Instant, stop: &(dyn Fn() -> bool + Sync)) -> bool {
+    loop {
+        if stop() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        std::thread::sleep((due - now).min(WAKE_EVERY));
+    }
+}
+
+/// The timer slack of this thread, 1 ns: a sleeping driver otherwise wakes up to 50 µs late (Linux's default
+/// slack), which would be reported as schedule lag.
+fn tighten_timer_slack() {
+    let _ = nix::sys::prctl::set_timerslack(1);
+}
+
+/// Run `schedule` (sorted by `at_ms`) over `sessions`, each session a server of the FIFO queue. `region` is the
+/// most one rep moves. `seqs` carry each session's rep numbering across loads.
+pub fn run_load(
+    sessions: &mut [SenderSession],
+    seqs: &mut [u32],
+    schedule: &[Scheduled],
+    region: u64,
+    limits: &Limits,
+) -> Result<LoadRun> {
+    let next = AtomicUsize::new(0);
+    let halt = AtomicBool::new(false);
+    let cutoff = Mutex::new(None::<Cutoff>);
+    let records = Mutex::new(Vec::with_capacity(schedule.len()));
+    let failure = Mutex::new(None::<anyhow::Error>);
+    let t0 = Instant::now();
+    let ms = |t: Instant| t.saturating_duration_since(t0).as_secs_f64() * 1e3;
+    std::thread::scope(|scope| {
+        for (lane, (session, seq)) in sessions.iter_mut().zip(seqs.iter_mut()).enumerate() {
+            let (next, halt, cutoff, records, failure) = (&next, &halt, &cutoff, &records, &failure);
+            scope.spawn(move || {
+                tighten_timer_slack();
+                loop {
+                    if halt.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if (limits.stop)() {
+                        cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(Cutoff::Interrupted);
+                        halt.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(r) = schedule.get(i) else { return };
+                    let due = t0 + Duration::from_secs_f64(r.at_ms / 1e3);
+                    let idle = Instant::now() < due;
+                    if idle && !sleep_until(due, limits.stop) {
+                        cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(Cutoff::Interrupted);
+                        halt.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    let start = Instant::now();
+                    let backlog = start.saturating_duration_since(due);
+                    if backlog > limits.max_backlog {
+                        let c = Cutoff::Backlog { at_request: r.id, backlog_s: backlog.as_secs_f64() };
+                        cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(c);
+                        halt.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    let moved =
+                        if r.bytes == 0 { Ok((0, 0.0, None)) } else { move_bytes(session, r.bytes, region, seq) };
+                    let (pieces, transfer_ms, mismatched_bytes) = match moved {
+                        Ok(m) => m,
+                        Err(e) => {
+                            failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                            halt.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                    };
+                    let end = Instant::now();
+                    let (start_ms, end_ms) = (ms(start), ms(end));
+                    let rec = RequestRecord {
+                        id: r.id,
+                        scheduled_ms: r.at_ms,
+                        start_ms,
+                        end_ms,
+                        queue_ms: (start_ms - r.at_ms).max(0.0),
+                        service_ms: end_ms - start_ms,
+                        latency_ms: (end_ms - r.at_ms).max(0.0),
+                        bytes: r.bytes,
+                        cached_bytes: r.cached_bytes,
+                        pieces,
+                        lane: lane as u32,
+                        lag_ms: idle.then(|| (start_ms - r.at_ms).max(0.0)),
+                        transfer_ms,
+                        mismatched_bytes,
+                    };
+                    let mut all = records.lock().unwrap_or_else(|p| p.into_inner());
+                    all.push(rec.clone());
+                    let done = all.len();
+                    drop(all);
+                    let behind = ms(Instant::now()) / 1e3 - next_due_s(schedule, next.load(Ordering::SeqCst));
+                    (limits.progress)(&rec, done, behind.max(0.0));
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let mut records = records.into_inner().unwrap_or_else(|p| p.into_inner());
+    records.sort_by(|a, b| a.scheduled_ms.total_cmp(&b.scheduled_ms).then(a.id.cmp(&b.id)));
+    let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
+    let not_started = (schedule.len() - records.len()) as u64;
+    Ok(LoadRun { records, cutoff: cutoff.into_inner().unwrap_or_else(|p| p.into_inner()), not_started, wall_ms })
+}
+
+/// When the next request not yet taken was due, s (the backlog is how far the clock is past it).
+fn next_due_s(schedule: &[Scheduled], next: usize) -> f64 {
+    schedule.get(next).map_or(f64::INFINITY, |r| r.at_ms / 1e3)
+}
