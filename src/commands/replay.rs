@@ -305,7 +305,7 @@ fn warm_up(job: &Job, sessions: &mut [SenderSession], seqs: &mut [u32], region: 
     let lanes = sessions.len();
     for (i, lane) in (0..lanes.max(bytes.len())).map(|i| (i, i % lanes)) {
         let b = bytes[i % bytes.len()];
-        driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane])?;
+        driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane], None)?;
     }
     Ok(())
 }

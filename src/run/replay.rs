@@ -4,10 +4,12 @@
 //! stall, not only in the one that was moving (the coordinated-omission error).
 //!
 //! A request is one rep of its bytes, or several when it is larger than the receiver's region (moved one after
-//! another into the region's start); its service time covers them all. Nothing here knows where the requests came
+//! another into the region's start); its service time covers them all. Its end is when its last byte landed as the
+//! sender's transport saw it (the receiver's report of the rep comes back after, off the request's latency but
+//! before its session takes the next request). Nothing here knows where the requests came
 //! from (a trace or an arrival model).
 
-use super::sender::SenderSession;
+use super::sender::{ArmedRep, SenderSession};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -34,9 +36,11 @@ pub struct RequestRecord {
     pub scheduled_ms: f64,
     pub start_ms: f64,
     pub end_ms: f64,
-    /// Scheduled arrival → its first byte was posted: the wait for a free session.
+    /// Scheduled arrival → its session started it: the wait for a free session.
     pub queue_ms: f64,
-    /// First byte posted → last byte landed (all its pieces, with their control round trips).
+    /// Its session started it → its last byte landed: every piece, with the control round trips of all but the
+    /// first (a session that waits for a request gets its first rep ready beforehand; one that is behind does
+    /// that inside the service time).
     pub service_ms: f64,
     /// Scheduled arrival → last byte landed: what the transfer adds to the request's time to first token.
     pub latency_ms: f64,
@@ -91,27 +95,51 @@ pub struct Limits<'a> {
 /// Longest single sleep while waiting for a request's time: a stop request is seen within it.
 const WAKE_EVERY: Duration = Duration::from_millis(100);
 
-/// Move `pieces` reps covering `bytes` with at most `region` bytes each, over `session`; `seq` numbers reps for
-/// their `--verify` keys. Returns (pieces, transfer ms, mismatched bytes if verified).
+/// What moving one request took.
+pub struct Moved {
+    pub pieces: u32,
+    /// The transport's transfer time over its pieces, ms.
+    pub transfer_ms: f64,
+    pub mismatched_bytes: Option<u64>,
+    /// When its last byte landed (the sender's clock): the transfer's last completion, before the receiver's
+    /// report of the rep came back.
+    pub landed: Instant,
+}
+
+/// Move `bytes` over `session` in reps of at most `region` bytes, the first one already armed if `armed` says so;
+/// `seq` numbers reps for their `--verify` keys.
 pub fn move_bytes(
     session: &mut SenderSession,
     bytes: u64,
     region: u64,
     seq: &mut u32,
-) -> Result<(u32, f64, Option<u64>)> {
+    mut armed: Option<ArmedRep>,
+) -> Result<Moved> {
     let (mut left, mut pieces, mut transfer_ms, mut bad) = (bytes, 0u32, 0.0, None::<u64>);
+    let mut landed = Instant::now();
     while left > 0 {
         let n = left.min(region);
-        let rep = session.rep_of_size(n, *seq)?;
-        *seq = seq.wrapping_add(1);
+        let ready = match armed.take() {
+            Some(a) => a,
+            None => arm(session, n, seq)?,
+        };
+        let rep = session.go(ready)?;
         transfer_ms += rep.transfer_ms;
+        landed = session.instant_of(rep.sender.t_last_complete_ms);
         if let Some(m) = rep.mismatched_bytes {
             bad = Some(bad.unwrap_or(0) + m);
         }
         left -= n;
         pieces += 1;
     }
-    Ok((pieces, transfer_ms, bad))
+    Ok(Moved { pieces, transfer_ms, mismatched_bytes: bad, landed })
+}
+
+/// Arm a rep of `n` bytes, numbering it.
+fn arm(session: &mut SenderSession, n: u64, seq: &mut u32) -> Result<ArmedRep> {
+    let a = session.arm(n, *seq)?;
+    *seq = seq.wrapping_add(1);
+    Ok(a)
 }
 
 /// Sleep until `due` (or until a stop is asked); `false` when stopped first.
@@ -134,6 +162,35 @@ fn tighten_timer_slack() {
     let _ = nix::sys::prctl::set_timerslack(1);
 }
 
+/// What the sessions of one load share: the queue's head, the records, and how the load ended.
+struct Shared<'a> {
+    schedule: &'a [Scheduled],
+    region: u64,
+    t0: Instant,
+    next: AtomicUsize,
+    halt: AtomicBool,
+    cutoff: Mutex<Option<Cutoff>>,
+    records: Mutex<Vec<RequestRecord>>,
+    failure: Mutex<Option<anyhow::Error>>,
+}
+
+impl Shared<'_> {
+    fn ms(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.t0).as_secs_f64() * 1e3
+    }
+
+    /// End the load for every session (the first reason given is kept).
+    fn halt_with(&self, c: Cutoff) {
+        self.cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(c);
+        self.halt.store(true, Ordering::SeqCst);
+    }
+
+    fn fail(&self, e: anyhow::Error) {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        self.halt.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Run `schedule` (sorted by `at_ms`) over `sessions`, each session a server of the FIFO queue. `region` is the
 /// most one rep moves. `seqs` carry each session's rep numbering across loads.
 pub fn run_load(
@@ -143,90 +200,111 @@ pub fn run_load(
     region: u64,
     limits: &Limits,
 ) -> Result<LoadRun> {
-    let next = AtomicUsize::new(0);
-    let halt = AtomicBool::new(false);
-    let cutoff = Mutex::new(None::<Cutoff>);
-    let records = Mutex::new(Vec::with_capacity(schedule.len()));
-    let failure = Mutex::new(None::<anyhow::Error>);
-    let t0 = Instant::now();
-    let ms = |t: Instant| t.saturating_duration_since(t0).as_secs_f64() * 1e3;
+    let shared = Shared {
+        schedule,
+        region,
+        t0: Instant::now(),
+        next: AtomicUsize::new(0),
+        halt: AtomicBool::new(false),
+        cutoff: Mutex::new(None),
+        records: Mutex::new(Vec::with_capacity(schedule.len())),
+        failure: Mutex::new(None),
+    };
     std::thread::scope(|scope| {
         for (lane, (session, seq)) in sessions.iter_mut().zip(seqs.iter_mut()).enumerate() {
-            let (next, halt, cutoff, records, failure) = (&next, &halt, &cutoff, &records, &failure);
-            scope.spawn(move || {
-                tighten_timer_slack();
-                loop {
-                    if halt.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    if (limits.stop)() {
-                        cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(Cutoff::Interrupted);
-                        halt.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(r) = schedule.get(i) else { return };
-                    let due = t0 + Duration::from_secs_f64(r.at_ms / 1e3);
-                    let idle = Instant::now() < due;
-                    if idle && !sleep_until(due, limits.stop) {
-                        cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(Cutoff::Interrupted);
-                        halt.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    let start = Instant::now();
-                    let backlog = start.saturating_duration_since(due);
-                    if backlog > limits.max_backlog {
-                        let c = Cutoff::Backlog { at_request: r.id, backlog_s: backlog.as_secs_f64() };
-                        cutoff.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(c);
-                        halt.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    let moved =
-                        if r.bytes == 0 { Ok((0, 0.0, None)) } else { move_bytes(session, r.bytes, region, seq) };
-                    let (pieces, transfer_ms, mismatched_bytes) = match moved {
-                        Ok(m) => m,
-                        Err(e) => {
-                            failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                            halt.store(true, Ordering::SeqCst);
-                            return;
-                        }
-                    };
-                    let end = Instant::now();
-                    let (start_ms, end_ms) = (ms(start), ms(end));
-                    let rec = RequestRecord {
-                        id: r.id,
-                        scheduled_ms: r.at_ms,
-                        start_ms,
-                        end_ms,
-                        queue_ms: (start_ms - r.at_ms).max(0.0),
-                        service_ms: end_ms - start_ms,
-                        latency_ms: (end_ms - r.at_ms).max(0.0),
-                        bytes: r.bytes,
-                        cached_bytes: r.cached_bytes,
-                        pieces,
-                        lane: lane as u32,
-                        lag_ms: idle.then(|| (start_ms - r.at_ms).max(0.0)),
-                        transfer_ms,
-                        mismatched_bytes,
-                    };
-                    let mut all = records.lock().unwrap_or_else(|p| p.into_inner());
-                    all.push(rec.clone());
-                    let done = all.len();
-                    drop(all);
-                    let behind = ms(Instant::now()) / 1e3 - next_due_s(schedule, next.load(Ordering::SeqCst));
-                    (limits.progress)(&rec, done, behind.max(0.0));
-                }
-            });
+            let shared = &shared;
+            scope.spawn(move || serve_lane(lane as u32, session, seq, shared, limits));
         }
     });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = shared.failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
-    let mut records = records.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut records = shared.records.into_inner().unwrap_or_else(|p| p.into_inner());
     records.sort_by(|a, b| a.scheduled_ms.total_cmp(&b.scheduled_ms).then(a.id.cmp(&b.id)));
     let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
     let not_started = (schedule.len() - records.len()) as u64;
-    Ok(LoadRun { records, cutoff: cutoff.into_inner().unwrap_or_else(|p| p.into_inner()), not_started, wall_ms })
+    let cutoff = shared.cutoff.into_inner().unwrap_or_else(|p| p.into_inner());
+    Ok(LoadRun { records, cutoff, not_started, wall_ms })
+}
+
+/// One session serving the queue: take the next request, get its first rep ready while it is not yet due, move
+/// it at its time, record it; until the schedule ends or the load halts.
+fn serve_lane(lane: u32, session: &mut SenderSession, seq: &mut u32, shared: &Shared, limits: &Limits) {
+    tighten_timer_slack();
+    while !shared.halt.load(Ordering::SeqCst) {
+        if (limits.stop)() {
+            return shared.halt_with(Cutoff::Interrupted);
+        }
+        let i = shared.next.fetch_add(1, Ordering::SeqCst);
+        let Some(r) = shared.schedule.get(i) else { return };
+        match serve_request(lane, session, seq, r, shared, limits) {
+            Ok(Some(rec)) => {
+                let done = {
+                    let mut all = shared.records.lock().unwrap_or_else(|p| p.into_inner());
+                    all.push(rec.clone());
+                    all.len()
+                };
+                let behind =
+                    shared.ms(Instant::now()) / 1e3 - next_due_s(shared.schedule, shared.next.load(Ordering::SeqCst));
+                (limits.progress)(&rec, done, behind.max(0.0));
+            }
+            Ok(None) => return,
+            Err(e) => return shared.fail(e),
+        }
+    }
+}
+
+/// Move request `r` at its time over `session`; `None` when the load halted before it started.
+fn serve_request(
+    lane: u32,
+    session: &mut SenderSession,
+    seq: &mut u32,
+    r: &Scheduled,
+    shared: &Shared,
+    limits: &Limits,
+) -> Result<Option<RequestRecord>> {
+    let due = shared.t0 + Duration::from_secs_f64(r.at_ms / 1e3);
+    let now = Instant::now();
+    let idle = now < due;
+    // Arm ahead only when the receiver will not give up waiting for the bytes before they come.
+    let ahead = idle && r.bytes > 0 && due - now < session.io_timeout() / 2;
+    let armed = if ahead { Some(arm(session, r.bytes.min(shared.region), seq)?) } else { None };
+    if idle && !sleep_until(due, limits.stop) {
+        shared.halt_with(Cutoff::Interrupted);
+        // The receiver waits for the armed rep's bytes: send them, so that the session ends cleanly.
+        if let Some(a) = armed {
+            session.go(a)?;
+        }
+        return Ok(None);
+    }
+    let start = Instant::now();
+    let backlog = start.saturating_duration_since(due);
+    if backlog > limits.max_backlog {
+        shared.halt_with(Cutoff::Backlog { at_request: r.id, backlog_s: backlog.as_secs_f64() });
+        return Ok(None);
+    }
+    let moved = if r.bytes == 0 {
+        Moved { pieces: 0, transfer_ms: 0.0, mismatched_bytes: None, landed: start }
+    } else {
+        move_bytes(session, r.bytes, shared.region, seq, armed)?
+    };
+    let (start_ms, end_ms) = (shared.ms(start), shared.ms(moved.landed.max(start)));
+    Ok(Some(RequestRecord {
+        id: r.id,
+        scheduled_ms: r.at_ms,
+        start_ms,
+        end_ms,
+        queue_ms: (start_ms - r.at_ms).max(0.0),
+        service_ms: end_ms - start_ms,
+        latency_ms: (end_ms - r.at_ms).max(0.0),
+        bytes: r.bytes,
+        cached_bytes: r.cached_bytes,
+        pieces: moved.pieces,
+        lane,
+        lag_ms: idle.then(|| (start_ms - r.at_ms).max(0.0)),
+        transfer_ms: moved.transfer_ms,
+        mismatched_bytes: moved.mismatched_bytes,
+    }))
 }
 
 /// When the next request not yet taken was due, s (the backlog is how far the clock is past it).

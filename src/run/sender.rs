@@ -69,6 +69,16 @@ impl CaseRun {
     }
 }
 
+/// A rep both ends are ready for ([`SenderSession::arm`]): the receiver has answered RepReady.
+#[must_use = "an armed rep holds the receiver waiting for its bytes"]
+pub struct ArmedRep {
+    case: usize,
+    seq: u32,
+    size: u64,
+    t0: Instant,
+    t_ready: Instant,
+}
+
 /// Host memory fills this much at a time between looks at the control connection (~0.1 s here), so a receiver
 /// that dies while a 12 GiB pattern is written is noticed within the 5 s promise.
 const FILL_SLICE: u64 = 256 << 20;
@@ -371,6 +381,11 @@ impl SenderSession {
         self.run_rep(0, seq, false, &plan, None, &mut blocks, false)
     }
 
+    /// How long either end waits for the other before giving up (`--io-timeout`).
+    pub fn io_timeout(&self) -> std::time::Duration {
+        self.ch.io_timeout()
+    }
+
     /// The configuration the session runs (agreed with the receiver).
     pub fn config(&self) -> &RunConfig {
         &self.cfg
@@ -392,7 +407,38 @@ impl SenderSession {
         block_latency_us: &mut hdrhistogram::Histogram<u64>,
         flip: bool,
     ) -> Result<RepRecord> {
-        let size = plan.size_bytes;
+        let armed = self.arm_rep(case, seq, warmup, plan.size_bytes, paged_spans, flip)?;
+        self.transfer_armed(armed, plan, block_latency_us, warmup)
+    }
+
+    /// Get a rep of a `size`-byte contiguous transfer ready at both ends (the `--verify` pattern filled, the
+    /// receiver armed), without moving a byte yet: [`Self::go`] moves it. A replay arms a request's rep while it
+    /// waits for the request's time, so that the control round trip is not part of the request's latency.
+    pub fn arm(&mut self, size: u64, seq: u32) -> Result<ArmedRep> {
+        self.arm_rep(0, seq, false, size, None, false)
+    }
+
+    /// Move the rep [`Self::arm`] got ready; its record's stage times say when its last byte landed.
+    pub fn go(&mut self, armed: ArmedRep) -> Result<RepRecord> {
+        let plan = TransferPlan::contiguous(armed.size, self.cfg.knobs.block_size);
+        let mut blocks = hdrhistogram::Histogram::new(3).expect("3 significant digits is valid");
+        self.transfer_armed(armed, &plan, &mut blocks, false)
+    }
+
+    /// When this session's stage time `ms` (ms since its start, as [`StageTimes`] holds them) was.
+    pub fn instant_of(&self, ms: f64) -> Instant {
+        self.started + std::time::Duration::from_secs_f64(ms.max(0.0) / 1e3)
+    }
+
+    fn arm_rep(
+        &mut self,
+        case: usize,
+        seq: u32,
+        warmup: bool,
+        size: u64,
+        paged_spans: Option<&[Span]>,
+        flip: bool,
+    ) -> Result<ArmedRep> {
         if self.cfg.knobs.verify {
             // Paged: each source piece holds the pattern of its logical offset in the transfer.
             match paged_spans {
@@ -416,6 +462,17 @@ impl SenderSession {
             other => bail!("the receiver answered {} to RepStart", other.name()),
         }
         let t_ready = Instant::now();
+        Ok(ArmedRep { case, seq, size, t0, t_ready })
+    }
+
+    fn transfer_armed(
+        &mut self,
+        armed: ArmedRep,
+        plan: &TransferPlan,
+        block_latency_us: &mut hdrhistogram::Histogram<u64>,
+        warmup: bool,
+    ) -> Result<RepRecord> {
+        let ArmedRep { case, seq, size, t0, t_ready } = armed;
         // Both ends start at once: the receiver's transfer on RepGo, this one's right after sending it.
         if self.reverse.is_some() {
             self.ch.send(&Msg::RepGo)?;
