@@ -314,6 +314,79 @@ fn without_a_driver_gpu_requests_fail_cleanly() {
     }
 }
 
+/// `latency --transport cuda`: the host pings a persistent kernel on gpu:0 through mapped pinned memory; each size's
+/// half round trips are in the results file with plausible, ordered quantiles, the answer's memory is named, and the
+/// kernel stops when the run ends.
+#[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
+fn latency_host_to_gpu_pings_a_kernel_and_reports_ordered_quantiles() {
+    let Some(n) = gpus() else { return };
+    let d = tmp("latency");
+    let json = d.join("lat.json");
+    let j = json.to_string_lossy().into_owned();
+    let sizes = "8,4KiB,64KiB,1MiB";
+    let out = kvxfer(&["latency", "--transport", "cuda", "--sizes", sizes, "--iters", "500", "--json", &j]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("did not stop"), "the kernel stops at the end: {err}");
+    let r = results(&json);
+    assert_eq!((r["config"]["mode"].as_str(), r["config"]["transport"].as_str()), (Some("latency"), Some("cuda")));
+    assert_eq!(r["config"]["dst_mem"], "gpu:0");
+    assert_eq!(r["complete"], true);
+    let sender = &r["config"]["transport_detail"]["sender"];
+    assert!(sender["responder"].as_str().is_some_and(|s| s.contains("persistent kernel")), "{sender}");
+    assert_eq!(sender["gpu"], 0);
+    let cases = r["cases"].as_array().unwrap();
+    let got: Vec<u64> = cases.iter().map(|c| c["size_bytes"].as_u64().unwrap()).collect();
+    assert_eq!(got, [8, 4096, 65536, 1 << 20]);
+    let mut p50s = Vec::new();
+    for c in cases {
+        assert_eq!(c["iters"], 500);
+        let l = &c["latency_us"];
+        let q: Vec<f64> = ["min", "p50", "p90", "p99", "p999", "max"].iter().map(|k| l[k].as_f64().unwrap()).collect();
+        assert!(q[1] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "min ≤ p50 ≤ … ≤ max: {q:?}");
+        p50s.push(q[1]);
+    }
+    // Plausible, not a speed test: a small message is a few PCIe crossings (µs, not ms), and 1 MiB takes longer.
+    assert!(p50s[0] < 100.0, "8 B p50 {} µs", p50s[0]);
+    assert!(p50s[3] > p50s[0] && p50s[3] < 10_000.0, "1 MiB p50 {} µs vs 8 B {}", p50s[3], p50s[0]);
+    // A GPU past the last is named with the ones there are; a serve's GPU end is refused, in one line each.
+    let missing = format!("gpu:{n}");
+    let out = kvxfer(&["latency", "--transport", "cuda", "--dst", &missing, "--sizes", "8"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("--dst {missing}: no {missing}")), "{err}");
+    let (mut serve, listen) = serve_once("gpu:0");
+    let out = kvxfer(&["latency", "--transport", "cuda", "--peer", &listen, "--sizes", "8", "--iters", "10"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("leave out --peer"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
+}
+
+/// Without a driver, `latency --transport cuda` is refused in one line naming what is missing, as sweep's are.
+#[test]
+fn latency_over_cuda_without_a_driver_is_refused_in_one_line() {
+    // Not `gpus()`: a host without GPUs is what this test is about, never a reason to fail it.
+    if has_gpus() {
+        eprintln!("skipped: this host has a CUDA driver and GPUs");
+        return;
+    }
+    let out = kvxfer(&["latency", "--transport", "cuda", "--sizes", "8,4KiB"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    // No driver: exit 1 naming it (as sweep --transport cuda); a driver without GPUs: exit 2 naming gpu:0.
+    match out.status.code() {
+        Some(1) => assert!(lines[0].contains("--transport cuda: no CUDA driver"), "{err}"),
+        Some(2) => assert!(lines[0].contains("--dst gpu:0: no gpu:0"), "{err}"),
+        other => panic!("exit {other:?}: {err}"),
+    }
+    assert!(!err.contains("panicked") && out.stdout.is_empty(), "{err}");
+}
+
 #[test]
 #[ignore = "needs 2 GPUs: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
 fn paged_layout_over_nvlink_verified_with_per_piece_copies_and_one_sm_kernel() {

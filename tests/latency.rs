@@ -109,6 +109,10 @@ fn bad_latency_inputs_are_one_line_and_exit_2() {
         (&["latency", "--tclass", "106"][..], "--tclass"),
         (&["latency", "--transport", "verbs", "--busy-poll"][..], "--busy-poll"),
         (&["latency", "--peer", "127.0.0.1:1", "--peer-device", "rxeA"][..], "--peer-device"),
+        (&["latency", "--dst", "gpu:0"][..], "--dst gpu:0: latency over tcp answers from host memory"),
+        (&["latency", "--peer", "127.0.0.1:1", "--dst", "gpu:0"][..], "with --peer, give serve its --mem"),
+        (&["latency", "--transport", "cuda", "--busy-poll"][..], "--busy-poll"),
+        (&["latency", "--transport", "cuda", "--inline", "64"][..], "--inline"),
     ] {
         let out = run(args);
         out.expect_code(2);

@@ -2,6 +2,7 @@
 
 use super::params::{parse_ack_timeout, parse_sl, parse_tclass};
 use super::{named, parse_duration, DeviceArgs};
+use crate::mem::MemKind;
 use crate::plan::latency::{DEFAULT_ITERS, DEFAULT_SIZES, DEFAULT_WARMUP_ITERS};
 use crate::plan::{TransportConfig, TransportKind};
 use crate::transport::verbs::VerbsConfig;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
-    /// How messages move: a transport with a ping-pong (tcp, verbs)
+    /// How messages move: a transport with a ping-pong (tcp, verbs; cuda: host ↔ a kernel on one GPU)
     #[arg(long, default_value = "tcp", value_parser = named::<TransportKind>())]
     pub transport: TransportKind,
     /// Message sizes: a list and/or ranges (8..1MiB doubles from 8 B to 1 MiB; 8..1MiB:x4 quadruples)
@@ -30,6 +31,10 @@ pub struct LatencyArgs {
     /// RDMA writes of N bytes or fewer go inline (verbs; default: the most the device's queue pair takes)
     #[arg(long, value_name = "N")]
     pub inline: Option<u32>,
+    /// Where the responder answers from: host, or gpu:N with --transport cuda (its default: gpu:0), whose memory
+    /// each message lands in
+    #[arg(long, value_name = "KIND")]
+    pub dst: Option<MemKind>,
     /// Measure against a receiver (`kvxfer serve`) instead of one started in this process on loopback
     #[arg(long, value_name = "HOST:PORT")]
     pub peer: Option<String>,

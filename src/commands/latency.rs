@@ -10,6 +10,7 @@ use crate::control::{ControlChannel, Timeouts};
 use crate::env::Env;
 use crate::export::json::{Results, Role};
 use crate::measure::{Fields, Json};
+use crate::mem::MemKind;
 use crate::plan::latency::{LatencyPlan, MAX_MESSAGE};
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, RunKnobs, SizeCase};
@@ -24,6 +25,7 @@ use serde::Serialize;
 pub fn run(a: LatencyArgs) -> Result<()> {
     let (cfg, plan) = configure(&a)?;
     let (device, peer_device) = devices(&a)?;
+    let dst = dst_memory(&a, &cfg)?;
     let timeouts = Timeouts { connect: a.connect_timeout, io: a.io_timeout };
     if let Some(path) = &a.json {
         crate::export::check_writable("--json", path)?;
@@ -36,7 +38,7 @@ pub fn run(a: LatencyArgs) -> Result<()> {
             max_size: None,
             max_streams: 1,
             timeouts,
-            mem: crate::mem::MemKind::Host,
+            mem: dst,
             device: peer_device,
             shares_process: !registry::get(a.transport).receiver_in_own_process(),
             gauge: None,
@@ -66,6 +68,15 @@ fn devices(a: &LatencyArgs) -> Result<(DeviceChoice, DeviceChoice)> {
     Ok((device, peer_device))
 }
 
+/// Where the receiver latency starts itself answers from (`--dst`, as the transport's ping-pong takes it); unused
+/// with --peer.
+fn dst_memory(a: &LatencyArgs, cfg: &RunConfig) -> Result<MemKind> {
+    match a.peer {
+        Some(_) => Ok(MemKind::Host),
+        None => ping_pong_of(cfg)?.memory(a.transport, a.dst),
+    }
+}
+
 /// The run's configuration and plan from the flags, refused (exit 2) before anything starts when they make no sense.
 fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
     // Parsed here rather than by clap, so that a bad size is one error line like every other refusal.
@@ -79,11 +90,16 @@ fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
             format_size(big)
         );
     }
+    if let (Some(_), Some(dst)) = (&a.peer, a.dst) {
+        bail_usage!(
+            "--dst {dst} names the memory of the receiver latency starts itself; with --peer, give serve its --mem"
+        );
+    }
     if a.iters == 0 {
         bail_usage!("--iters 0: at least one timed ping-pong per size is needed");
     }
     let plan = LatencyPlan { iters: a.iters, warmup_iters: a.warmup_iters, busy_poll: a.busy_poll, inline: a.inline };
-    let knobs = super::common::checked_knobs(&a.transport_knobs(), a.transport, crate::mem::MemKind::Host)?;
+    let knobs = super::common::checked_knobs(&a.transport_knobs(), a.transport, MemKind::Host)?;
     let cfg = RunConfig {
         transport: knobs,
         knobs: RunKnobs {

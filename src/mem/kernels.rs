@@ -1,7 +1,7 @@
 //! The CUDA C kernels of `kernels/`, compiled once per run with NVRTC for the GPU's own architecture and loaded
 //! once per GPU: the `--verify` pattern (so checking 12 GiB takes milliseconds, not a trip through the host) and
-//! the SM copy of `--copy sm`. Paged layouts fill and check their scattered pieces with one launch over a table
-//! of pieces.
+//! the SM copy of `--copy sm`, and the persistent responder of `latency --transport cuda`. Paged layouts fill and
+//! check their scattered pieces with one launch over a table of pieces.
 
 use super::cuda::{check, context, CUdeviceptr, OrDriverError};
 use crate::pattern::Span;
@@ -12,7 +12,13 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::{Arc, Mutex, OnceLock};
 
-const SOURCE: &str = concat!(include_str!("../../kernels/pattern.cu"), "\n", include_str!("../../kernels/copy.cu"));
+const SOURCE: &str = concat!(
+    include_str!("../../kernels/pattern.cu"),
+    "\n",
+    include_str!("../../kernels/copy.cu"),
+    "\n",
+    include_str!("../../kernels/pingpong.cu")
+);
 
 /// The kernels, loaded into one GPU's context.
 pub struct Kernels {
@@ -23,6 +29,7 @@ pub struct Kernels {
     copy_pieces: CudaFunction,
     fill_spans: CudaFunction,
     verify_spans: CudaFunction,
+    responder: CudaFunction,
     sms: u32,
     ctx: Arc<CudaContext>,
 }
@@ -102,6 +109,7 @@ pub fn kernels(ordinal: u32) -> Result<Arc<Kernels>> {
         copy_pieces: f("copy_pieces")?,
         fill_spans: f("fill_spans")?,
         verify_spans: f("verify_spans")?,
+        responder: f("pingpong_responder")?,
         sms,
         ctx,
     });
@@ -109,7 +117,47 @@ pub fn kernels(ordinal: u32) -> Result<Arc<Kernels>> {
     Ok(k)
 }
 
+/// What the ping-pong responder (`kernels/pingpong.cu`) works on: device addresses of mapped host memory (`header`,
+/// `ping`, `pong`) and of device memory (`relay`, `arrived`, `landing`), and the bytes each block copies.
+pub struct ResponderArgs {
+    pub header: CUdeviceptr,
+    pub ping: CUdeviceptr,
+    pub pong: CUdeviceptr,
+    pub relay: CUdeviceptr,
+    pub arrived: CUdeviceptr,
+    pub landing: CUdeviceptr,
+    pub chunk: u64,
+}
+
 impl Kernels {
+    /// Streaming multiprocessors of the GPU.
+    pub fn sms(&self) -> u32 {
+        self.sms
+    }
+
+    /// Launch the persistent ping-pong responder on `stream`: `blocks` × `threads`, running until the header's word
+    /// reads `u64::MAX`.
+    ///
+    /// # Safety
+    /// Every address of `a` must stay valid for as long as the kernel runs (until the stop word is seen and the
+    /// stream has drained): `header` 136 bytes, `ping`, `pong` and `landing` the largest message, `relay` two words
+    /// and `arrived` one zeroed u32; `chunk` a multiple of 16 with no message needing more than `blocks` chunks.
+    pub unsafe fn launch_responder(
+        &self,
+        stream: &CudaStream,
+        a: &ResponderArgs,
+        blocks: u32,
+        threads: u32,
+    ) -> Result<()> {
+        let mut b = stream.launch_builder(&self.responder);
+        b.arg(&a.header).arg(&a.ping).arg(&a.pong).arg(&a.relay).arg(&a.arrived).arg(&a.landing).arg(&a.chunk);
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the caller keeps every address valid while the kernel runs; the argument types match the kernel's
+        // signature (six pointers, u64).
+        unsafe { b.launch(cfg) }.or_cuda("launch pingpong_responder")?;
+        Ok(())
+    }
+
     fn grid(&self, blocks_per_sm: u32, threads: u32) -> LaunchConfig {
         LaunchConfig { grid_dim: (self.sms * blocks_per_sm, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
     }

@@ -6,6 +6,7 @@
 pub mod cuda;
 pub mod host;
 pub mod kernels;
+pub mod mapped;
 pub mod nvml;
 pub mod region;
 

@@ -4,6 +4,7 @@
 //! RepDone); the exchanges themselves run on the transport's data path alone.
 
 use crate::control::{ControlChannel, Msg, RepReport};
+use crate::mem::MemKind;
 use crate::plan::latency::LatencyPlan;
 use crate::plan::RunConfig;
 use crate::transport::{registry, Context, PingEnd, PingPong};
@@ -114,10 +115,10 @@ impl LatencySession {
 
 /// The responder's side of a latency session whose PingPong (`cfg`, `plan`) the receiver has validated: open the
 /// transport's end, answer each size's exchanges, until Finish. `mem` is the receiver's memory kind.
-pub fn respond(ch: &mut ControlChannel, cfg: &RunConfig, plan: LatencyPlan, mem: &str, ctx: &Context) -> Result<()> {
+pub fn respond(ch: &mut ControlChannel, cfg: &RunConfig, plan: LatencyPlan, mem: MemKind, ctx: &Context) -> Result<()> {
     let pp = ping_pong_of(cfg)?;
     pp.check(&plan)?;
-    let mut end = pp.open_responder(&cfg.transport, &plan, max_size(cfg), ctx)?;
+    let mut end = pp.open_responder(&cfg.transport, &plan, max_size(cfg), mem, ctx)?;
     ch.send(&Msg::Accept { offer: end.hello(), mem: mem.to_string(), numa: None })?;
     match ch.recv("Connect")? {
         Msg::Connect { answer } => end.finish(answer)?,

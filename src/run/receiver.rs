@@ -194,7 +194,7 @@ pub fn run_session(mut ch: ControlChannel, limits: &ReceiverLimits) -> Result<()
         session_key: ch.session_key(),
     };
     let outcome = match latency {
-        Some(plan) => super::latency::respond(&mut ch, &cfg, plan, &limits.mem.to_string(), &ctx),
+        Some(plan) => super::latency::respond(&mut ch, &cfg, plan, limits.mem, &ctx),
         None => session(&mut ch, &cfg, limits, ctx, bidir),
     };
     match outcome {

@@ -372,12 +372,26 @@ pub trait PingPong: Sync {
     /// Refuse a plan this transport cannot ping-pong with (a knob of another transport), as a usage error.
     fn check(&self, plan: &LatencyPlan) -> Result<()>;
 
-    /// The responder's end, for messages up to `max_size` bytes; [`PingEnd::hello`] is its offer.
+    /// Where a responder that `latency` starts itself answers from, for `--dst` (`None`: not given), checked before
+    /// anything starts: host memory, unless the transport answers from elsewhere; a usage error for memory it cannot
+    /// answer from.
+    fn memory(&self, kind: TransportKind, asked: Option<MemKind>) -> Result<MemKind> {
+        match asked {
+            None | Some(MemKind::Host) => Ok(MemKind::Host),
+            Some(other) => Err(crate::error::usage(format!(
+                "--dst {other}: latency over {kind} answers from host memory; leave --dst out"
+            ))),
+        }
+    }
+
+    /// The responder's end, answering from `mem` (the receiver's memory), for messages up to `max_size` bytes;
+    /// [`PingEnd::hello`] is its offer.
     fn open_responder(
         &self,
         cfg: &TransportConfig,
         plan: &LatencyPlan,
         max_size: u64,
+        mem: MemKind,
         ctx: &Context,
     ) -> Result<Box<dyn PingEnd>>;
 

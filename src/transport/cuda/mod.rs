@@ -4,10 +4,11 @@
 //! `sweep`, its address directly); a write is one `cuMemcpyAsync` (copy engine) or one launch of the SM copy kernel
 //! on one of `--streams` streams; completion is a CUDA event, so `transfer_ms` is GPU time from the first copy's
 //! start to the last copy's end. The receiver cannot see copies land, so the sender tells it with a control
-//! message once its events completed.
+//! message once its events completed. `kvxfer latency` pings a persistent kernel on one GPU (see `pingpong`).
 
 mod config;
 mod extras;
+mod pingpong;
 mod staging;
 
 use super::api::{HasKnobs, Context, Landing, Source, Target, TransferHooks, TransferTimes, Transport};
@@ -88,6 +89,11 @@ impl Transport for Cuda {
 
     fn summarize(&self, reps: &[&Fields]) -> (Fields, Vec<Warning>) {
         extras::summarize(reps)
+    }
+
+    /// Host ↔ GPU on one GPU: the host pings a persistent kernel through mapped pinned memory.
+    fn ping_pong(&self) -> Option<&dyn super::PingPong> {
+        Some(&pingpong::CudaPingPong)
     }
 }
 

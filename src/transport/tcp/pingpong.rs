@@ -31,6 +31,7 @@ impl PingPong for TcpPingPong {
         cfg: &TransportConfig,
         plan: &LatencyPlan,
         max_size: u64,
+        _mem: crate::mem::MemKind,
         ctx: &Context,
     ) -> Result<Box<dyn PingEnd>> {
         cfg.knobs::<TcpConfig>()?;

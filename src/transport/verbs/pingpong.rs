@@ -56,6 +56,7 @@ impl PingPong for VerbsPingPong {
         cfg: &TransportConfig,
         plan: &LatencyPlan,
         max_size: u64,
+        _mem: crate::mem::MemKind,
         ctx: &Context,
     ) -> Result<Box<dyn PingEnd>> {
         Ok(Box::new(VerbsPingEnd::open(cfg, plan, max_size, ctx, "the latency client")?))
