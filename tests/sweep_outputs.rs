@@ -174,6 +174,17 @@ fn a_latency_runs_results_file_matches_the_schema() {
 }
 
 #[test]
+fn a_replays_results_file_matches_the_schema() {
+    let dir = TempDir::new("replay-schema");
+    let args = ["replay", "--arrivals", "poisson:100", "--prompt-tokens", "fixed:8", "--requests", "20"];
+    let more = ["--kv-bytes-per-token", "1024", "--rates", "50,100", "--json", &dir.arg("r.json")];
+    run(&[&args[..], &more[..]].concat()).expect_code(0);
+    let v = read_json(&dir.join("r.json"));
+    assert_matches_schema("kvxfer replay's results", &v);
+    assert_eq!(v["replay"]["loads"][1]["requests"].as_array().map(Vec::len), Some(20), "{}", v["replay"]);
+}
+
+#[test]
 fn a_results_file_that_breaks_the_contract_does_not_match_the_schema() {
     let good = read_json(&Path::new(RESULTS).join("rxe-paged.json"));
     assert_matches_schema("rxe-paged.json", &good);

@@ -13,6 +13,7 @@ use crate::bail_usage;
 use crate::cli::ReplayArgs;
 use crate::env::Env;
 use crate::export::json::{Results, Role};
+use crate::export::replay::load_words;
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
@@ -312,14 +313,6 @@ fn warm_up(job: &Job, sessions: &mut [SenderSession], seqs: &mut [u32], region: 
 
 fn fmt_load(load: f64) -> String {
     format!("{load}")
-}
-
-/// A load as a person reads it: `speed 4` or `200 req/s`.
-fn load_words(load: f64, unit: &str) -> String {
-    match unit {
-        "rate" => format!("{load} req/s"),
-        _ => format!("{unit} {load}"),
-    }
 }
 
 fn table_header(unit: &str) -> String {

@@ -55,6 +55,14 @@ pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// A load as a person reads it: `speed 4` or `2 req/s`.
+pub fn load_words(load: f64, unit: &str) -> String {
+    match unit {
+        "rate" => format!("{load} req/s"),
+        _ => format!("{unit} {load}"),
+    }
+}
+
 fn num(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
@@ -116,7 +124,7 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
         md.push_str(&format!("\nCeiling: {:.2} GB/s ({}).\n", c.gbps, c.source));
     }
     match &replay.knee {
-        Some(k) => md.push_str(&format!("\nKnee: {} {} — {}.\n", k.load, replay.load_unit, k.why)),
+        Some(k) => md.push_str(&format!("\nKnee: {} — {}.\n", load_words(k.load, &replay.load_unit), k.why)),
         None => md.push_str("\nKnee: none within these loads.\n"),
     }
     md
