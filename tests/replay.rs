@@ -316,3 +316,63 @@ fn crlf_traces_and_repeated_timestamps_are_accepted() {
     let got = schedule_of(&dir.join("t.json"));
     assert_eq!(got, [(0, 0.0, 600 * 128), (1, 0.0, 100 * 128), (2, 10.0, 512 * 128)]);
 }
+
+#[test]
+fn two_sessions_serve_one_queue_and_both_move_requests() {
+    let dir = TempDir::new("replay-lanes");
+    run(&[
+        "replay",
+        "--arrivals",
+        "constant:400",
+        "--prompt-tokens",
+        "fixed:64",
+        "--requests",
+        "200",
+        "--kv-bytes-per-token",
+        "4096",
+        "--max-inflight",
+        "2",
+        "--verify",
+        "--json",
+        &dir.arg("l.json"),
+    ])
+    .expect_code(0);
+    let r = read_json(&dir.join("l.json"));
+    let reqs = load_requests(&r, 0);
+    assert_eq!(reqs.len(), 200);
+    assert!(reqs.iter().all(|q| q["mismatched_bytes"] == 0), "every request verified");
+    let lane = |n: u64| reqs.iter().filter(|q| q["lane"] == n).count();
+    assert!(lane(0) > 0 && lane(1) > 0 && lane(0) + lane(1) == 200, "{} + {}", lane(0), lane(1));
+    assert_eq!(r["replay"]["max_inflight"], 2);
+}
+
+#[test]
+fn ctrl_c_stops_at_the_request_in_flight_and_keeps_what_ran() {
+    let dir = TempDir::new("replay-int");
+    let replay = Proc::spawn(&[
+        "replay",
+        "--arrivals",
+        "constant:100",
+        "--prompt-tokens",
+        "fixed:4",
+        "--requests",
+        "3000",
+        "--kv-bytes-per-token",
+        "1024",
+        "--json",
+        &dir.arg("i.json"),
+    ]);
+    // A tenth of the stream has run once its first progress line after the load's start is printed.
+    assert!(replay.stderr.wait_for("step 300/3000", Duration::from_secs(60)), "{}", replay.stderr.text());
+    let pid = nix::unistd::Pid::from_raw(replay.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = replay.finish();
+    out.expect_code(130);
+    let r = read_json(&dir.join("i.json"));
+    assert_eq!(r["complete"], false);
+    let load = &r["replay"]["loads"][0];
+    assert_eq!(load["summary"]["cutoff"], "interrupted", "{}", load["summary"]);
+    let n = load_requests(&r, 0).len();
+    assert!((300..3000).contains(&n), "{n} requests kept");
+    assert_eq!(load["summary"]["not_started"].as_u64().unwrap() as usize, 3000 - n);
+}

@@ -14,6 +14,8 @@ mod read;
 // Latency over verbs: tests/verbs/latency.rs.
 #[path = "verbs/latency.rs"]
 mod latency;
+#[path = "verbs/replay.rs"]
+mod replay;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
