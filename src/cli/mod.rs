@@ -21,6 +21,7 @@ mod pace;
 mod params;
 mod replay;
 pub mod sweep;
+mod workload;
 pub mod values;
 pub use latency::LatencyArgs;
 pub use output::{FigArgs, OutputArgs};
@@ -28,6 +29,7 @@ pub use pace::PaceArgs;
 pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
 pub use replay::ReplayArgs;
 pub use sweep::SweepArgs;
+pub use workload::{WorkloadArgs, DEFAULT_SEED};
 use values::named;
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
@@ -379,6 +381,8 @@ pub struct PredictArgs {
     pub json: bool,
     #[command(flatten)]
     pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
 }
 
 #[derive(Args, Debug)]

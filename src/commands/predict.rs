@@ -1,6 +1,9 @@
 //! `kvxfer predict`: estimate the KV transfer time of token counts from a measured time-vs-size curve (p50 per
 //! size, interpolated in log-log; see `stats::interpolate`), and with a decode budget, what one transfer costs in
-//! decode steps. Sizes outside the measured range are extrapolated only with a mark on them.
+//! decode steps. Sizes outside the measured range are extrapolated only with a mark on them. With `--trace` or
+//! `--arrivals`, a replay of that stream is predicted instead (`stream`).
+
+mod stream;
 
 use crate::bail_usage;
 use crate::cli::PredictArgs;
@@ -39,6 +42,9 @@ struct PredictJson<'a> {
     decode_ms: Option<f64>,
     decode_tokens: Option<u64>,
     predictions: Vec<Prediction>,
+    /// `--trace`/`--arrivals`: the predicted replay (its workload, each load's summary, the knee).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay: Option<serde_json::Value>,
 }
 
 const METHOD: &str = "p50 transfer_ms per measured size, interpolated piecewise-linearly in log(time) vs log(size); \
@@ -47,6 +53,12 @@ const METHOD: &str = "p50 transfer_ms per measured size, interpolated piecewise-
 pub fn run(a: PredictArgs) -> Result<()> {
     let r = Results::read(&a.results)?;
     let cases = pick(&r, &a.filters, &a.results.display().to_string())?;
+    if a.workload.names_a_stream() {
+        return stream::run(&a, &r, &cases);
+    }
+    if let Some(flag) = a.workload.stray_flag() {
+        bail_usage!("{flag} describes a request stream: give --trace FILE.jsonl or --arrivals MODEL with it");
+    }
     let mut sizes = a.sizes.clone();
     if sizes.tokens.is_none() && sizes.sizes.is_none() {
         bail_usage!("give the token counts to predict (--tokens 1k,32k,128k, with --model) or --sizes");
@@ -113,6 +125,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
             decode_ms: a.decode_ms,
             decode_tokens: a.decode_tokens,
             predictions,
+            replay: None,
         };
         crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
