@@ -69,13 +69,18 @@ fn bytes_per_token(a: KvFlags) -> Result<(u64, Option<String>)> {
 
 /// The workload `a` names, its bytes at the KV bytes per token `kv` gives.
 pub fn job(a: &WorkloadArgs, kv: KvFlags) -> Result<Job> {
-    let (bpt, model) = bytes_per_token(kv)?;
     let cache_size: PrefixCacheSize = a.prefix_cache.parse()?;
+    if a.arrivals.is_some() && cache_size != PrefixCacheSize::Off {
+        bail_usage!(
+            "--prefix-cache: requests from --arrivals have no prefix blocks to share; replay a --trace, or drop it"
+        );
+    }
+    let (bpt, model) = bytes_per_token(kv)?;
     if a.requests == Some(0) {
         bail_usage!("--requests 0: replay at least one request");
     }
     if let Some(arrivals) = &a.arrivals {
-        return model_job(a, arrivals, cache_size, bpt, model);
+        return model_job(a, arrivals, bpt, model);
     }
     let (name, requests, window) = match &a.trace {
         Some(path) => (path.display().to_string(), workload::read_trace(path, a.sort)?, a.window.clone()),
@@ -134,18 +139,7 @@ fn hit_rate(trace: &[(Request, u64, u64)]) -> f64 {
     }
 }
 
-fn model_job(
-    a: &WorkloadArgs,
-    arrivals_text: &str,
-    cache: PrefixCacheSize,
-    bpt: u64,
-    model: Option<String>,
-) -> Result<Job> {
-    if cache != PrefixCacheSize::Off {
-        bail_usage!(
-            "--prefix-cache: requests from --arrivals have no prefix blocks to share; replay a --trace, or drop it"
-        );
-    }
+fn model_job(a: &WorkloadArgs, arrivals_text: &str, bpt: u64, model: Option<String>) -> Result<Job> {
     if a.window.is_some() {
         bail_usage!("--window selects part of a trace; with --arrivals, --requests N says how many to generate");
     }

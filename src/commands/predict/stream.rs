@@ -13,6 +13,7 @@ use crate::stats::replay::{knee, Knee, LoadSummary};
 use crate::stats::CaseResult;
 use anyhow::Result;
 use serde_json::json;
+use std::path::Path;
 
 const STREAM_METHOD: &str = "each request's service time is its bytes' p50 transfer time off the curve (above the \
                              largest measured size: that size's time plus the rest at the best measured bandwidth); \
@@ -20,7 +21,7 @@ const STREAM_METHOD: &str = "each request's service time is its bytes' p50 trans
                              − scheduled arrival. Control round trips and the driver's lag are left out";
 
 /// Predict each load of the stream `a` names over the curve of `cases`.
-pub(super) fn run(a: &PredictArgs, r: &Results, cases: &[&CaseResult]) -> Result<()> {
+pub(super) fn run(a: &PredictArgs, results: &Path, r: &Results, cases: &[&CaseResult]) -> Result<()> {
     if a.sizes.sizes.is_some() || a.sizes.tokens.is_some() {
         bail_usage!("--sizes/--tokens: with --trace or --arrivals the requests give the sizes; drop them");
     }
@@ -39,7 +40,7 @@ pub(super) fn run(a: &PredictArgs, r: &Results, cases: &[&CaseResult]) -> Result
     let job = workload::job(&a.workload, kv)?;
     let points: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.p50)).collect();
     let Some(curve) = Curve::new(&points) else {
-        bail_usage!("{}: no selected case has a positive p50 transfer time to predict from", a.results.display());
+        bail_usage!("{}: no selected case has a positive p50 transfer time to predict from", results.display());
     };
     let schedules: Vec<(f64, Vec<_>)> =
         job.loads().into_iter().map(|l| Ok((l, job.schedule(l)?))).collect::<Result<_>>()?;
@@ -60,7 +61,7 @@ pub(super) fn run(a: &PredictArgs, r: &Results, cases: &[&CaseResult]) -> Result
     if a.json {
         let out = PredictJson {
             schema: "kvxfer/predict/v1",
-            results: a.results.display().to_string(),
+            results: results.display().to_string(),
             label: &r.label,
             method: METHOD,
             measured_range_bytes: range,
