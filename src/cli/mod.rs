@@ -22,6 +22,7 @@ mod params;
 mod replay;
 pub mod sweep;
 pub mod values;
+mod workload;
 pub use latency::LatencyArgs;
 pub use output::{FigArgs, OutputArgs};
 pub use pace::PaceArgs;
@@ -29,6 +30,7 @@ pub use params::{DeviceArgs, PagedArgs, RunArgs, SizeArgs, VerbsArgs};
 pub use replay::ReplayArgs;
 pub use sweep::SweepArgs;
 use values::named;
+pub use workload::{WorkloadArgs, DEFAULT_SEED};
 
 const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth is GB/s = 10^9 bytes/s; times in ms \
                           (per-block latency in µs). Exit codes: 0 success, 1 runtime failure, 2 bad usage or input.";
@@ -362,9 +364,9 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
-    /// A results file (send, sweep or a sweep file's)
+    /// A results file (send, sweep or a sweep file's): the measured curve every prediction reads (required)
     #[arg(long, value_name = "FILE.json")]
-    pub results: PathBuf,
+    pub results: Option<PathBuf>,
     /// Pick one configuration of a sweep file's results, repeatable: --where transport=cuda
     #[arg(long = "where", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
@@ -379,6 +381,8 @@ pub struct PredictArgs {
     pub json: bool,
     #[command(flatten)]
     pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
 }
 
 #[derive(Args, Debug)]

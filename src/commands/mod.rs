@@ -21,6 +21,7 @@ pub mod sweep;
 pub mod sweep_file;
 pub mod sweep_plan;
 pub mod sweep_sessions;
+pub mod workload;
 
 // `predict` resolves sizes as the running commands do.
 pub use common::resolve_cases;

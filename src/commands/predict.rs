@@ -1,6 +1,9 @@
 //! `kvxfer predict`: estimate the KV transfer time of token counts from a measured time-vs-size curve (p50 per
 //! size, interpolated in log-log; see `stats::interpolate`), and with a decode budget, what one transfer costs in
-//! decode steps. Sizes outside the measured range are extrapolated only with a mark on them.
+//! decode steps. Sizes outside the measured range are extrapolated only with a mark on them. With `--trace` or
+//! `--arrivals`, a replay of that stream is predicted instead (`stream`).
+
+mod stream;
 
 use crate::bail_usage;
 use crate::cli::PredictArgs;
@@ -39,14 +42,29 @@ struct PredictJson<'a> {
     decode_ms: Option<f64>,
     decode_tokens: Option<u64>,
     predictions: Vec<Prediction>,
+    /// `--trace`/`--arrivals`: the predicted replay (its workload, each load's summary, the knee).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay: Option<serde_json::Value>,
 }
 
 const METHOD: &str = "p50 transfer_ms per measured size, interpolated piecewise-linearly in log(time) vs log(size); \
                       outside the measured range the nearest segment is extended and the basis says extrapolated";
 
 pub fn run(a: PredictArgs) -> Result<()> {
-    let r = Results::read(&a.results)?;
-    let cases = pick(&r, &a.filters, &a.results.display().to_string())?;
+    // Checked here rather than by clap, whose refusal takes five lines.
+    let Some(results) = a.results.clone() else {
+        bail_usage!(
+            "predict needs --results FILE.json: a send or sweep results file to read the time-vs-size curve from"
+        );
+    };
+    let r = Results::read(&results)?;
+    let cases = pick(&r, &a.filters, &results.display().to_string())?;
+    if a.workload.names_a_stream() {
+        return stream::run(&a, &results, &r, &cases);
+    }
+    if let Some(flag) = a.workload.stray_flag() {
+        bail_usage!("{flag} describes a request stream: give --trace FILE.jsonl or --arrivals MODEL with it");
+    }
     let mut sizes = a.sizes.clone();
     if sizes.tokens.is_none() && sizes.sizes.is_none() {
         bail_usage!("give the token counts to predict (--tokens 1k,32k,128k, with --model) or --sizes");
@@ -58,7 +76,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
         if sizes.kv_bytes_per_token.is_none() && !bpt.is_empty() && bpt.iter().all(|b| *b == bpt[0]) {
             sizes.kv_bytes_per_token = Some(bpt[0]);
             let model = r.config.model.as_ref().map(|m| format!(", {m}")).unwrap_or_default();
-            bpt_source = format!("{}: the bytes/token its cases were measured with{model}", a.results.display());
+            bpt_source = format!("{}: the bytes/token its cases were measured with{model}", results.display());
         }
     }
     let (targets, _) = super::common::resolve_cases_from(&sizes, &bpt_source)?;
@@ -73,7 +91,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
     let curve: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.p50)).collect();
     // The curve keeps only positive times: a file with none (hand-edited, or a corrupt run) has nothing to predict from.
     if !curve.iter().any(|&(s, t)| s > 0.0 && t > 0.0) {
-        bail_usage!("{}: no selected case has a positive p50 transfer time to predict from", a.results.display());
+        bail_usage!("{}: no selected case has a positive p50 transfer time to predict from", results.display());
     }
     let ci = |end: usize| -> Option<Vec<(f64, f64)>> {
         cases.iter().map(|c| c.derived.p50_ci.as_ref().map(|ci| (c.size_bytes as f64, ci.transfer_ms[end]))).collect()
@@ -106,13 +124,14 @@ pub fn run(a: PredictArgs) -> Result<()> {
     if a.json {
         let out = PredictJson {
             schema: "kvxfer/predict/v1",
-            results: a.results.display().to_string(),
+            results: results.display().to_string(),
             label: &r.label,
             method: METHOD,
             measured_range_bytes: range,
             decode_ms: a.decode_ms,
             decode_tokens: a.decode_tokens,
             predictions,
+            replay: None,
         };
         crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());

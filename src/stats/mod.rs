@@ -8,6 +8,7 @@ pub mod confidence;
 pub mod host;
 pub mod interpolate;
 pub mod modes;
+pub mod queueing;
 pub mod replay;
 pub mod warnings;
 

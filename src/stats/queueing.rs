@@ -1,0 +1,121 @@
+//! A replay predicted without moving a byte: a discrete-event simulation of the request stream over a measured
+//! time-vs-size curve. Each request's service time is its bytes' transfer time read off the curve (log-log between
+//! measured sizes, as `predict` reads it; above the largest at the ceiling bandwidth, since a request that large
+//! is bandwidth-bound), the requests queue first come first served for `servers` sessions, and latency counts from
+//! the scheduled arrival, as the replay's driver counts it. What it leaves out: the control round trips between a
+//! request's pieces and the driver's own lag, so a measured replay's latency is the prediction's or more.
+
+use super::interpolate::{log_log, Basis};
+use super::replay::LoadSummary;
+use crate::run::replay::{LoadRun, RequestRecord, Scheduled};
+use serde::{Deserialize, Serialize};
+
+/// A measured time-vs-size curve: (bytes, p50 transfer ms) at distinct positive sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Curve {
+    points: Vec<(f64, f64)>,
+}
+
+impl Curve {
+    /// The curve through `points` (bytes, ms), keeping the positive ones; None when none is.
+    pub fn new(points: &[(f64, f64)]) -> Option<Curve> {
+        let mut points: Vec<(f64, f64)> = points.iter().copied().filter(|(s, t)| *s > 0.0 && *t > 0.0).collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        (!points.is_empty()).then_some(Curve { points })
+    }
+
+    /// The best bandwidth any measured size reached, GB/s: what requests above the curve are extrapolated at.
+    pub fn ceiling_gbps(&self) -> f64 {
+        self.points.iter().map(|(s, t)| s / t / 1e6).fold(0.0, f64::max)
+    }
+
+    /// The largest measured size, bytes.
+    pub fn largest(&self) -> u64 {
+        self.points.last().map_or(0, |p| p.0 as u64)
+    }
+
+    /// How long `bytes` take, ms, and where the number comes from. Zero bytes (a whole prompt cached) take no
+    /// time; above the largest measured size, its time plus the rest at the ceiling bandwidth (continuous at the
+    /// last point, and never the steeper-than-linear growth a noisy last segment would extend).
+    pub fn service_ms(&self, bytes: u64) -> (f64, Basis) {
+        if bytes == 0 {
+            return (0.0, Basis::Measured);
+        }
+        let (last_s, last_t) = *self.points.last().expect("a curve has a point");
+        let size = bytes as f64;
+        if size > last_s {
+            return (last_t + (size - last_s) / (self.ceiling_gbps() * 1e6), Basis::ExtrapolatedAbove);
+        }
+        log_log(&self.points, size).expect("a curve has a point")
+    }
+}
+
+/// One load's prediction: the summary a replay of it would write, and how many requests lay off the curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictedLoad {
+    pub load: f64,
+    pub summary: LoadSummary,
+    /// Requests larger than the largest measured size (extrapolated at the ceiling bandwidth).
+    pub above_range: u64,
+    /// Requests smaller than the smallest measured size (the first segment's slope carried on).
+    pub below_range: u64,
+}
+
+/// The stream `schedule` (by arrival) served first come first served by `servers` sessions, each request taking
+/// `service_ms(bytes)`: the records a replay would have written, without its schedule lag.
+pub fn simulate(schedule: &[Scheduled], servers: u32, service_ms: impl Fn(u64) -> f64) -> LoadRun {
+    let mut free_at = vec![0.0f64; servers.max(1) as usize];
+    let records: Vec<RequestRecord> = schedule
+        .iter()
+        .map(|r| {
+            // FIFO: the next request in arrival order takes whichever session frees first.
+            let (lane, free) = free_at.iter().copied().enumerate().min_by(|a, b| a.1.total_cmp(&b.1)).expect("≥ 1");
+            let start = free.max(r.at_ms);
+            let service = service_ms(r.bytes);
+            let end = start + service;
+            free_at[lane] = end;
+            RequestRecord {
+                id: r.id,
+                scheduled_ms: r.at_ms,
+                start_ms: start,
+                end_ms: end,
+                queue_ms: start - r.at_ms,
+                service_ms: service,
+                latency_ms: end - r.at_ms,
+                bytes: r.bytes,
+                cached_bytes: r.cached_bytes,
+                pieces: u32::from(r.bytes > 0),
+                lane: lane as u32,
+                lag_ms: None,
+                transfer_ms: service,
+                mismatched_bytes: None,
+            }
+        })
+        .collect();
+    let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
+    LoadRun { records, cutoff: None, not_started: 0, wall_ms }
+}
+
+/// Each load's predicted summary: `schedules` are (load, its schedule by arrival), `inflight` the sessions. A
+/// replay sets these beside its measured pooled summaries (predicted ÷ measured p50 and p99) with the same loads
+/// and schedules and its `--max-inflight`.
+pub fn predict_loads(curve: &Curve, schedules: &[(f64, Vec<Scheduled>)], inflight: u32) -> Vec<PredictedLoad> {
+    schedules
+        .iter()
+        .map(|(load, schedule)| {
+            let basis: Vec<Basis> =
+                schedule.iter().filter(|r| r.bytes > 0).map(|r| curve.service_ms(r.bytes).1).collect();
+            let run = simulate(schedule, inflight, |b| curve.service_ms(b).0);
+            PredictedLoad {
+                load: *load,
+                summary: LoadSummary::of(&run, schedule, Some(curve.ceiling_gbps()), None),
+                above_range: basis.iter().filter(|b| **b == Basis::ExtrapolatedAbove).count() as u64,
+                below_range: basis.iter().filter(|b| **b == Basis::ExtrapolatedBelow).count() as u64,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "queueing_tests.rs"]
+mod tests;
