@@ -79,12 +79,19 @@ fn a_trace_window_replays_verified_with_its_requests_and_files() {
         let l = &s["latency_ms"];
         assert!(num(l, "p50") <= num(l, "p99") && num(l, "p99") <= num(l, "max") + 1e-9, "{l}");
     }
-    assert_eq!(r["replay"]["pooled"].as_array().unwrap().len(), 2);
+    let pooled = r["replay"]["pooled"].as_array().unwrap();
+    assert_eq!(pooled.len(), 2);
+    for p in pooled {
+        let pred = &p["predicted"];
+        assert_eq!(pred["basis"], "ceiling", "{p}");
+        let ratio = num(pred, "p50_ms") / num(&p["summary"]["latency_ms"], "p50");
+        assert!((ratio - num(pred, "p50_ratio")).abs() < 1e-9 && ratio > 0.0, "{pred}");
+    }
     let csv = std::fs::read_to_string(dir.join("r.csv")).unwrap();
     assert!(csv.starts_with("load,repeat,id,scheduled_ms,"), "{csv}");
     assert_eq!(csv.lines().count(), 1 + 2 * expected.len());
     let md = std::fs::read_to_string(dir.join("r.md")).unwrap();
-    assert!(md.contains("| speed") && md.contains("Knee:"), "{md}");
+    assert!(md.contains("| speed") && md.contains("Knee:") && md.contains("÷ measured: speed 4: p50"), "{md}");
 }
 
 /// (id, scheduled_ms, bytes) of every request of the first load.

@@ -19,7 +19,7 @@ use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
 use crate::run::replay::{self as driver, LoadRun, RequestRecord, Scheduled};
 use crate::run::sender::SenderSession;
-use crate::stats::replay::{knee, CeilingJson, LoadJson, LoadSummary, PooledJson, ReplayJson};
+use crate::stats::replay::{knee, CeilingJson, LoadJson, LoadSummary, PooledJson, PredictedJson, ReplayJson};
 use anyhow::{Context as _, Result};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -247,11 +247,28 @@ fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Scheduled>], s
             let repeated: Vec<Scheduled> = runs.iter().flat_map(|_| schedule.iter().copied()).collect();
             let mut summary = LoadSummary::of(&pooled, schedule, ceiling, slo_ms);
             summary.achieved_rps = LoadSummary::of(&pooled, &repeated, ceiling, slo_ms).achieved_rps;
-            Some(PooledJson { load, summary })
+            let predicted = predicted(section, schedule, &summary);
+            Some(PooledJson { load, summary, predicted })
         })
         .collect();
     let points: Vec<(f64, &LoadSummary)> = section.pooled.iter().map(|p| (p.load, &p.summary)).collect();
     section.knee = knee(&points);
+}
+
+/// The load's p50 and p99 as a queueing simulation over the measured ceiling predicts them, and ÷ the measured.
+fn predicted(section: &ReplayJson, schedule: &[Scheduled], measured: &LoadSummary) -> Option<PredictedJson> {
+    let gbps = section.ceiling.as_ref()?.gbps;
+    let region = section.region_bytes as f64;
+    let curve = crate::stats::queueing::Curve::new(&[(region, region / (gbps * 1e6))])?;
+    let run = crate::stats::queueing::simulate(schedule, section.max_inflight, |b| curve.service_ms(b).0);
+    let (p, m) = (LoadSummary::of(&run, schedule, None, None).latency_ms?, measured.latency_ms?);
+    Some(PredictedJson {
+        basis: "ceiling".into(),
+        p50_ms: p.p50,
+        p99_ms: p.p99,
+        p50_ratio: p.p50 / m.p50,
+        p99_ratio: p.p99 / m.p99,
+    })
 }
 
 /// Run one load, with a progress line (requests done, backlog, ETA).

@@ -123,6 +123,20 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
     if let Some(c) = &replay.ceiling {
         md.push_str(&format!("\nCeiling: {:.2} GB/s ({}).\n", c.gbps, c.source));
     }
+    let ratios: Vec<String> = replay
+        .pooled
+        .iter()
+        .filter_map(|p| {
+            let r = p.predicted.as_ref()?;
+            Some(format!("{}: p50 {:.2}×, p99 {:.2}×", load_words(p.load, &replay.load_unit), r.p50_ratio, r.p99_ratio))
+        })
+        .collect();
+    if !ratios.is_empty() {
+        md.push_str(&format!(
+            "\nPredicted from the ceiling alone (a queueing simulation of the same schedule) ÷ measured: {}.\n",
+            ratios.join("; ")
+        ));
+    }
     match &replay.knee {
         Some(k) => md.push_str(&format!("\nKnee: {} — {}.\n", load_words(k.load, &replay.load_unit), k.why)),
         None => md.push_str("\nKnee: none within these loads.\n"),

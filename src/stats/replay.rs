@@ -178,6 +178,22 @@ pub struct LoadJson {
 pub struct PooledJson {
     pub load: f64,
     pub summary: LoadSummary,
+    /// What a queueing simulation of the same schedule predicts from the path's ceiling alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<PredictedJson>,
+}
+
+/// A load's latency as `predict --trace` would estimate it, beside the measured one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictedJson {
+    /// How: `ceiling` (each request's bytes at the ceiling's GB/s, first come first served over the sessions, no
+    /// control round trips or driver lag: a replay should take at least this long).
+    pub basis: String,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Predicted ÷ measured.
+    pub p50_ratio: f64,
+    pub p99_ratio: f64,
 }
 
 /// The results file's `replay` section.
