@@ -80,8 +80,11 @@ struct Curve {
     marks: [(f64, f64); 2],
 }
 
+/// A CDF's (ms, share at or below) points, and its p50 and p99 as points on it.
+type Cdf = (Vec<(f64, f64)>, [(f64, f64); 2]);
+
 /// The empirical CDF of `ms` (finite values only); `None` when none is.
-fn cdf(mut ms: Vec<f64>) -> Option<(Vec<(f64, f64)>, [(f64, f64); 2])> {
+fn cdf(mut ms: Vec<f64>) -> Option<Cdf> {
     ms.retain(|v| v.is_finite());
     if ms.is_empty() {
         return None;
