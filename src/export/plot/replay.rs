@@ -8,6 +8,7 @@
 
 use super::axes;
 use super::labels::{Note, Spot};
+use super::replay_timeline::load_words;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
 use crate::stats::replay::{LoadSummary, ReplayJson};
@@ -15,14 +16,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 use std::path::{Path, PathBuf};
-
-/// A load as a person reads it: `speed 4` or `2 req/s`.
-pub fn load_words(load: f64, unit: &str) -> String {
-    match unit {
-        "rate" => format!("{load} req/s"),
-        _ => format!("{unit} {load}"),
-    }
-}
 
 /// Draw every replay figure of `replay` into `dir`, each file's name after `prefix`; returns the files written
 /// (none when no load moved a request).
