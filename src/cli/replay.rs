@@ -104,6 +104,10 @@ pub struct ReplayArgs {
     /// Also write the per-load summary as a Markdown table here
     #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub md: Option<PathBuf>,
+    /// Write figures here (PNG and SVG; created if its parent exists): each load's latency CDF, latency and GB/s
+    /// against load with the knee, and each load's timeline
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub fig: Option<PathBuf>,
     /// Where the results file goes when --json names none
     #[arg(long, env = "KVXFER_OUT_DIR", default_value = "results", value_name = "DIR", help_heading = "Output")]
     pub out_dir: PathBuf,

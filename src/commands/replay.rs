@@ -39,6 +39,9 @@ pub fn run(a: ReplayArgs) -> Result<()> {
             crate::export::check_writable(flag, p)?;
         }
     }
+    if let Some(dir) = &a.fig {
+        crate::export::plot::prepare_dir(dir)?;
+    }
     let (device, peer_device) = common::loopback_devices(&a.device, &a.peer_device)?;
     if a.peer.is_none() {
         check_host_support(&cfg, &[("--src", a.src), ("--dst", a.dst)], &[&device, &peer_device])?;
@@ -220,6 +223,9 @@ fn replay(
     crate::export::write_atomic(json, &results.to_json()?)?;
     crate::errln!("results: {}", json.display());
     write_side_files(a, &section)?;
+    if let Some(dir) = &a.fig {
+        crate::export::plot::draw_replays(&[(String::new(), &section)], dir)?;
+    }
     outcome
 }
 

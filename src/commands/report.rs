@@ -46,19 +46,36 @@ pub fn run(a: ReportArgs) -> Result<()> {
     if let Some(side) = &side {
         crate::errln!("{}: {}", Format::CompareCsv.what(), side.display());
     }
-    if let (Some(dir), [one]) = (&a.fig.fig, all.as_slice()) {
+    let Some(dir) = &a.fig.fig else { return Ok(()) };
+    // A replay has figures of its own, drawn from its `replay` section; the other files draw as they always do.
+    let (replays, others): (Vec<_>, Vec<_>) = all.iter().zip(&a.files).partition(|(r, _)| replay_of(r).is_some());
+    if !replays.is_empty() {
+        let named: Vec<_> = replays.iter().filter_map(|(r, f)| Some((file_stem(f), replay_of(r)?))).collect();
+        export::plot::draw_replays(&named, dir)?;
+        if others.is_empty() {
+            return Ok(());
+        }
+    }
+    let (all, files): (Vec<Results>, Vec<PathBuf>) = others.into_iter().map(|(r, f)| (r.clone(), f.clone())).unzip();
+    if let [one] = all.as_slice() {
         if one.cluster.is_some() {
             // A cluster run: its heatmap and one series per link, as `kvxfer cluster --fig` draws them.
             return export::plot::draw_cluster(one, dir, &lines);
         }
     }
-    if let Some(dir) = &a.fig.fig {
-        // One file: its configurations by case name; several: each series keeps its run's name in front.
-        let split = figure_split(&all, &a.files);
-        let short = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { Vec::new() };
-        export::plot::draw_series(if short.is_empty() { &split } else { &short }, dir, &lines)?;
-    }
-    Ok(())
+    // One file: its configurations by case name; several: each series keeps its run's name in front.
+    let split = figure_split(&all, &files);
+    let short = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { Vec::new() };
+    export::plot::draw_series(if short.is_empty() { &split } else { &short }, dir, &lines)
+}
+
+/// The replay section of a replay's results file (which has no cases of its own).
+fn replay_of(r: &Results) -> Option<&crate::stats::replay::ReplayJson> {
+    r.replay.as_ref().filter(|_| r.cases.is_empty())
+}
+
+fn file_stem(f: &Path) -> String {
+    f.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// A transport that chose differently between the runs compared (a tcp path picked by calibration, say), or
@@ -94,6 +111,21 @@ fn print_tables(all: &[Results], parts: &[Results]) {
     for r in all {
         if let Some(cl) = &r.cluster {
             print_cluster(r, cl);
+            continue;
+        }
+        if let Some(replay) = replay_of(r) {
+            crate::outln!(
+                "{} ({}, {} runs of {} loads)",
+                r.label,
+                r.started_at,
+                replay.loads.len(),
+                replay.pooled.len()
+            );
+            crate::outln!("{}", export::replay::summary_markdown(replay).trim_end());
+            if let Some(e) = &r.error {
+                crate::outln!("note: this run stopped early: {e}");
+            }
+            crate::outln!();
             continue;
         }
         crate::outln!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());

@@ -101,6 +101,14 @@ pub fn log_range(lo: f64, hi: f64) -> (std::ops::Range<f64>, Vec<f64>) {
     (range, ticks)
 }
 
+/// [`log_range`] over at least a factor of 3, so that one value (or values all alike) still gets ticks around it.
+pub fn log_range_wide(lo: f64, hi: f64) -> (std::ops::Range<f64>, Vec<f64>) {
+    if hi < 3.0 * lo {
+        return log_range(lo / 2.0, hi * 2.0);
+    }
+    log_range(lo, hi)
+}
+
 /// A tick value without trailing zeros: 0.05, 0.2, 1, 2.5, 20, 500, 2000.
 pub fn number_label(v: f64) -> String {
     let s = format!("{v:.4}");

@@ -7,7 +7,9 @@
 //! - a latency run (`kvxfer latency`): `latency-vs-size` (p50 and p99, log-log, min–max band) and `latency-cdf`
 //!   (each size's distribution) in place of the three above (see `latency`);
 //! - a cluster run: `cluster-heatmap` (p50 GB/s per link at the largest size), and the three above with one
-//!   series per link (`src→dst`; above 64 links, the 10 slowest).
+//!   series per link (`src→dst`; above 64 links, the 10 slowest);
+//! - a replay (`kvxfer replay`): `replay-latency-cdf`, `replay-latency-vs-load` and a `replay-timeline-<load>` per
+//!   load, drawn from its `replay` section (see `replay`).
 //!
 //! Runs differ by colour, marker and dash, so the figures still read in greyscale; reference lines are grey, a colour
 //! no run has. Legends sit above the plot, and say what every line and mark is. Labels on a plot never overprint each
@@ -22,6 +24,8 @@ mod intervals;
 mod labels;
 mod latency;
 mod raster;
+mod replay;
+mod replay_timeline;
 mod reps;
 mod style;
 mod time;
@@ -142,6 +146,24 @@ fn styled<'a>(runs: &[&'a (String, &'a Results)]) -> Vec<Run<'a>> {
 pub fn draw_series(series: &[(String, Results)], dir: &Path, lines: &[RefLine]) -> Result<()> {
     let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
     for f in write_figures(&named, dir, lines)? {
+        crate::errln!("figure: {}", f.display());
+    }
+    Ok(())
+}
+
+/// `--fig` of replays (named, in order): each one's figures, named by their file's stem in front when there are
+/// several, and every file written named on stderr.
+pub fn draw_replays(replays: &[(String, &crate::stats::replay::ReplayJson)], dir: &Path) -> Result<()> {
+    style::register();
+    let mut written = Vec::new();
+    for (name, r) in replays {
+        let prefix = if replays.len() > 1 { format!("{name}-") } else { String::new() };
+        written.extend(replay::write(r, dir, &prefix)?);
+    }
+    if written.is_empty() {
+        crate::errln!("figures: none drawn, no load of the replay moved a request");
+    }
+    for f in written {
         crate::errln!("figure: {}", f.display());
     }
     Ok(())
