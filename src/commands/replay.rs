@@ -13,13 +13,14 @@ use crate::bail_usage;
 use crate::cli::ReplayArgs;
 use crate::env::Env;
 use crate::export::json::{Results, Role};
-use crate::export::replay::load_words;
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
 use crate::run::replay::{self as driver, LoadRun, RequestRecord, Scheduled};
 use crate::run::sender::SenderSession;
-use crate::stats::replay::{knee, CeilingJson, LoadJson, LoadSummary, PooledJson, PredictedJson, ReplayJson};
+use crate::stats::replay::{
+    knee, load_words, CeilingJson, LoadJson, LoadSummary, PooledJson, PredictedJson, ReplayJson,
+};
 use anyhow::{Context as _, Result};
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! A replay's side files: one CSV row per request (every load and repetition), and the per-load summary as a
 //! Markdown table.
 
-use crate::stats::replay::{LoadSummary, ReplayJson};
+use crate::stats::replay::{load_words, LoadSummary, ReplayJson};
 use anyhow::Result;
 use comfy_table::{presets::ASCII_MARKDOWN, Table};
 use serde::Serialize;
@@ -53,14 +53,6 @@ pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
         }
     }
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// A load as a person reads it: `speed 4` or `2 req/s`.
-pub fn load_words(load: f64, unit: &str) -> String {
-    match unit {
-        "rate" => format!("{load} req/s"),
-        _ => format!("{unit} {load}"),
-    }
 }
 
 fn num(v: Option<f64>, digits: usize) -> String {

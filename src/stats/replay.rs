@@ -5,6 +5,14 @@
 use crate::run::replay::{Cutoff, LoadRun, RequestRecord, Scheduled};
 use serde::{Deserialize, Serialize};
 
+/// A load as a person reads it: `speed 4` (a trace's speed) or `2 req/s` (an arrival model's rate).
+pub fn load_words(load: f64, unit: &str) -> String {
+    match unit {
+        "rate" => format!("{load} req/s"),
+        _ => format!("{unit} {load}"),
+    }
+}
+
 /// Quantiles of one per-request quantity, ms.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Quantiles {

@@ -9,7 +9,7 @@ use crate::commands::workload::{self, Job, KvFlags};
 use crate::export::json::Results;
 use crate::plan::sizes::format_size;
 use crate::stats::queueing::{predict_loads, Curve, PredictedLoad};
-use crate::stats::replay::{knee, Knee, LoadSummary};
+use crate::stats::replay::{knee, load_words, Knee, LoadSummary};
 use crate::stats::CaseResult;
 use anyhow::Result;
 use serde_json::json;
@@ -101,14 +101,6 @@ fn section(job: &Job, curve: &Curve, inflight: u32, loads: &[PredictedLoad], kne
         "loads": loads,
         "knee": knee,
     })
-}
-
-/// A load as a person reads it: `speed 4` or `200 req/s`.
-fn load_words(load: f64, unit: &str) -> String {
-    match unit {
-        "rate" => format!("{load} req/s"),
-        _ => format!("{unit} {load}"),
-    }
 }
 
 fn print_table(job: &Job, loads: &[PredictedLoad]) {

@@ -8,9 +8,9 @@
 
 use super::axes;
 use super::labels::{Note, Spot};
-use super::replay_timeline::load_words;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
+use crate::stats::replay::load_words;
 use crate::stats::replay::{LoadSummary, ReplayJson};
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -5,17 +5,9 @@
 use super::axes;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, TICK_PX};
 use super::{Drawn, Figure, Labels};
-use crate::stats::replay::{LoadJson, ReplayJson};
+use crate::stats::replay::{load_words, LoadJson, ReplayJson};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-
-/// A load as a person reads it: `speed 4` or `2 req/s`.
-pub fn load_words(load: f64, unit: &str) -> String {
-    match unit {
-        "rate" => format!("{load} req/s"),
-        _ => format!("{unit} {load}"),
-    }
-}
 
 pub struct TimelineFigure {
     /// (scheduled s, latency ms) of every request.
