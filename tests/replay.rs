@@ -218,14 +218,15 @@ fn a_stalled_receiver_delays_every_request_due_during_the_stall() {
         "--json",
         &dir.arg("s.json"),
     ]);
-    // The load's clock starts as its progress line is printed; stop the receiver a little into it.
-    assert!(replay.stderr.wait_for("progress: load 1/1", Duration::from_secs(30)), "{}", replay.stderr.text());
+    // A tenth of the load has moved once its first progress line is printed: stop the receiver then.
+    assert!(replay.stderr.wait_for("step 40/400", Duration::from_secs(30)), "{}", replay.stderr.text());
     let pid = nix::unistd::Pid::from_raw(serve.proc.child.id() as i32);
-    std::thread::sleep(Duration::from_millis(300));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    // The stall's length is the fault being injected, not a wait for an event.
-    std::thread::sleep(Duration::from_millis(500));
+    // While the receiver is stopped the replay cannot finish another tenth: waiting 500 ms for that line is the
+    // stall, and checks that it held.
+    let moved = replay.stderr.wait_for("step 80/400", Duration::from_millis(500));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(!moved, "the replay moved on while its receiver was stopped:\n{}", replay.stderr.text());
     replay.finish().expect_code(0);
     let r = read_json(&dir.join("s.json"));
     let reqs = load_requests(&r, 0);
