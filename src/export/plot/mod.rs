@@ -18,6 +18,7 @@
 
 mod axes;
 mod bandwidth;
+mod cdf;
 mod chart;
 mod heatmap;
 mod intervals;
@@ -122,7 +123,7 @@ pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine])
     let latency_runs = styled(&latency_runs);
     if !latency_runs.is_empty() {
         written.extend(save(&latency::LatencySizeFigure::new(&latency_runs), dir, "latency-vs-size")?);
-        if let Some(fig) = latency::LatencyCdfFigure::new(&latency_runs) {
+        if let Some(fig) = latency::latency_cdf(&latency_runs) {
             written.extend(save(&fig, dir, "latency-cdf")?);
         }
     }

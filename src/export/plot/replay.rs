@@ -7,6 +7,7 @@
 //!   arrival, and the queue (requests arrived but not yet started) below it (see `replay_timeline`).
 
 use super::axes;
+use super::cdf::{CdfCurve, CdfFigure};
 use super::labels::{Note, Spot};
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 /// (none when no load moved a request).
 pub fn write(replay: &ReplayJson, dir: &Path, prefix: &str) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    if let Some(fig) = CdfFigure::new(replay) {
+    if let Some(fig) = latency_cdf(replay) {
         written.extend(super::save(&fig, dir, &format!("{prefix}replay-latency-cdf"))?);
     }
     if let Some(fig) = LoadFigure::new(replay) {
@@ -62,122 +63,26 @@ fn curve_name(replay: &ReplayJson, load: f64) -> String {
     }
 }
 
-/// Points a curve keeps at most: a CDF of 100,000 requests reads the same from 2,000 of its quantiles.
-const CDF_POINTS: usize = 2_000;
-
-/// One load's curve: (ms, share at or below) and where its p50 and p99 fall.
-struct Curve {
-    name: String,
-    style: style::RunStyle,
-    points: Vec<(f64, f64)>,
-    marks: [(f64, f64); 2],
-}
-
-/// A CDF's (ms, share at or below) points, and its p50 and p99 as points on it.
-type Cdf = (Vec<(f64, f64)>, [(f64, f64); 2]);
-
-/// The empirical CDF of `ms` (finite values only); `None` when none is.
-fn cdf(mut ms: Vec<f64>) -> Option<Cdf> {
-    ms.retain(|v| v.is_finite());
-    if ms.is_empty() {
-        return None;
-    }
-    ms.sort_by(f64::total_cmp);
-    let n = ms.len();
-    let at = |q: f64| ms[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
-    let step = n.div_ceil(CDF_POINTS);
-    let mut points: Vec<(f64, f64)> = (0..n).step_by(step).map(|i| (ms[i], (i + 1) as f64 / n as f64)).collect();
-    if points.last().map(|p| p.1) != Some(1.0) {
-        points.push((ms[n - 1], 1.0));
-    }
-    Some((points, [(at(0.5), 0.5), (at(0.99), 0.99)]))
-}
-
 /// The smallest latency a log axis shows: a request cannot land in under a microsecond.
 const MIN_MS: f64 = 1e-3;
 
-pub struct CdfFigure {
-    curves: Vec<Curve>,
-    unit: String,
-}
-
-impl CdfFigure {
-    /// A curve per load, its repetitions pooled; `None` when no load moved a request.
-    pub fn new(replay: &ReplayJson) -> Option<CdfFigure> {
-        let mut curves = Vec::new();
-        for load in loads(replay) {
-            let ms = replay.loads.iter().filter(|l| l.load == load).flat_map(|l| l.requests.iter());
-            let Some((points, marks)) = cdf(ms.map(|r| r.latency_ms.max(MIN_MS)).collect()) else { continue };
-            let style = style::run_style(curves.len());
-            curves.push(Curve { name: curve_name(replay, load), style, points, marks });
-        }
-        (!curves.is_empty()).then(|| CdfFigure { curves, unit: replay.load_unit.clone() })
+/// A curve per load, its repetitions pooled; `None` when no load moved a request.
+fn latency_cdf(replay: &ReplayJson) -> Option<CdfFigure> {
+    let mut curves = Vec::new();
+    for load in loads(replay) {
+        let ms = replay.loads.iter().filter(|l| l.load == load).flat_map(|l| l.requests.iter());
+        let ms = ms.map(|r| r.latency_ms.max(MIN_MS)).collect();
+        curves.extend(CdfCurve::of(ms, curve_name(replay, load), style::run_style(curves.len())));
     }
-
-    fn legend(&self) -> Vec<LegendEntry> {
-        let mut e: Vec<LegendEntry> = self
-            .curves
-            .iter()
-            .map(|c| LegendEntry {
-                text: c.name.clone(),
-                colour: c.style.colour,
-                dash: Some(c.style.dash),
-                marker: Some((c.style.marker, true)),
-                width: 2,
-            })
-            .collect();
-        let what = "markers: each curve's p50 and p99; repetitions pooled";
-        e.push(LegendEntry { text: what.into(), colour: style::INK, dash: None, marker: None, width: 1 });
-        e
-    }
-}
-
-impl Figure for CdfFigure {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, labels: &mut Labels) -> Drawn<DB> {
-        let by = if self.unit == "rate" { "arrival rate" } else { "replay speed" };
-        let title = format!("Replay latency distribution per {by} (CDF)");
-        let area = super::frame(root, &title, self.legend(), labels)?;
-        let all = self.curves.iter().flat_map(|c| c.points.iter().map(|p| p.0));
-        let lo = all.clone().fold(f64::INFINITY, f64::min);
-        let hi = all.fold(0.0, f64::max);
-        let (x_range, x_ticks) = axes::log_range_wide(lo, hi);
-        let mut chart = ChartBuilder::on(&area)
-            .margin_right(30)
-            .margin_left(10)
-            .margin_top(12)
-            .x_label_area_size(60)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x_range.log_scale().with_key_points(x_ticks), 0.0..1.02)?;
-        chart
-            .configure_mesh()
-            .bold_line_style(GRID)
-            .light_line_style(TRANSPARENT)
-            .axis_style(style::INK)
-            .x_desc("request latency: scheduled arrival → last byte landed, ms (log scale)")
-            .y_desc("share of requests at or below")
-            .x_label_formatter(&|v| axes::number_label(*v))
-            .y_label_formatter(&|v| format!("{:.0}%", v * 100.0))
-            .y_labels(11)
-            .label_style(text(TICK_PX))
-            .axis_desc_style(text(AXIS_PX))
-            .draw()?;
-        let plot = chart.plotting_area();
-        for c in &self.curves {
-            // A step per request: the share jumps at each measured latency.
-            let mut steps = Vec::with_capacity(2 * c.points.len());
-            let mut below = 0.0;
-            for &(x, y) in &c.points {
-                steps.push((x, below));
-                steps.push((x, y));
-                below = y;
-            }
-            style::path(plot, steps, c.style.dash, c.style.colour.stroke_width(2))?;
-            for &m in &c.marks {
-                plot.draw(&style::marker(m, c.style.marker, 5, c.style.colour, true))?;
-            }
-        }
-        Ok(())
-    }
+    let by = if replay.load_unit == "rate" { "arrival rate" } else { "replay speed" };
+    (!curves.is_empty()).then(|| CdfFigure {
+        title: format!("Replay latency distribution per {by} (CDF)"),
+        x_desc: "request latency: scheduled arrival → last byte landed, ms (log scale)".into(),
+        y_desc: "share of requests at or below",
+        note: "markers: each curve's p50 and p99; repetitions pooled".into(),
+        x_label: |v| axes::number_label(*v),
+        curves,
+    })
 }
 
 /// One load's point on the load figure.
