@@ -266,6 +266,7 @@ fn bad_workloads_are_refused_in_one_line_and_write_nothing() {
         (vec!["--speed".into(), "0".into()], "--speed"),
         (vec!["--speeds".into(), "1,NaN".into()], "--speeds"),
         (vec!["--requests".into(), "0".into()], "--requests"),
+        (vec!["--region".into(), "1KiB".into()], "--region"),
         (vec!["--window".into(), "9999s..10000s".into()], "window"),
         (vec!["--window".into(), "20s..10s".into()], "window"),
         (vec!["--arrivals".into(), "poisson:0".into(), "--prompt-tokens".into(), "fixed:8".into()], "rate"),

@@ -29,6 +29,9 @@ use workload::Job;
 
 /// The region when `--region` gives none: the largest request, at most this (larger ones move in pieces).
 const DEFAULT_MAX_REGION: u64 = 4 << 30;
+/// Most reps one request may take: past it, `--region` is a typo (a 17 GiB request in 1-byte pieces would take
+/// days of control round trips).
+const MAX_PIECES_PER_REQUEST: u64 = 10_000;
 /// Reps of the region measured for the path's ceiling when `--ceiling` gives none.
 const CEILING_REPS: u32 = 3;
 
@@ -117,6 +120,15 @@ fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
         Some(r) => r.min(largest),
         None => largest.min(DEFAULT_MAX_REGION),
     };
+    let pieces = largest.div_ceil(region);
+    if pieces > MAX_PIECES_PER_REQUEST {
+        bail_usage!(
+            "--region {}: the largest request ({}) would move in {pieces} pieces, a control round trip each; give a region of at least {}",
+            format_size(region),
+            format_size(largest),
+            format_size(largest.div_ceil(MAX_PIECES_PER_REQUEST))
+        );
+    }
     let sizes = crate::cli::SizeArgs {
         sizes: Some(crate::plan::sizes::SizeList(vec![region])),
         tokens: None,
