@@ -308,3 +308,35 @@ fn mooncake_sender_fails_within_seconds_when_the_receiver_dies_mid_transfer() {
     out.expect_code(1).no_panic();
     assert!(out.one_error().contains("receiver"), "{}", out.stderr);
 }
+
+/// A seeded stream replayed over `transport`, every byte verified: every request is recorded once, and each
+/// request's service (its start → the sender knew its bytes had landed) holds its transfer — a receiver that pulls
+/// must not have read the bytes before the request was due.
+fn replay_verifies(py: &str, transport: &[&str]) {
+    let t = TempDir::new("engine-replay");
+    let json = t.arg("r.json");
+    let stream = ["--arrivals", "poisson:40", "--requests", "30", "--prompt-tokens", "uniform:16..128"];
+    let base = ["replay", "--model", "llama-3.1-8b", "--seed", "5", "--verify", "--json", &json];
+    with_python(py, &[&base[..], &stream[..], transport].concat()).expect_code(0);
+    let v = read_json(Path::new(&json));
+    let load = &v["replay"]["loads"][0];
+    assert_eq!(load["summary"]["mismatched_bytes"], 0, "{transport:?}: {}", load["summary"]);
+    let reqs = load["requests"].as_array().unwrap();
+    let mut ids: Vec<u64> = reqs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 30, "{transport:?}: every request once");
+    for r in reqs {
+        let (service, transfer) = (r["service_ms"].as_f64().unwrap(), r["transfer_ms"].as_f64().unwrap());
+        assert!(transfer > 0.0 && service >= transfer * 0.999, "{transport:?}: service {service} < transfer: {r}");
+        assert_eq!(r["mismatched_bytes"], 0, "{r}");
+    }
+}
+
+#[test]
+#[ignore = "needs the engine wheels: scripts/test runs it (KVXFER_REQUIRE_ENGINES=1, --run-ignored)"]
+fn replay_over_mooncake_and_nixl_write_and_read_verifies_and_times_each_request_whole() {
+    let Some(py) = nixl_python() else { return };
+    replay_verifies(&py, &["--transport", "mooncake"]);
+    replay_verifies(&py, &["--transport", "nixl"]);
+    replay_verifies(&py, &["--transport", "nixl", "--nixl-op", "read"]);
+}

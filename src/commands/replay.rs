@@ -167,8 +167,9 @@ fn replay(
 ) -> Result<()> {
     let region = cfg.cases[0].size_bytes;
     let mut seqs = vec![0u32; sessions.len()];
-    let ceiling = ceiling(a, &mut sessions[0], &mut seqs[0], region)?;
+    // Warm up first: an engine's first transfers are slow, and the ceiling is the warm path's.
     warm_up(job, sessions, &mut seqs, region, a.warmup_requests)?;
+    let ceiling = ceiling(a, &mut sessions[0], &mut seqs[0], region)?;
     let label = a
         .run
         .label
@@ -202,6 +203,7 @@ fn replay(
     let total = repeats as usize * loads.len();
     crate::outln!("{}", table_header(job.load_unit()));
     let mut outcome = Ok(());
+    let mut warned = false;
     'runs: for repeat in 0..repeats {
         for (k, &load) in loads.iter().enumerate() {
             let schedule = job.schedule(load)?;
@@ -217,6 +219,7 @@ fn replay(
             let ceiling_gbps = section.ceiling.as_ref().map(|c| c.gbps);
             let summary = LoadSummary::of(&run, &schedule, ceiling_gbps, a.slo_ms);
             crate::outln!("{}", table_row(load, repeat, &summary));
+            warn_above_ceiling(&mut warned, load, job.load_unit(), &summary, section.ceiling.as_ref());
             let stopped = matches!(run.cutoff, Some(driver::Cutoff::Interrupted));
             section.loads.push(LoadJson { load, repeat, summary, requests: run.records });
             pool(&mut section, &loads, &job_schedules(job, &loads)?, a.slo_ms);
@@ -240,6 +243,24 @@ fn replay(
         crate::export::plot::draw_replays(&[(String::new(), &section)], dir)?;
     }
     outcome
+}
+
+/// Say once when a load moved more than the measured ceiling: then the ceiling's few reps were slow, and every
+/// utilization of the run is overstated.
+fn warn_above_ceiling(warned: &mut bool, load: f64, unit: &str, s: &LoadSummary, ceiling: Option<&CeilingJson>) {
+    let (Some(u), Some(c)) = (s.utilization, ceiling) else { return };
+    if *warned || u <= 1.05 || c.source != "measured" {
+        return;
+    }
+    *warned = true;
+    crate::noteln!(
+        "{} moved {:.2} GB/s, {:.0}% of the {:.2} GB/s ceiling measured before the replay: that measurement was low, \
+         so utilizations are overstated; give the path's ceiling with --ceiling GB/s",
+        load_words(load, unit),
+        s.achieved_gbps.unwrap_or(0.0),
+        u * 100.0,
+        c.gbps
+    );
 }
 
 /// Every load's schedule (for the offered rates of the pooled summaries).

@@ -243,6 +243,19 @@ impl TransferPlan {
         Ok(TransferPlan { size_bytes: case.size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) })
     }
 
+    /// The plan of a rep that RepStart names by case and size: its case's plan, or, in the contiguous layout, a
+    /// transfer of that many bytes into the region's start (a replayed request, or a piece of one, sizes no case
+    /// lists). The receiver checked the size against its buffer.
+    pub fn for_rep(cfg: &RunConfig, case: usize, size_bytes: u64) -> Result<TransferPlan> {
+        match cfg.cases.get(case).filter(|c| c.size_bytes == size_bytes) {
+            Some(c) => TransferPlan::for_case(cfg, c),
+            None if cfg.paged.is_none() => Ok(TransferPlan::contiguous(size_bytes, cfg.knobs.block_size)),
+            None => anyhow::bail!(
+                "RepStart names case {case} of {size_bytes} bytes, which is not in the agreed configuration"
+            ),
+        }
+    }
+
     /// Pieces of the transfer: the paged pieces, or the contiguous blocks.
     pub fn pieces(&self) -> usize {
         self.paged.as_ref().map_or(self.writes.len(), |p| p.pieces.len())

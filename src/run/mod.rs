@@ -95,6 +95,17 @@ pub struct RepRecord {
     pub receiver: RepReport,
 }
 
+impl RepRecord {
+    /// When the sender knew the rep's last byte had landed, ms on its stage clock: its last completion, or, for a
+    /// rep the receiver pulled (it timed the transfer), the receiver's RepDone: this end posted nothing to see.
+    pub fn landed_ms(&self) -> f64 {
+        match self.receiver.transfer_ms {
+            Some(_) => self.sender.t_done_ms,
+            None => self.sender.t_last_complete_ms,
+        }
+    }
+}
+
 /// Everything measured for one size.
 pub struct CaseRecord {
     pub index: usize,

@@ -6,7 +6,9 @@
 //! A request is one rep of its bytes, or several when it is larger than the receiver's region (moved one after
 //! another into the region's start); its service time covers them all. Its end is when its last byte landed as the
 //! sender's transport saw it (the receiver's report of the rep comes back after, off the request's latency but
-//! before its session takes the next request). Nothing here knows where the requests came
+//! before its session takes the next request); when the receiver pulls (a READ), the sender sees nothing land, and
+//! the end is that report's arrival. A pulling receiver starts reading when armed, so its reps are armed when due,
+//! not ahead: the arming round trip is then the decode side's notice that the request's KV is ready. Nothing here knows where the requests came
 //! from (a trace or an arrival model).
 
 use super::sender::{ArmedRep, SenderSession};
@@ -102,7 +104,7 @@ pub struct Moved {
     pub transfer_ms: f64,
     pub mismatched_bytes: Option<u64>,
     /// When its last byte landed (the sender's clock): the transfer's last completion, before the receiver's
-    /// report of the rep came back.
+    /// report of the rep came back (for a rep the receiver pulled: that report).
     pub landed: Instant,
 }
 
@@ -125,7 +127,7 @@ pub fn move_bytes(
         };
         let rep = session.go(ready)?;
         transfer_ms += rep.transfer_ms;
-        landed = session.instant_of(rep.sender.t_last_complete_ms);
+        landed = session.instant_of(rep.landed_ms());
         if let Some(m) = rep.mismatched_bytes {
             bad = Some(bad.unwrap_or(0) + m);
         }
@@ -266,8 +268,9 @@ fn serve_request(
     let due = shared.t0 + Duration::from_secs_f64(r.at_ms / 1e3);
     let now = Instant::now();
     let idle = now < due;
-    // Arm ahead only when the receiver will not give up waiting for the bytes before they come.
-    let ahead = idle && r.bytes > 0 && due - now < session.io_timeout() / 2;
+    // Arm ahead only when the receiver will not give up waiting for the bytes before they come, and not when it
+    // pulls: its READ would start at arming, before the request is due.
+    let ahead = idle && r.bytes > 0 && due - now < session.io_timeout() / 2 && !session.receiver_pulls();
     let armed = if ahead { Some(arm(session, r.bytes.min(shared.region), seq)?) } else { None };
     if idle && !sleep_until(due, limits.stop) {
         shared.halt_with(Cutoff::Interrupted);

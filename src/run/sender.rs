@@ -386,6 +386,12 @@ impl SenderSession {
         self.ch.io_timeout()
     }
 
+    /// Whether the receiver pulls each rep as soon as it is armed ([`crate::transport::Transport::pulls`]): then
+    /// arming is starting.
+    pub fn receiver_pulls(&self) -> bool {
+        registry::get(self.cfg.transport.kind()).pulls(&self.cfg.transport)
+    }
+
     /// The configuration the session runs (agreed with the receiver).
     pub fn config(&self) -> &RunConfig {
         &self.cfg

@@ -51,6 +51,12 @@ pub trait Transport: TransportKnobs + ExtrasNotes + Sync {
     /// How the receiver learns that a rep's bytes have landed, for a run of `cfg`.
     fn landing(&self, cfg: &TransportConfig) -> Landing;
 
+    /// Whether, in a run of `cfg`, the receiver posts the transfer itself (a READ) as soon as it is armed: the
+    /// bytes then move at RepReady, not when the sender goes, and the sender learns of the end from the receiver.
+    fn pulls(&self, _cfg: &TransportConfig) -> bool {
+        false
+    }
+
     /// Whether it moves host memory from another process (an engine's worker), which then needs the buffers
     /// allocated shared ([`Buffer::alloc_for`]).
     fn host_sharing(&self) -> HostSharing {

@@ -67,6 +67,10 @@ impl Transport for Nixl {
         }
     }
 
+    fn pulls(&self, cfg: &TransportConfig) -> bool {
+        cfg.knobs::<NixlConfig>().is_ok_and(|n| n.op == NixlOp::Read)
+    }
+
     /// UCX will not use CUDA IPC between two agents of one process ("cuda_ipc cannot reach: same process") and
     /// quietly moves GPU buffers over loopback TCP instead (0.4 GB/s where two processes get NVLink), and two
     /// processes are how its users run it.

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 /// One case's READ: the prepped lists of both ends and the request made from them by index, posted every rep.
 struct PreparedRead {
-    case: usize,
+    /// The rep it reads: (case, bytes).
+    rep: (usize, u64),
     // Drop order: the request before the lists it was made from.
     request: XferRequest,
     _lists: Owned<(XferDlistHandle, XferDlistHandle)>,
@@ -49,14 +50,11 @@ impl NixlTarget {
 
     /// The READ of case `case`, made when the case changes: every piece of the sender's buffer into its slot here.
     fn prepare_read(&mut self, case: usize, size_bytes: u64) -> Result<()> {
-        if self.read.as_ref().is_some_and(|r| r.case == case) {
+        if self.read.as_ref().is_some_and(|r| r.rep == (case, size_bytes)) {
             return Ok(());
         }
         self.read = None;
-        let Some(c) = self.cfg.cases.get(case).filter(|c| c.size_bytes == size_bytes) else {
-            bail!("RepStart names case {case} of {size_bytes} bytes, which is not in the agreed configuration");
-        };
-        let plan = TransferPlan::for_case(&self.cfg, c)?;
+        let plan = TransferPlan::for_rep(&self.cfg, case, size_bytes)?;
         let (sender_agent, sender) =
             self.sender.as_ref().ok_or_else(|| anyhow!("the sender's nixl region is missing"))?;
         let (src, dst) = descriptor_lists(&plan.writes, sender, &self.engine.region())?;
@@ -72,7 +70,7 @@ impl NixlTarget {
         let request = agent
             .make_xfer_req(XferOp::Read, &local, &indices, &remote, &indices, Some(&args))
             .map_err(nixl("make_xfer_req"))?;
-        self.read = Some(PreparedRead { case, request, _lists: Owned((local, remote)) });
+        self.read = Some(PreparedRead { rep: (case, size_bytes), request, _lists: Owned((local, remote)) });
         Ok(())
     }
 }
@@ -102,7 +100,7 @@ impl Target for NixlTarget {
         let (Some(case), Some(read)) = (self.armed.take(), self.read.as_ref()) else {
             bail!("the nixl target was asked to wait without an armed READ");
         };
-        debug_assert_eq!(case, read.case);
+        debug_assert_eq!(case, read.rep.0);
         let agent = &self.engine.agent;
         let posted = Instant::now();
         agent.post_xfer_req(&read.request, None).map_err(nixl("post_xfer_req"))?;

@@ -79,6 +79,10 @@ impl Transport for Verbs {
         Landing::Observed
     }
 
+    fn pulls(&self, cfg: &TransportConfig) -> bool {
+        cfg.knobs::<VerbsConfig>().is_ok_and(|k| k.op == VerbsOp::Read)
+    }
+
     fn pins_host_memory(&self) -> bool {
         true
     }

@@ -61,8 +61,8 @@ pub struct ReadTarget {
     max_sge: u32,
     /// The sender's pieces, from its answer.
     sender: Vec<Piece>,
-    /// The case whose requests `segs` and `reqs` hold.
-    case: Option<usize>,
+    /// The rep (case, bytes) whose requests `segs` and `reqs` hold.
+    case: Option<(usize, u64)>,
     writes: usize,
     segs: Vec<Segment>,
     reqs: Vec<WriteRequest>,
@@ -103,14 +103,11 @@ impl ReadTarget {
 
     /// Cut case `case` into READs (once per case): the plan's writes turned around, this end's offset the local one.
     fn prepare(&mut self, case: usize, size_bytes: u64) -> Result<()> {
-        if self.case == Some(case) {
+        if self.case == Some((case, size_bytes)) {
             return Ok(());
         }
         self.case = None;
-        let Some(c) = self.run.cases.get(case).filter(|c| c.size_bytes == size_bytes) else {
-            bail!("RepStart names case {case} of {size_bytes} bytes, which is not in the agreed configuration");
-        };
-        let plan = TransferPlan::for_case(&self.run, c)?;
+        let plan = TransferPlan::for_rep(&self.run, case, size_bytes)?;
         let reads: Vec<Write> = plan
             .writes
             .iter()
@@ -121,7 +118,7 @@ impl ReadTarget {
             .context("--op read: cutting the rep into READs")?;
         post::gather(&self.segs, self.max_sge, max_len, &mut self.reqs);
         self.writes = reads.len();
-        self.case = Some(case);
+        self.case = Some((case, size_bytes));
         Ok(())
     }
 }
