@@ -3,6 +3,7 @@
 //! where it lives (GPU buffers with a kernel, never through a host shadow copy). A shared `&Buffer` never yields a
 //! reference to its bytes, since a peer or a device may be writing them: see [`region`].
 
+pub mod cacheline;
 pub mod cuda;
 pub mod host;
 pub mod kernels;
@@ -199,7 +200,9 @@ impl Buffer {
         match self {
             Buffer::Gpu(g) => kernels::kernels(g.ordinal())?.fill(g.ptr(), len, seed, rep),
             _ => {
-                crate::pattern::fill(&mut self.host_bytes_mut().expect("host kinds")[range], seed, rep);
+                let bytes = &mut self.host_bytes_mut().expect("host kinds")[range];
+                crate::pattern::fill(bytes, seed, rep);
+                cacheline::write_back(bytes);
                 Ok(())
             }
         }
@@ -212,7 +215,8 @@ impl Buffer {
         let Some(s) = self.host_bytes_mut() else {
             anyhow::bail!("fill_pattern_range is for host memory; GPU buffers fill whole");
         };
-        crate::pattern::fill_from(&mut s[range], offset, seed, rep);
+        crate::pattern::fill_from(&mut s[range.clone()], offset, seed, rep);
+        cacheline::write_back(&mut s[range]);
         Ok(())
     }
 
@@ -254,7 +258,14 @@ impl Buffer {
                 crate::pattern::check_spans(spans, g.len() as u64, true)?;
                 kernels::kernels(g.ordinal())?.fill_spans(g.ptr(), spans, seed, rep)
             }
-            _ => crate::pattern::fill_spans(self.host_bytes_mut().expect("host kinds"), spans, seed, rep),
+            _ => {
+                let bytes = self.host_bytes_mut().expect("host kinds");
+                crate::pattern::fill_spans(bytes, spans, seed, rep)?;
+                for s in spans {
+                    cacheline::write_back(&mut bytes[s.offset as usize..(s.offset + s.len) as usize]);
+                }
+                Ok(())
+            }
         }
     }
 
