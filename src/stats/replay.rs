@@ -75,7 +75,7 @@ pub struct LoadSummary {
     pub arrival_latency_ms: Option<Quantiles>,
     /// First byte posted → last byte landed.
     pub service_ms: Option<Quantiles>,
-    /// Scheduled arrival → first byte posted.
+    /// Scheduled arrival → first byte posted (layer-wise: → its session took it, its first layer may come later).
     pub queue_ms: Option<Quantiles>,
     /// How late the driver started requests that found their session idle: its own precision.
     pub schedule_lag_ms: Option<Quantiles>,
