@@ -2,6 +2,8 @@
 //! byte verified and its requests as the trace has them; seeded arrival models repeat byte for byte; prefix-cache
 //! hits equal an independent count; a receiver stopped for 500 ms delays every request due in the stall, not just
 //! the one moving (latency counts from the scheduled arrival); bad inputs are one line and exit 2, writing nothing.
+//! Layer-wise: no layer moves before prefill computed it, the reported latency counts from the prefill's end, and
+//! with a prefill too fast to matter it is the arrival-based latency again.
 
 mod common;
 
@@ -384,4 +386,122 @@ fn ctrl_c_stops_at_the_request_in_flight_and_keeps_what_ran() {
     let n = load_requests(&r, 0).len();
     assert!((300..3000).contains(&n), "{n} requests kept");
     assert_eq!(load["summary"]["not_started"].as_u64().unwrap() as usize, 3000 - n);
+}
+
+/// A layer-wise replay of `requests` arrivals of 16 tokens (llama-3.1-8b: 32 layers, 128 KiB of KV per token)
+/// with prefill at `tokens_per_s`; returns its results.
+fn layerwise_replay(dir: &TempDir, name: &str, rate: &str, tokens_per_s: &str, more: &[&str]) -> serde_json::Value {
+    let json = dir.arg(&format!("{name}.json"));
+    let mut args = vec![
+        "replay",
+        "--arrivals",
+        rate,
+        "--prompt-tokens",
+        "fixed:16",
+        "--requests",
+        "6",
+        "--model",
+        "llama-3.1-8b",
+        "--warmup-requests",
+        "1",
+        "--json",
+        &json,
+    ];
+    if !tokens_per_s.is_empty() {
+        args.extend(["--layerwise", "--prefill-tokens-per-s", tokens_per_s]);
+    }
+    args.extend(more);
+    run(&args).expect_code(0);
+    read_json(&dir.join(&format!("{name}.json")))
+}
+
+#[test]
+fn a_layerwise_replay_moves_no_layer_before_prefill_computed_it_and_reports_the_tail_after_prefill() {
+    let dir = TempDir::new("replay-layerwise");
+    // 16 tokens at 40 tokens/s: 400 ms of prefill per request, a layer every 12.5 ms, 64 KiB each.
+    let (csv, md, fig) = (dir.arg("l.csv"), dir.arg("l.md"), dir.arg("fig"));
+    let r = layerwise_replay(&dir, "l", "constant:2", "40", &["--csv", &csv, "--md", &md, "--fig", &fig]);
+    let replay = &r["replay"];
+    assert_eq!(replay["latency"], "prefill_end_to_landed");
+    assert_eq!(replay["layerwise"]["layers"], 32);
+    assert_eq!(num(&replay["layerwise"], "prefill_tokens_per_s"), 40.0);
+    let reqs = load_requests(&r, 0);
+    assert_eq!(reqs.len(), 6);
+    let (prefill, per_layer) = (400.0, 400.0 / 32.0);
+    let mut after = Vec::new();
+    for q in reqs {
+        let (at, start, end) = (num(q, "scheduled_ms"), num(q, "start_ms"), num(q, "end_ms"));
+        assert_eq!(q["pieces"], 32, "a rep per layer: {q}");
+        assert!(start >= at + per_layer - 1e-6, "its first byte moved before its first layer was computed: {q}");
+        assert!((num(q, "prefill_end_ms") - (at + prefill)).abs() < 1e-6, "{q}");
+        assert!(end >= at + prefill - 1e-6, "its last layer cannot land before the prefill ends: {q}");
+        assert!((num(q, "after_prefill_ms") - (end - at - prefill)).abs() < 1e-6, "{q}");
+        assert!((num(q, "latency_ms") - (end - at)).abs() < 1e-6, "latency_ms still counts from arrival: {q}");
+        after.push(num(q, "after_prefill_ms"));
+    }
+    let s = &replay["loads"][0]["summary"];
+    let (reported, arrival) = (num(&s["latency_ms"], "p50"), num(&s["arrival_latency_ms"], "p50"));
+    assert!(arrival >= prefill, "{s}");
+    // The transfer keeps up with a 400 ms prefill: only the last 64 KiB layer is left when it ends.
+    assert!(reported < arrival / 4.0, "after prefill {reported} ms is not far below {arrival} ms from arrival");
+    after.sort_by(f64::total_cmp);
+    assert!((reported - after[2]).abs() < 0.01 * after[2].max(1.0) + 0.01, "{reported} vs {after:?}");
+    assert!(replay["pooled"][0].get("predicted").is_none(), "no prefill-free prediction beside it");
+    let csv = std::fs::read_to_string(dir.join("l.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(header.ends_with(",prefill_end_ms,after_prefill_ms"), "{header}");
+    assert_eq!(csv.lines().count(), 7);
+    let md = std::fs::read_to_string(dir.join("l.md")).unwrap();
+    assert!(md.contains("prefill end → last byte landed") && md.contains("latency after prefill p50 ms"), "{md}");
+    for svg in ["replay-latency-cdf.svg", "replay-latency-vs-load.svg", "replay-timeline-2.svg"] {
+        let text = std::fs::read_to_string(dir.join("fig").join(svg)).unwrap();
+        assert!(text.contains("latency after prefill"), "{svg} does not say which latency it shows");
+    }
+}
+
+#[test]
+fn a_layerwise_replay_with_an_instant_prefill_reports_the_arrival_latency() {
+    let dir = TempDir::new("replay-layerwise-fast");
+    let plain = layerwise_replay(&dir, "plain", "constant:20", "", &[]);
+    let fast = layerwise_replay(&dir, "fast", "constant:20", "1e12", &[]);
+    let (p, f) = (load_requests(&plain, 0), load_requests(&fast, 0));
+    let key = |q: &serde_json::Value| (q["id"].as_u64(), q["bytes"].as_u64(), q["scheduled_ms"].as_f64());
+    assert_eq!(p.iter().map(key).collect::<Vec<_>>(), f.iter().map(key).collect::<Vec<_>>(), "the same stream");
+    assert_eq!(plain["replay"]["latency"], "arrival_to_landed");
+    assert!(plain["replay"].get("layerwise").is_none() && p[0].get("after_prefill_ms").is_none());
+    for q in f {
+        let at = num(q, "scheduled_ms");
+        assert!((num(q, "prefill_end_ms") - at).abs() < 1e-6, "{q}");
+        assert!((num(q, "after_prefill_ms") - num(q, "latency_ms")).abs() < 1e-3, "{q}");
+        assert!(num(q, "start_ms") >= at && q["pieces"] == 32, "{q}");
+    }
+    let s = &fast["replay"]["loads"][0]["summary"];
+    for k in ["p50", "p99", "max"] {
+        let (rep, arr) = (num(&s["latency_ms"], k), num(&s["arrival_latency_ms"], k));
+        assert!((rep - arr).abs() <= 0.01 * arr + 0.01, "{k}: {rep} after prefill vs {arr} from arrival");
+    }
+}
+
+#[test]
+fn bad_layerwise_flags_are_refused_in_one_line() {
+    let dir = TempDir::new("replay-layerwise-bad");
+    let base = ["replay", "--arrivals", "poisson:2", "--prompt-tokens", "fixed:8", "--requests", "2"];
+    let cases: [(&[&str], &str); 7] = [
+        (&["--layerwise"], "--prefill-tokens-per-s"),
+        (&["--prefill-tokens-per-s", "100"], "--layerwise"),
+        (&["--layerwise", "--prefill-tokens-per-s", "0"], "--prefill-tokens-per-s"),
+        (&["--layerwise", "--prefill-tokens-per-s=-5"], "--prefill-tokens-per-s"),
+        (&["--layerwise", "--prefill-tokens-per-s", "NaN"], "--prefill-tokens-per-s"),
+        (&["--layerwise", "--prefill-tokens-per-s", "inf"], "--prefill-tokens-per-s"),
+        (&["--layerwise", "--prefill-tokens-per-s", "100", "--kv-bytes-per-token", "64"], "--model"),
+    ];
+    let json = dir.arg("never.json");
+    for (more, needle) in cases {
+        let argv: Vec<&str> = base.iter().copied().chain(["--json", &json]).chain(more.iter().copied()).collect();
+        let out = run(&argv);
+        out.expect_code(2);
+        let line = out.one_error();
+        assert!(line.contains(needle), "{argv:?} does not name {needle}: {line}");
+        assert!(!dir.join("never.json").exists(), "{argv:?} wrote a results file");
+    }
 }

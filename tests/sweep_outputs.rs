@@ -174,7 +174,7 @@ fn a_latency_runs_results_file_matches_the_schema() {
 }
 
 #[test]
-fn a_replays_results_file_matches_the_schema() {
+fn a_replays_results_files_match_the_schema() {
     let dir = TempDir::new("replay-schema");
     let args = ["replay", "--arrivals", "poisson:100", "--prompt-tokens", "fixed:8", "--requests", "20"];
     let more = ["--kv-bytes-per-token", "1024", "--rates", "50,100", "--json", &dir.arg("r.json")];
@@ -182,6 +182,11 @@ fn a_replays_results_file_matches_the_schema() {
     let v = read_json(&dir.join("r.json"));
     assert_matches_schema("kvxfer replay's results", &v);
     assert_eq!(v["replay"]["loads"][1]["requests"].as_array().map(Vec::len), Some(20), "{}", v["replay"]);
+    let layerwise = ["--model", "llama-3.1-8b", "--layerwise", "--prefill-tokens-per-s", "1e6", "--json"];
+    run(&[&args[..], &layerwise[..], &[dir.arg("l.json").as_str()]].concat()).expect_code(0);
+    let v = read_json(&dir.join("l.json"));
+    assert_matches_schema("a layer-wise replay's results", &v);
+    assert_eq!(v["replay"]["latency"], "prefill_end_to_landed", "{}", v["replay"]);
 }
 
 #[test]

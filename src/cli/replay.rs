@@ -72,6 +72,13 @@ pub struct ReplayArgs {
     /// 4 GiB)
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Replay")]
     pub region: Option<u64>,
+    /// Layer-wise: each layer's KV moves once prefill has computed it (layer i of L at arrival + (i+1)/L ×
+    /// uncached tokens / --prefill-tokens-per-s); latency then counts from the prefill's end
+    #[arg(long, help_heading = "Replay")]
+    pub layerwise: bool,
+    /// The prefill's speed for --layerwise, input tokens per second (cached tokens are not prefilled)
+    #[arg(long, value_name = "N", value_parser = parse_tokens_per_s, help_heading = "Replay")]
+    pub prefill_tokens_per_s: Option<f64>,
 
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND", help_heading = "Memory")]
@@ -116,4 +123,12 @@ pub struct ReplayArgs {
     pub reps_given: bool,
     #[arg(skip)]
     pub warmup_given: bool,
+}
+
+/// `--prefill-tokens-per-s`: a finite rate above 0.
+fn parse_tokens_per_s(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err("give the prefill's input tokens per second, a number above 0 (e.g. 20000)".to_string()),
+    }
 }

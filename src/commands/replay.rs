@@ -16,10 +16,11 @@ use crate::export::json::{Results, Role};
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
-use crate::run::replay::{self as driver, LoadRun, RequestRecord, Scheduled};
+use crate::run::replay::{self as driver, Layerwise, LoadRun, RequestRecord, Scheduled};
 use crate::run::sender::SenderSession;
 use crate::stats::replay::{
-    knee, load_words, CeilingJson, LoadJson, LoadSummary, PooledJson, PredictedJson, ReplayJson,
+    knee, load_words, CeilingJson, LatencyFrom, LayerwiseJson, LoadJson, LoadSummary, PooledJson, PredictedJson,
+    ReplayJson,
 };
 use anyhow::{Context as _, Result};
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ const CEILING_REPS: u32 = 3;
 pub fn run(a: ReplayArgs) -> Result<()> {
     let job = workload::job(&a)?;
     let cfg = run_config(&a, &job)?;
+    let layerwise = layerwise(&a, &job)?;
     for (flag, path) in [("--json", &a.json), ("--csv", &a.csv), ("--md", &a.md)] {
         if let Some(p) = path {
             crate::export::check_writable(flag, p)?;
@@ -82,7 +84,8 @@ pub fn run(a: ReplayArgs) -> Result<()> {
         sessions.push(session);
     }
     // Named only now, so that a run that never connected leaves no empty results file behind.
-    let outcome = results_path(&a).and_then(|json| replay(&a, &job, &cfg, &mut sessions, &json, &receiver_host));
+    let outcome =
+        results_path(&a).and_then(|json| replay(&a, (&job, layerwise), &cfg, &mut sessions, &json, &receiver_host));
     let closed: Vec<Result<()>> = sessions.into_iter().map(|s| s.close(&Ok(()))).collect();
     let receivers: Vec<Result<()>> = receivers
         .into_iter()
@@ -144,6 +147,26 @@ fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
     Ok(cfg)
 }
 
+/// `--layerwise --prefill-tokens-per-s N`: the model's layers and the prefill's rate, both flags or neither.
+fn layerwise(a: &ReplayArgs, job: &Job) -> Result<Option<Layerwise>> {
+    let tokens_per_s = match (a.layerwise, a.prefill_tokens_per_s) {
+        (false, None) => return Ok(None),
+        (true, Some(n)) => n,
+        (true, None) => bail_usage!("--layerwise needs --prefill-tokens-per-s N: how fast prefill computes the layers"),
+        (false, Some(_)) => bail_usage!("--prefill-tokens-per-s applies to --layerwise; add --layerwise or drop it"),
+    };
+    let Some(layers) = job.layers else {
+        bail_usage!(
+            "--layerwise needs the model's layer count: give --model or --model-config instead of --kv-bytes-per-token"
+        );
+    };
+    let layers = u32::try_from(layers).ok().filter(|l| *l > 0);
+    let Some(layers) = layers else {
+        bail_usage!("--layerwise: the model's config gives no usable layer count; give --model NAME");
+    };
+    Ok(Some(Layerwise { layers, tokens_per_s, bytes_per_token: job.bytes_per_token }))
+}
+
 /// The results file: `--json`, or a new file in `--out-dir`.
 fn results_path(a: &ReplayArgs) -> Result<PathBuf> {
     match &a.json {
@@ -159,7 +182,7 @@ fn results_path(a: &ReplayArgs) -> Result<PathBuf> {
 /// Measure the ceiling, warm up, run every load of every repetition, and write the files as loads complete.
 fn replay(
     a: &ReplayArgs,
-    job: &Job,
+    (job, layerwise): (&Job, Option<Layerwise>),
     cfg: &RunConfig,
     sessions: &mut [SenderSession],
     json: &std::path::Path,
@@ -184,7 +207,7 @@ fn replay(
     let mut section = ReplayJson {
         workload: job.describe(),
         load_unit: job.load_unit().into(),
-        latency: "arrival_to_landed".into(),
+        latency: if layerwise.is_some() { LatencyFrom::PrefillEnd } else { LatencyFrom::Arrival },
         max_inflight: a.max_inflight,
         region_bytes: region,
         max_backlog_s: a.max_backlog.as_secs_f64(),
@@ -194,7 +217,16 @@ fn replay(
         loads: Vec::new(),
         pooled: Vec::new(),
         knee: None,
+        layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
     };
+    if let Some(l) = layerwise {
+        crate::noteln!(
+            "layer-wise: {} layers, prefill at {} tokens/s; latency = {}",
+            l.layers,
+            l.tokens_per_s,
+            section.latency.words()
+        );
+    }
     if cfg.knobs.verify {
         crate::noteln!("--verify: each request's service time includes filling and checking its pattern; replay without it for timing");
     }
@@ -208,7 +240,8 @@ fn replay(
         for (k, &load) in loads.iter().enumerate() {
             let schedule = job.schedule(load)?;
             let step = repeat as usize * loads.len() + k + 1;
-            let run = run_one(sessions, &mut seqs, &schedule, region, a, (step, total, load, job.load_unit()));
+            let run =
+                run_one(sessions, &mut seqs, (&schedule, layerwise), region, a, (step, total, load, job.load_unit()));
             let run = match run {
                 Ok(r) => r,
                 Err(e) => {
@@ -297,6 +330,10 @@ fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Scheduled>], s
 
 /// The load's p50 and p99 as a queueing simulation over the measured ceiling predicts them, and ÷ the measured.
 fn predicted(section: &ReplayJson, schedule: &[Scheduled], measured: &LoadSummary) -> Option<PredictedJson> {
+    // The simulation has no prefill: it predicts arrival-based latency, which a layer-wise run does not report.
+    if section.layerwise.is_some() {
+        return None;
+    }
     let gbps = section.ceiling.as_ref()?.gbps;
     let region = section.region_bytes as f64;
     let curve = crate::stats::queueing::Curve::new(&[(region, region / (gbps * 1e6))])?;
@@ -315,7 +352,7 @@ fn predicted(section: &ReplayJson, schedule: &[Scheduled], measured: &LoadSummar
 fn run_one(
     sessions: &mut [SenderSession],
     seqs: &mut [u32],
-    schedule: &[Scheduled],
+    (schedule, layerwise): (&[Scheduled], Option<Layerwise>),
     region: u64,
     a: &ReplayArgs,
     (step, total, load, unit): (usize, usize, f64, &str),
@@ -323,12 +360,12 @@ fn run_one(
     let what = format!("load {step}/{total}: {}, {} requests", load_words(load, unit), schedule.len());
     let progress = Mutex::new(crate::output::progress::StepProgress::new(schedule.len(), &what));
     let report = |r: &RequestRecord, done: usize, backlog_s: f64| {
-        let msg = format!("{what}; request {} took {:.1} ms, backlog {backlog_s:.1} s", r.id, r.latency_ms);
+        let msg = format!("{what}; request {} took {:.1} ms, backlog {backlog_s:.1} s", r.id, r.reported_latency_ms());
         progress.lock().unwrap_or_else(|p| p.into_inner()).update(done, &msg);
     };
     let stop = || crate::run::pace::stopped_by().is_some();
     let limits = driver::Limits { max_backlog: a.max_backlog, progress: &report, stop: &stop };
-    let run = driver::run_load(sessions, seqs, schedule, region, &limits);
+    let run = driver::run_load_with(sessions, seqs, schedule, region, &limits, layerwise);
     progress.lock().unwrap_or_else(|p| p.into_inner()).finish();
     run
 }

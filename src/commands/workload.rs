@@ -31,6 +31,8 @@ pub struct Job {
     trace: Vec<(Request, u64, u64)>,
     pub bytes_per_token: u64,
     pub model: Option<String>,
+    /// The model's layer count (absent when `--kv-bytes-per-token` gave the bytes without a model).
+    pub layers: Option<u64>,
     prefix: serde_json::Value,
 }
 
@@ -54,17 +56,17 @@ pub struct KvFlags<'a> {
     pub kv_bytes_per_token: Option<u64>,
 }
 
-/// The model's KV bytes per token (qwen3-30b-a3b unless a flag names another).
-fn bytes_per_token(a: KvFlags) -> Result<(u64, Option<String>)> {
+/// The model's KV bytes per token, its name and its layer count (qwen3-30b-a3b unless a flag names another).
+fn bytes_per_token(a: KvFlags) -> Result<(u64, Option<String>, Option<u64>)> {
     let geometry = match (a.model, a.model_config, a.kv_bytes_per_token) {
         (Some(m), _, _) => kv::preset(m)?,
         (_, Some(p), _) => kv::from_config_file(p)?,
         (_, _, Some(0)) => bail_usage!("--kv-bytes-per-token must be positive"),
-        (_, _, Some(n)) => return Ok((n, None)),
+        (_, _, Some(n)) => return Ok((n, None, None)),
         (None, None, None) => kv::preset(super::common::DEFAULT_MODEL)?,
     };
     crate::noteln!("kv bytes/token: {}", geometry.describe());
-    Ok((geometry.bytes_per_token(), Some(geometry.name)))
+    Ok((geometry.bytes_per_token(), Some(geometry.name), Some(geometry.layers)))
 }
 
 /// The workload `a` names, its bytes at the KV bytes per token `kv` gives.
@@ -75,12 +77,12 @@ pub fn job(a: &WorkloadArgs, kv: KvFlags) -> Result<Job> {
             "--prefix-cache: requests from --arrivals have no prefix blocks to share; replay a --trace, or drop it"
         );
     }
-    let (bpt, model) = bytes_per_token(kv)?;
+    let (bpt, model, layers) = bytes_per_token(kv)?;
     if a.requests == Some(0) {
         bail_usage!("--requests 0: replay at least one request");
     }
     if let Some(arrivals) = &a.arrivals {
-        return model_job(a, arrivals, bpt, model);
+        return model_job(a, arrivals, bpt, (model, layers));
     }
     let (name, requests, window) = match &a.trace {
         Some(path) => (path.display().to_string(), workload::read_trace(path, a.sort)?, a.window.clone()),
@@ -125,7 +127,7 @@ pub fn job(a: &WorkloadArgs, kv: KvFlags) -> Result<Job> {
             prefix["hit_requests"]
         );
     }
-    Ok(Job { source: Source::Trace { name, window, speeds }, trace, bytes_per_token: bpt, model, prefix })
+    Ok(Job { source: Source::Trace { name, window, speeds }, trace, bytes_per_token: bpt, model, layers, prefix })
 }
 
 /// Cached ÷ input bytes over the selected requests.
@@ -139,7 +141,12 @@ fn hit_rate(trace: &[(Request, u64, u64)]) -> f64 {
     }
 }
 
-fn model_job(a: &WorkloadArgs, arrivals_text: &str, bpt: u64, model: Option<String>) -> Result<Job> {
+fn model_job(
+    a: &WorkloadArgs,
+    arrivals_text: &str,
+    bpt: u64,
+    (model, layers): (Option<String>, Option<u64>),
+) -> Result<Job> {
     if a.window.is_some() {
         bail_usage!("--window selects part of a trace; with --arrivals, --requests N says how many to generate");
     }
@@ -161,7 +168,7 @@ fn model_job(a: &WorkloadArgs, arrivals_text: &str, bpt: u64, model: Option<Stri
         seed: a.seed,
         rates,
     };
-    let job = Job { source, trace: Vec::new(), bytes_per_token: bpt, model, prefix: json!({ "size": "off" }) };
+    let job = Job { source, trace: Vec::new(), bytes_per_token: bpt, model, layers, prefix: json!({ "size": "off" }) };
     for &rate in &job.loads() {
         let reqs = job.generated(rate)?;
         let summary = TraceSummary::of(&reqs);

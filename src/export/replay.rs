@@ -1,7 +1,8 @@
 //! A replay's side files: one CSV row per request (every load and repetition), and the per-load summary as a
-//! Markdown table.
+//! Markdown table. A layer-wise replay's rows also carry each request's prefill end and latency after it, and its
+//! table's latency columns say they count from the prefill's end.
 
-use crate::stats::replay::{load_words, LoadSummary, ReplayJson};
+use crate::stats::replay::{load_words, LatencyFrom, LoadSummary, ReplayJson};
 use anyhow::Result;
 use comfy_table::{presets::ASCII_MARKDOWN, Table};
 use serde::Serialize;
@@ -27,12 +28,19 @@ struct Row {
     mismatched_bytes: Option<u64>,
 }
 
+/// A layer-wise request's columns after the record's.
+#[derive(Serialize)]
+struct AfterPrefill {
+    prefill_end_ms: Option<f64>,
+    after_prefill_ms: Option<f64>,
+}
+
 /// Every request of every load, in the order they ran.
 pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for l in &replay.loads {
         for r in &l.requests {
-            w.serialize(Row {
+            let row = Row {
                 load: l.load,
                 repeat: l.repeat,
                 id: r.id,
@@ -49,7 +57,14 @@ pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
                 lag_ms: r.lag_ms,
                 transfer_ms: r.transfer_ms,
                 mismatched_bytes: r.mismatched_bytes,
-            })?;
+            };
+            match replay.latency {
+                LatencyFrom::Arrival => w.serialize(row)?,
+                LatencyFrom::PrefillEnd => w.serialize((
+                    row,
+                    AfterPrefill { prefill_end_ms: r.prefill_end_ms, after_prefill_ms: r.after_prefill_ms },
+                ))?,
+            }
         }
     }
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
@@ -89,12 +104,13 @@ fn cells(load: f64, s: &LoadSummary) -> Vec<String> {
 pub fn summary_markdown(replay: &ReplayJson) -> String {
     let mut t = Table::new();
     t.load_preset(ASCII_MARKDOWN);
+    let p50 = format!("{} p50 ms", replay.latency.label());
     t.set_header(vec![
         replay.load_unit.as_str(),
         "requests",
         "offered GB/s",
         "achieved GB/s",
-        "latency p50 ms",
+        p50.as_str(),
         "p90 ms",
         "p99 ms",
         "max ms",
@@ -107,8 +123,13 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
     for p in &replay.pooled {
         t.add_row(cells(p.load, &p.summary));
     }
+    let layerwise = match &replay.layerwise {
+        Some(l) => format!(", layer-wise ({} layers, prefill at {} tokens/s)", l.layers, l.prefill_tokens_per_s),
+        None => String::new(),
+    };
     let mut md = format!(
-        "Latency: scheduled arrival → last byte landed, {} session(s), region {}.\n\n{t}\n",
+        "Latency: {}, {} session(s), region {}{layerwise}.\n\n{t}\n",
+        replay.latency.words(),
         replay.max_inflight,
         crate::plan::sizes::format_size(replay.region_bytes)
     );

@@ -13,10 +13,13 @@
 
 use super::sender::{ArmedRep, SenderSession};
 use anyhow::Result;
+pub use layerwise::Layerwise;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod layerwise;
 
 /// One request of the stream as the driver moves it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,6 +64,21 @@ pub struct RequestRecord {
     /// `--verify`: mismatched bytes over its pieces (the pattern fill and check are then inside its service time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatched_bytes: Option<u64>,
+    /// Layer-wise: when the prefill of its uncached tokens ended (its last layer computed), ms from the load's
+    /// start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_end_ms: Option<f64>,
+    /// Layer-wise: prefill end → last byte landed, at least 0: what the transfer adds to the time to first token
+    /// once prefill and transfer overlap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_prefill_ms: Option<f64>,
+}
+
+impl RequestRecord {
+    /// The latency its run reports: after the prefill when layer-wise, else from the scheduled arrival.
+    pub fn reported_latency_ms(&self) -> f64 {
+        self.after_prefill_ms.unwrap_or(self.latency_ms)
+    }
 }
 
 /// How one load's stream ended before its last request.
@@ -174,6 +192,8 @@ struct Shared<'a> {
     cutoff: Mutex<Option<Cutoff>>,
     records: Mutex<Vec<RequestRecord>>,
     failure: Mutex<Option<anyhow::Error>>,
+    /// Each request's layers move as its prefill computes them.
+    layerwise: Option<Layerwise>,
 }
 
 impl Shared<'_> {
@@ -202,6 +222,18 @@ pub fn run_load(
     region: u64,
     limits: &Limits,
 ) -> Result<LoadRun> {
+    run_load_with(sessions, seqs, schedule, region, limits, None)
+}
+
+/// [`run_load`], each request layer-wise when `layerwise` says so.
+pub fn run_load_with(
+    sessions: &mut [SenderSession],
+    seqs: &mut [u32],
+    schedule: &[Scheduled],
+    region: u64,
+    limits: &Limits,
+    layerwise: Option<Layerwise>,
+) -> Result<LoadRun> {
     let shared = Shared {
         schedule,
         region,
@@ -211,6 +243,7 @@ pub fn run_load(
         cutoff: Mutex::new(None),
         records: Mutex::new(Vec::with_capacity(schedule.len())),
         failure: Mutex::new(None),
+        layerwise,
     };
     std::thread::scope(|scope| {
         for (lane, (session, seq)) in sessions.iter_mut().zip(seqs.iter_mut()).enumerate() {
@@ -239,7 +272,11 @@ fn serve_lane(lane: u32, session: &mut SenderSession, seq: &mut u32, shared: &Sh
         }
         let i = shared.next.fetch_add(1, Ordering::SeqCst);
         let Some(r) = shared.schedule.get(i) else { return };
-        match serve_request(lane, session, seq, r, shared, limits) {
+        let served = match shared.layerwise {
+            Some(lw) => layerwise::serve_request(lane, session, seq, r, shared, limits, lw),
+            None => serve_request(lane, session, seq, r, shared, limits),
+        };
+        match served {
             Ok(Some(rec)) => {
                 let done = {
                     let mut all = shared.records.lock().unwrap_or_else(|p| p.into_inner());
@@ -307,6 +344,8 @@ fn serve_request(
         lag_ms: idle.then(|| (start_ms - r.at_ms).max(0.0)),
         transfer_ms: moved.transfer_ms,
         mismatched_bytes: moved.mismatched_bytes,
+        prefill_end_ms: None,
+        after_prefill_ms: None,
     }))
 }
 

@@ -67,11 +67,15 @@ pub struct LoadSummary {
     pub bytes_moved: u64,
     /// Bytes a prefix-cache hit kept from moving.
     pub bytes_saved: u64,
-    /// Scheduled arrival → last byte landed.
+    /// The latency the run reports (the section's `latency` says which): scheduled arrival → last byte landed,
+    /// or layer-wise, prefill end → last byte landed.
     pub latency_ms: Option<Quantiles>,
+    /// Layer-wise: scheduled arrival → last byte landed, the prefill included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_latency_ms: Option<Quantiles>,
     /// First byte posted → last byte landed.
     pub service_ms: Option<Quantiles>,
-    /// Scheduled arrival → first byte posted.
+    /// Scheduled arrival → first byte posted (layer-wise: → its session took it, its first layer may come later).
     pub queue_ms: Option<Quantiles>,
     /// How late the driver started requests that found their session idle: its own precision.
     pub schedule_lag_ms: Option<Quantiles>,
@@ -107,14 +111,19 @@ impl LoadSummary {
             achieved_gbps,
             bytes_moved,
             bytes_saved: recs.iter().map(|r| r.cached_bytes).sum(),
-            latency_ms: Quantiles::of(recs.iter().map(|r| r.latency_ms)),
+            latency_ms: Quantiles::of(recs.iter().map(RequestRecord::reported_latency_ms)),
+            arrival_latency_ms: recs
+                .iter()
+                .any(|r| r.after_prefill_ms.is_some())
+                .then(|| Quantiles::of(recs.iter().map(|r| r.latency_ms)))
+                .flatten(),
             service_ms: Quantiles::of(recs.iter().map(|r| r.service_ms)),
             queue_ms: Quantiles::of(recs.iter().map(|r| r.queue_ms)),
             schedule_lag_ms: Quantiles::of(recs.iter().filter_map(|r| r.lag_ms)),
             utilization: achieved_gbps.zip(ceiling_gbps.filter(|c| *c > 0.0)).map(|(a, c)| a / c),
             slo: slo_ms.filter(|_| !recs.is_empty()).map(|ms| Slo {
                 ms,
-                attained: recs.iter().filter(|r| r.latency_ms <= ms).count() as f64 / recs.len() as f64,
+                attained: recs.iter().filter(|r| r.reported_latency_ms() <= ms).count() as f64 / recs.len() as f64,
             }),
             saturated: matches!(run.cutoff, Some(Cutoff::Backlog { .. })),
             cutoff: run.cutoff,
@@ -211,8 +220,8 @@ pub struct ReplayJson {
     pub workload: serde_json::Value,
     /// `speed` (trace) or `rate` (arrival model): what `load` counts.
     pub load_unit: String,
-    /// What `latency_ms` measures: `arrival_to_landed` (scheduled arrival → last byte landed).
-    pub latency: String,
+    /// What `latency_ms` measures.
+    pub latency: LatencyFrom,
     pub max_inflight: u32,
     pub region_bytes: u64,
     pub max_backlog_s: f64,
@@ -223,6 +232,47 @@ pub struct ReplayJson {
     pub loads: Vec<LoadJson>,
     pub pooled: Vec<PooledJson>,
     pub knee: Option<Knee>,
+    /// `--layerwise`: each request's layers moved as its prefill computed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layerwise: Option<LayerwiseJson>,
+}
+
+/// Which latency a replay reports as `latency_ms` (its summaries, SLO, knee and figures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LatencyFrom {
+    /// Scheduled arrival → last byte landed.
+    #[serde(rename = "arrival_to_landed")]
+    Arrival,
+    /// Layer-wise: the prefill's end → last byte landed (at least 0): what disaggregation adds to TTFT.
+    #[serde(rename = "prefill_end_to_landed")]
+    PrefillEnd,
+}
+
+impl LatencyFrom {
+    /// The latency in words, for tables and axis titles.
+    pub fn words(self) -> &'static str {
+        match self {
+            LatencyFrom::Arrival => "scheduled arrival → last byte landed",
+            LatencyFrom::PrefillEnd => "prefill end → last byte landed",
+        }
+    }
+
+    /// An axis title's or column's name for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            LatencyFrom::Arrival => "latency",
+            LatencyFrom::PrefillEnd => "latency after prefill",
+        }
+    }
+}
+
+/// The replay section's `layerwise`: how each request's layers became available.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerwiseJson {
+    /// The model's layers: each request moved in this many consecutive slices.
+    pub layers: u64,
+    /// `--prefill-tokens-per-s`: layer i of L was available at arrival + (i+1)/L × uncached tokens ÷ this.
+    pub prefill_tokens_per_s: f64,
 }
 
 #[cfg(test)]
@@ -241,6 +291,7 @@ mod tests {
             bytes_moved: 0,
             bytes_saved: 0,
             latency_ms: Some(q),
+            arrival_latency_ms: None,
             service_ms: None,
             queue_ms: None,
             schedule_lag_ms: None,

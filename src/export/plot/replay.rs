@@ -1,5 +1,6 @@
 //! The figures of a replay (`kvxfer replay`, `config.mode = "replay"`), drawn from its `replay` section:
-//! - `replay-latency-cdf`: each load's request latency (scheduled arrival → last byte landed), its repetitions
+//! - `replay-latency-cdf`: each load's request latency (as the section reports it: from the scheduled arrival, or
+//!   layer-wise from the prefill's end, to the last byte landed), its repetitions
 //!   pooled, as a CDF on a log ms axis, a curve per load; a saturated load says so in the legend;
 //! - `replay-latency-vs-load`: p50 and p99 latency against the load (log-log), the knee as a vertical line, and
 //!   beside it achieved and offered GB/s against the load with the path's ceiling;
@@ -12,7 +13,7 @@ use super::labels::{Note, Spot};
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
 use crate::stats::replay::load_words;
-use crate::stats::replay::{LoadSummary, ReplayJson};
+use crate::stats::replay::{LatencyFrom, LoadSummary, ReplayJson};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
@@ -71,13 +72,13 @@ fn latency_cdf(replay: &ReplayJson) -> Option<CdfFigure> {
     let mut curves = Vec::new();
     for load in loads(replay) {
         let ms = replay.loads.iter().filter(|l| l.load == load).flat_map(|l| l.requests.iter());
-        let ms = ms.map(|r| r.latency_ms.max(MIN_MS)).collect();
+        let ms = ms.map(|r| r.reported_latency_ms().max(MIN_MS)).collect();
         curves.extend(CdfCurve::of(ms, curve_name(replay, load), style::run_style(curves.len())));
     }
     let by = if replay.load_unit == "rate" { "arrival rate" } else { "replay speed" };
     (!curves.is_empty()).then(|| CdfFigure {
         title: format!("Replay latency distribution per {by} (CDF)"),
-        x_desc: "request latency: scheduled arrival → last byte landed, ms (log scale)".into(),
+        x_desc: format!("request {}: {}, ms (log scale)", replay.latency.label(), replay.latency.words()),
         y_desc: "share of requests at or below",
         note: "markers: each curve's p50 and p99; repetitions pooled".into(),
         x_label: |v| axes::number_label(*v),
@@ -114,6 +115,7 @@ pub struct LoadFigure {
     unit: String,
     knee: Option<(f64, String)>,
     ceiling: Option<(f64, String)>,
+    latency: LatencyFrom,
 }
 
 /// Where the load figure's colours come from: latency, achieved and offered.
@@ -139,15 +141,25 @@ impl LoadFigure {
         let knee = replay.knee.as_ref().filter(|k| k.load.is_finite() && k.load > 0.0).map(|k| (k.load, k.why.clone()));
         let ceiling =
             replay.ceiling.as_ref().filter(|c| c.gbps.is_finite() && c.gbps > 0.0).map(|c| (c.gbps, c.source.clone()));
-        Some(LoadFigure { points, unit: replay.load_unit.clone(), knee, ceiling })
+        Some(LoadFigure { points, unit: replay.load_unit.clone(), knee, ceiling, latency: replay.latency })
     }
 
     fn legend(&self) -> Vec<LegendEntry> {
         let c = |i: usize| style::run_style(i).colour;
         let entry = |text: String, colour, dash, marker| LegendEntry { text, colour, dash, marker, width: 2 };
         let mut e = vec![
-            entry("latency p50 (filled)".into(), c(LATENCY), Some(Dash::Solid), Some((Marker::Circle, true))),
-            entry("latency p99 (hollow)".into(), c(LATENCY), Some(Dash::Dashed), Some((Marker::Circle, false))),
+            entry(
+                format!("{} p50 (filled)", self.latency.label()),
+                c(LATENCY),
+                Some(Dash::Solid),
+                Some((Marker::Circle, true)),
+            ),
+            entry(
+                format!("{} p99 (hollow)", self.latency.label()),
+                c(LATENCY),
+                Some(Dash::Dashed),
+                Some((Marker::Circle, false)),
+            ),
             entry("achieved GB/s".into(), c(ACHIEVED), Some(Dash::Solid), Some((Marker::Square, true))),
             entry("offered GB/s".into(), c(OFFERED), Some(Dash::Dotted), Some((Marker::Triangle, false))),
         ];
@@ -210,8 +222,12 @@ impl LoadFigure {
         let lo = ms.clone().fold(f64::INFINITY, f64::min);
         let (y_range, y_ticks) =
             if lo.is_finite() { axes::log_range_wide(lo, ms.fold(0.0, f64::max)) } else { axes::log_range(1.0, 10.0) };
+        let caption = match self.latency {
+            LatencyFrom::Arrival => "Latency: arrival → landed, pooled",
+            LatencyFrom::PrefillEnd => "Latency after prefill: prefill end → landed, pooled",
+        };
         let mut chart = ChartBuilder::on(area)
-            .caption("Latency: arrival → landed, pooled", text(AXIS_PX))
+            .caption(caption, text(AXIS_PX))
             .margin_right(20)
             .margin_left(10)
             .margin_top(8)
@@ -227,7 +243,7 @@ impl LoadFigure {
             .light_line_style(TRANSPARENT)
             .axis_style(style::INK)
             .x_desc(self.x_desc())
-            .y_desc("latency, ms (log scale)")
+            .y_desc(format!("{}, ms (log scale)", self.latency.label()))
             .x_label_formatter(&|v| axes::number_label(*v))
             .y_label_formatter(&|v| axes::number_label(*v))
             .label_style(text(TICK_PX))

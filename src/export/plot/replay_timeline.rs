@@ -5,7 +5,7 @@
 use super::axes;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, TICK_PX};
 use super::{Drawn, Figure, Labels};
-use crate::stats::replay::{load_words, LoadJson, ReplayJson};
+use crate::stats::replay::{load_words, LatencyFrom, LoadJson, ReplayJson};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -18,6 +18,7 @@ pub struct TimelineFigure {
     name: String,
     repeat: u32,
     saturated: bool,
+    latency: LatencyFrom,
 }
 
 /// The smallest latency the log axis shows.
@@ -36,8 +37,8 @@ impl TimelineFigure {
         }
         let points: Vec<(f64, f64)> = reqs
             .iter()
-            .filter(|r| fin(r.latency_ms))
-            .map(|r| (r.scheduled_ms / 1e3, r.latency_ms.max(MIN_MS)))
+            .filter(|r| fin(r.reported_latency_ms()))
+            .map(|r| (r.scheduled_ms / 1e3, r.reported_latency_ms().max(MIN_MS)))
             .collect();
         let t_max = reqs.iter().map(|r| r.scheduled_ms.max(r.start_ms) / 1e3).fold(0.0, f64::max).max(0.1);
         // A request that found its session idle started as late as the driver's clock woke (`lag_ms`), not
@@ -53,6 +54,7 @@ impl TimelineFigure {
             name: load_words(load, &replay.load_unit),
             repeat: run.repeat,
             saturated: run.summary.saturated,
+            latency: replay.latency,
         })
     }
 
@@ -60,7 +62,7 @@ impl TimelineFigure {
         let c = |i: usize| style::run_style(i).colour;
         let mut e = vec![
             LegendEntry {
-                text: "request latency (scheduled arrival → last byte landed), at its arrival".into(),
+                text: format!("request {} ({}), at its arrival", self.latency.label(), self.latency.words()),
                 colour: c(0),
                 dash: None,
                 marker: Some((Marker::Circle, true)),
@@ -133,7 +135,7 @@ impl Figure for TimelineFigure {
             .bold_line_style(GRID)
             .light_line_style(TRANSPARENT)
             .axis_style(style::INK)
-            .y_desc("latency, ms (log)")
+            .y_desc(format!("{}, ms (log)", self.latency.label()))
             .x_label_formatter(&|v| axes::number_label(*v))
             .y_label_formatter(&|v| axes::number_label(*v))
             .label_style(text(TICK_PX))
