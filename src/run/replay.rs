@@ -59,6 +59,12 @@ pub struct RequestRecord {
     /// `--verify`: mismatched bytes over its pieces (the pattern fill and check are then inside its service time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatched_bytes: Option<u64>,
+    /// A cluster replay's prefill rank that sent it (absent from a replay between two ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<usize>,
+    /// A cluster replay's decode rank that received it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<usize>,
 }
 
 /// How one load's stream ended before its last request.
@@ -304,6 +310,8 @@ fn serve_request(
         lag_ms: idle.then(|| (start_ms - r.at_ms).max(0.0)),
         transfer_ms: moved.transfer_ms,
         mismatched_bytes: moved.mismatched_bytes,
+        src: None,
+        dst: None,
     }))
 }
 

@@ -89,6 +89,8 @@ pub fn simulate(schedule: &[Scheduled], servers: u32, service_ms: impl Fn(u64) -
                 lag_ms: None,
                 transfer_ms: service,
                 mismatched_bytes: None,
+                src: None,
+                dst: None,
             }
         })
         .collect();

@@ -179,6 +179,9 @@ pub struct LoadJson {
     pub repeat: u32,
     pub summary: LoadSummary,
     pub requests: Vec<RequestRecord>,
+    /// A cluster replay's requests by link and by rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<super::cluster_replay::LoadClusterJson>,
 }
 
 /// A load over all its repetitions: the summary of their requests pooled, which the knee is found on.
@@ -223,6 +226,9 @@ pub struct ReplayJson {
     pub loads: Vec<LoadJson>,
     pub pooled: Vec<PooledJson>,
     pub knee: Option<Knee>,
+    /// A cluster replay's ranks and routing (`kvxfer cluster --pattern replay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<super::cluster_replay::ClusterReplayJson>,
 }
 
 #[cfg(test)]
