@@ -99,7 +99,8 @@ fn check_sums(summary: &Value, cl: &Value, reqs: &[Value]) {
     let ranks = cl["ranks"].as_array().unwrap();
     let decode: Vec<&Value> = ranks.iter().filter(|r| r["role"] == "decode").collect();
     let prefill: Vec<&Value> = ranks.iter().filter(|r| r["role"] == "prefill").collect();
-    for (what, groups) in [("links", links.iter().collect::<Vec<_>>()), ("decode ranks", decode), ("prefill ranks", prefill)]
+    for (what, groups) in
+        [("links", links.iter().collect::<Vec<_>>()), ("decode ranks", decode), ("prefill ranks", prefill)]
     {
         let n: u64 = groups.iter().map(|g| g["requests"].as_u64().unwrap()).sum();
         let b: u64 = groups.iter().map(|g| g["bytes_moved"].as_u64().unwrap()).sum();

@@ -15,7 +15,7 @@ use super::values::named;
 #[derive(Args, Debug, Clone, Default, Serialize)]
 #[command(next_help_heading = "Replay (--pattern replay)")]
 pub struct ClusterReplayArgs {
-    /// The ranks that send (prefill): a list and ranges, e.g. 0,1 or 0-3; request i goes from the (i mod P)-th
+    /// The ranks that send (prefill): a list and ranges, e.g. 0,1 or 0-3; they take the requests in turn
     #[arg(long, value_name = "RANKS")]
     pub prefill: Option<String>,
     /// The ranks that receive (decode), none of them a prefill rank: e.g. 2,3

@@ -31,7 +31,9 @@ pub fn parse_ranks(text: &str, world_size: usize) -> Result<Vec<usize>, String> 
     for part in text.split(',').map(str::trim) {
         let bad = || format!("'{part}' is not a rank or a range of ranks; give e.g. 0,1 or 2-3");
         let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?),
+            Some((a, b)) => {
+                (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?)
+            }
             None => {
                 let r = part.parse::<usize>().map_err(|_| bad())?;
                 (r, r)

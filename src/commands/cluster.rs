@@ -136,7 +136,7 @@ fn run_replay(
     job: super::cluster_replay::LinkJob,
     (model, coordinator): (Option<String>, &str),
 ) -> Result<()> {
-    use super::cluster_replay_record::{Recorder, Start};
+    use super::cluster_replay::{Recorder, Start};
     let mut recorder = (info.rank == 0).then(|| {
         let ranks: Vec<Endpoint> = job.members.iter().map(|m| endpoint(a, m)).collect();
         Recorder::new(a, plan, Start { cfg: &job.cfg, model, coordinator, ranks, info })

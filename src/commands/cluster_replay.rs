@@ -11,7 +11,8 @@
 //! single-node replay computes it, with no size limit on the wire, and a rank that read something else is caught
 //! by comparing digests of the routed schedule before the first load.
 
-use super::cluster_replay_record::Recorder;
+mod record;
+
 use super::common::{self, Configured};
 use super::replay::{DEFAULT_MAX_REGION, MAX_PIECES_PER_REQUEST};
 use super::send::connect;
@@ -29,6 +30,7 @@ use crate::run::replay::{self as driver, Cutoff, LoadRun, RequestRecord, Schedul
 use crate::run::sender::SenderSession;
 use crate::transport::DeviceChoice;
 use anyhow::{anyhow, Result};
+pub use record::{Recorder, Start};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -62,20 +64,27 @@ pub fn plan(a: &ClusterArgs, world_size: usize) -> Result<Option<ReplayPlan>> {
     let r = &a.replay;
     if a.pattern != Pattern::Replay {
         if let Some(flag) = r.first_given() {
-            bail_usage!("{flag} belongs to --pattern replay; add --pattern replay, or drop {flag} for --pattern {}", a.pattern);
+            bail_usage!(
+                "{flag} belongs to --pattern replay; add --pattern replay, or drop {flag} for --pattern {}",
+                a.pattern
+            );
         }
         return Ok(None);
     }
     let (Some(p), Some(d)) = (&r.prefill, &r.decode) else {
         let missing = if r.prefill.is_none() { "--prefill" } else { "--decode" };
-        bail_usage!("--pattern replay needs {missing}: name the sending and receiving ranks, e.g. --prefill 0,1 --decode 2,3");
+        bail_usage!(
+            "--pattern replay needs {missing}: name the sending and receiving ranks, e.g. --prefill 0,1 --decode 2,3"
+        );
     };
     let ranks = |flag: &str, text: &str| {
         route::parse_ranks(text, world_size).map_err(|e| crate::error::usage(format!("{flag} {text}: {e}")))
     };
     let (prefill, decode) = (ranks("--prefill", p)?, ranks("--decode", d)?);
     if let Some(both) = route::overlap(&prefill, &decode) {
-        bail_usage!("--prefill {p} and --decode {d} both name rank {both}; a rank either sends (prefill) or receives (decode)");
+        bail_usage!(
+            "--prefill {p} and --decode {d} both name rank {both}; a rank either sends (prefill) or receives (decode)"
+        );
     }
     for (flag, given) in [("--sizes", a.sizes.sizes.is_some()), ("--tokens", a.sizes.tokens.is_some())] {
         if given {
@@ -270,8 +279,10 @@ fn connect_lanes(plan: &ReplayPlan, job: &LinkJob, me: usize, lanes: &mut Vec<La
     let warmup = plan.job.warmup_bytes(plan.warmup_requests);
     for link in plan.links_of(me) {
         let peer = &job.members[link.dst].addr;
-        let (session, _) = connect(peer, &job.token, job.timeouts, &job.device, &job.cfg, job.src, true)
-            .map_err(|e| e.context(format!("connecting link {}→{} to rank {} at {peer}", link.src, link.dst, link.dst)))?;
+        let (session, _) =
+            connect(peer, &job.token, job.timeouts, &job.device, &job.cfg, job.src, true).map_err(|e| {
+                e.context(format!("connecting link {}→{} to rank {} at {peer}", link.src, link.dst, link.dst))
+            })?;
         let index = plan.links.iter().position(|l| *l == link).unwrap_or(0) as u32;
         let mut lane = Lane { link, index, session, seq: 0 };
         for &b in &warmup {
@@ -312,13 +323,8 @@ fn serve_links(lanes: &mut [Lane], load: &Load, plan: &ReplayPlan) -> Vec<(LinkE
         let threads: Vec<_> = lanes
             .iter_mut()
             .map(|lane| {
-                let mine: Vec<Scheduled> = load
-                    .schedule
-                    .iter()
-                    .zip(&load.routes)
-                    .filter(|(_, r)| **r == lane.link)
-                    .map(|(s, _)| *s)
-                    .collect();
+                let mine: Vec<Scheduled> =
+                    load.schedule.iter().zip(&load.routes).filter(|(_, r)| **r == lane.link).map(|(s, _)| *s).collect();
                 let limits = &limits;
                 scope.spawn(move || serve_link(lane, &mine, plan.region, limits))
             })
@@ -335,7 +341,13 @@ fn serve_link(
     limits: &driver::Limits,
 ) -> (LinkEnd, Vec<RequestRecord>) {
     let Link { src, dst } = lane.link;
-    let run = driver::run_load(std::slice::from_mut(&mut lane.session), std::slice::from_mut(&mut lane.seq), schedule, region, limits);
+    let run = driver::run_load(
+        std::slice::from_mut(&mut lane.session),
+        std::slice::from_mut(&mut lane.seq),
+        schedule,
+        region,
+        limits,
+    );
     let (run, error) = match run {
         Ok(r) => (r, None),
         Err(e) => {

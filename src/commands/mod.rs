@@ -6,7 +6,6 @@ pub mod cluster;
 pub mod cluster_args;
 pub mod cluster_flows;
 pub mod cluster_replay;
-pub mod cluster_replay_record;
 pub mod common;
 pub mod devices;
 pub mod doctor;

@@ -1,7 +1,7 @@
 //! A cluster replay's side files: one CSV row per request with the ranks that moved it, and the Markdown summary of
 //! `kvxfer replay` followed by each load's per-link and per-rank tables.
 
-use crate::stats::cluster_replay::GroupSummary;
+use crate::stats::replay::cluster::GroupSummary;
 use crate::stats::replay::{load_words, ReplayJson};
 use anyhow::Result;
 use comfy_table::{presets::ASCII_MARKDOWN, Table};

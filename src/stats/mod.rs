@@ -4,7 +4,6 @@ pub mod attribution;
 pub mod case;
 pub mod ceiling;
 pub mod cluster;
-pub mod cluster_replay;
 pub mod confidence;
 pub mod host;
 pub mod interpolate;

@@ -2,6 +2,8 @@
 //! HdrHistogram report open-loop latency), offered against achieved rates, the driver's own schedule lag, SLO
 //! attainment and link utilization; and the knee over a sweep of loads.
 
+pub mod cluster;
+
 use crate::run::replay::{Cutoff, LoadRun, RequestRecord, Scheduled};
 use serde::{Deserialize, Serialize};
 
@@ -181,7 +183,7 @@ pub struct LoadJson {
     pub requests: Vec<RequestRecord>,
     /// A cluster replay's requests by link and by rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<super::cluster_replay::LoadClusterJson>,
+    pub cluster: Option<cluster::LoadClusterJson>,
 }
 
 /// A load over all its repetitions: the summary of their requests pooled, which the knee is found on.
@@ -228,7 +230,7 @@ pub struct ReplayJson {
     pub knee: Option<Knee>,
     /// A cluster replay's ranks and routing (`kvxfer cluster --pattern replay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<super::cluster_replay::ClusterReplayJson>,
+    pub cluster: Option<cluster::ClusterReplayJson>,
 }
 
 #[cfg(test)]

@@ -2,17 +2,17 @@
 //! `kvxfer replay` computes it, the per-link and per-rank summaries, the console's rows, and the files (rewritten
 //! after every load, so a failure keeps what completed).
 
-use super::cluster_replay::{Load, Part, ReplayPlan};
-use super::common::results_config;
-use super::replay::{pool, table_header, table_row};
+use super::{Load, Part, ReplayPlan};
 use crate::cli::ClusterArgs;
 use crate::cluster::{Endpoint, Pattern, RankInfo};
+use crate::commands::common::results_config;
+use crate::commands::replay::{pool, table_header, table_row};
 use crate::env::Env;
 use crate::export::json::{Results, Role};
 use crate::plan::RunConfig;
 use crate::run::replay::{LoadRun, RequestRecord, Scheduled};
 use crate::stats::cluster::ClusterJson;
-use crate::stats::cluster_replay::{ClusterReplayJson, LoadClusterJson};
+use crate::stats::replay::cluster::{ClusterReplayJson, LoadClusterJson};
 use crate::stats::replay::{load_words, LoadJson, LoadSummary, ReplayJson};
 use anyhow::{anyhow, Result};
 use std::path::PathBuf;
@@ -44,9 +44,16 @@ impl Recorder {
     pub fn new(a: &ClusterArgs, plan: &ReplayPlan, start: Start) -> Recorder {
         let Start { cfg, model, coordinator, ranks, info } = start;
         let label = a.run.label.clone().unwrap_or_else(|| {
-            format!("replay over {} ranks ({}P{}D, {})", info.world_size, plan.prefill.len(), plan.decode.len(), plan.route)
+            format!(
+                "replay over {} ranks ({}P{}D, {})",
+                info.world_size,
+                plan.prefill.len(),
+                plan.decode.len(),
+                plan.route
+            )
         });
-        let mut config = results_config(cfg, model, coordinator, Role::Cluster, a.mem.to_string(), serde_json::Value::Null);
+        let mut config =
+            results_config(cfg, model, coordinator, Role::Cluster, a.mem.to_string(), serde_json::Value::Null);
         config.mode = Some("replay".into());
         let mut results = Results::new(label, &Env::capture(), config);
         results.cluster = Some(ClusterJson {
@@ -101,7 +108,13 @@ impl Recorder {
     /// Load `k` (0-based) begins.
     pub fn starting(&mut self, k: usize, load: &Load) {
         let words = load_words(load.load, self.unit);
-        crate::errln!("load {}/{}: {words}, {} requests over {} links", k + 1, self.loads.len(), load.schedule.len(), self.links.len());
+        crate::errln!(
+            "load {}/{}: {words}, {} requests over {} links",
+            k + 1,
+            self.loads.len(),
+            load.schedule.len(),
+            self.links.len()
+        );
     }
 
     /// Keep load `k`'s requests (every rank's parts), its summaries; save. A link that failed is this function's
@@ -126,7 +139,9 @@ impl Recorder {
         crate::outln!("{}", table_row(load.load, 0, &summary));
         for l in &by_link.links {
             let s = &l.summary;
-            let q = |f: fn(&crate::stats::replay::Quantiles) -> f64| s.latency_ms.as_ref().map_or("-".into(), |v| format!("{:.2}", f(v)));
+            let q = |f: fn(&crate::stats::replay::Quantiles) -> f64| {
+                s.latency_ms.as_ref().map_or("-".into(), |v| format!("{:.2}", f(v)))
+            };
             crate::outln!(
                 "  {}→{}  {:>6} requests  {:>8} GB/s  p50 {:>9} ms  p99 {:>9} ms",
                 l.src,
@@ -137,7 +152,13 @@ impl Recorder {
                 q(|v| v.p99)
             );
         }
-        self.section.loads.push(LoadJson { load: load.load, repeat: 0, summary, requests: run.records, cluster: Some(by_link) });
+        self.section.loads.push(LoadJson {
+            load: load.load,
+            repeat: 0,
+            summary,
+            requests: run.records,
+            cluster: Some(by_link),
+        });
         let n = self.section.loads.len();
         pool(&mut self.section, &self.loads[..n], &self.schedules[..n], self.slo_ms);
         if failures.is_empty() {

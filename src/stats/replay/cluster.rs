@@ -3,7 +3,7 @@
 //! Every group's GB/s is its bytes over the whole load's wall time (the same time for all), so the links' GB/s add
 //! up to the load's achieved GB/s, and so do the decode ranks'.
 
-use super::replay::Quantiles;
+use super::Quantiles;
 use crate::run::replay::RequestRecord;
 use serde::{Deserialize, Serialize};
 
