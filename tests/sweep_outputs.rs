@@ -190,6 +190,40 @@ fn a_replays_results_files_match_the_schema() {
 }
 
 #[test]
+fn a_cluster_replays_results_file_matches_the_schema() {
+    let dir = TempDir::new("cluster-replay-schema");
+    let json = dir.arg("r.json");
+    let port = free_port();
+    let ranks: Vec<Proc> = (0..2)
+        .map(|rank| {
+            let mut cmd = launch::clean(std::process::Command::new(bin()));
+            cmd.args([
+                "cluster",
+                "--pattern",
+                "replay",
+                "--prefill",
+                "0",
+                "--decode",
+                "1",
+                "--arrivals",
+                "poisson:100",
+            ]);
+            cmd.args(["--prompt-tokens", "fixed:8", "--requests", "20", "--kv-bytes-per-token", "1024"]);
+            cmd.args(["--rates", "50,100", "--transport", "tcp", "--json", &json]);
+            cmd.args(["--coordinator", &format!("127.0.0.1:{port}")]);
+            cmd.env("KVXFER_RANK", rank.to_string()).env("KVXFER_WORLD_SIZE", "2");
+            Proc::start(&mut cmd, format!("rank {rank} of a cluster replay"))
+        })
+        .collect();
+    for r in ranks {
+        r.finish().expect_code(0);
+    }
+    let v = read_json(Path::new(&json));
+    assert_matches_schema("kvxfer cluster --pattern replay's results", &v);
+    assert_eq!(v["replay"]["loads"][1]["cluster"]["links"][0]["requests"].as_u64(), Some(20), "{}", v["replay"]);
+}
+
+#[test]
 fn a_results_file_that_breaks_the_contract_does_not_match_the_schema() {
     let good = read_json(&Path::new(RESULTS).join("rxe-paged.json"));
     assert_matches_schema("rxe-paged.json", &good);

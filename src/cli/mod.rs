@@ -15,6 +15,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod cluster_replay;
 mod latency;
 mod output;
 mod pace;
@@ -23,6 +24,7 @@ mod replay;
 pub mod sweep;
 pub mod values;
 mod workload;
+pub use cluster_replay::ClusterReplayArgs;
 pub use latency::LatencyArgs;
 pub use output::{FigArgs, OutputArgs};
 pub use pace::PaceArgs;
@@ -134,12 +136,17 @@ pub enum Command {
     /// One rank of a cluster run, started once per rank by srun, mpirun or torchrun: measure links between ranks.
     #[command(after_help = "Examples:\n  srun -n 4 kvxfer cluster --pattern pairs --sizes 96MiB,1GiB --verify --json pairs.json\n  \
                             mpirun -np 4 kvxfer cluster --pattern incast --coordinator head:18600 --json incast.json\n  \
-                            RANK=0 WORLD_SIZE=2 MASTER_ADDR=head MASTER_PORT=29500 kvxfer cluster --pattern bidir\n\n\
+                            RANK=0 WORLD_SIZE=2 MASTER_ADDR=head MASTER_PORT=29500 kvxfer cluster --pattern bidir\n  \
+                            mpirun -np 4 kvxfer cluster --pattern replay --prefill 0,1 --decode 2,3 \
+                            --arrivals poisson:20 --prompt-tokens fixed:2000 --requests 200 --route least-loaded\n\n\
                             Patterns (what runs at once): pairs (every ordered pair, disjoint pairs at once: no rank \
                             in two flows), alone (every ordered pair, one flow at a time: the uncontended baseline), \
                             incast (1..N-1 into 0 at once), fanout (0 into all at once), bidir (each pair both ways at \
                             once, disjoint pairs at once), ring (i into i+1 at once), all (every rank into every other \
-                            at once). Rank 0 writes the results.\n\n".to_owned() + UNITS_NOTE)]
+                            at once), replay (a request stream, each request from a prefill rank to a decode rank at \
+                            its scheduled time; --route least-loaded picks the decode rank with the fewest bytes routed \
+                            to it so far, counted from the schedule, so every rank agrees without messages). Rank 0 \
+                            writes the results.\n\n".to_owned() + UNITS_NOTE)]
     Cluster(ClusterArgs),
     /// Show what this host offers: CPUs, memory, huge pages, RDMA devices (ports, GIDs) and GPUs.
     #[command(after_help = "Example:\n  kvxfer devices --json\n  kvxfer devices --topo")]
@@ -307,7 +314,7 @@ pub struct SendArgs {
 /// compares across ranks (`commands::cluster_args`); flattened, so each key is a flag's field name.
 #[derive(Args, Debug, Serialize)]
 pub struct ClusterArgs {
-    /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring or all (see below)
+    /// Which flows run, and which at once: pairs, alone, incast, fanout, bidir, ring, all or replay (see below)
     #[arg(long, default_value = "pairs", value_parser = named::<Pattern>())]
     pub pattern: Pattern,
     /// Where the ranks meet: rank 0's host and a free port (default: MASTER_ADDR:MASTER_PORT, else rank 0's address
@@ -341,6 +348,9 @@ pub struct ClusterArgs {
     #[command(flatten)]
     #[serde(flatten)]
     pub run: RunArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub replay: ClusterReplayArgs,
     // Where the results go: rank 0 alone writes them, so each rank's are its own.
     #[command(flatten)]
     #[serde(skip_serializing)]

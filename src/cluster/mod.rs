@@ -11,6 +11,7 @@ mod group;
 pub mod launcher;
 mod pmix;
 pub mod rendezvous;
+pub mod route;
 pub mod schedule;
 mod wire;
 

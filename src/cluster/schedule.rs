@@ -19,6 +19,9 @@ named_enum! {
         Bidir = "bidir": "Each pair both ways at once, in rounds of disjoint pairs that run together",
         Ring = "ring": "Rank i into rank i+1 (mod N), all at once",
         All = "all": "Every rank into every other rank at once",
+        Replay = "replay": "A request stream (--trace or --arrivals), each request from a prefill rank to a decode \
+                            rank (--prefill, --decode, --route) at its scheduled time: the incast and imbalance \
+                            the stream makes",
     }
 }
 
@@ -110,6 +113,8 @@ pub fn schedule(pattern: Pattern, world_size: usize, n_cases: usize) -> Vec<Step
         Pattern::All => every_size(
             (0..n).flat_map(|s| (0..n).filter(move |d| *d != s).map(move |d| Flow { src: s, dst: d })).collect(),
         ),
+        // Its flows come from the request stream, routed request by request (`route`), not from steps.
+        Pattern::Replay => Vec::new(),
     }
 }
 
@@ -128,6 +133,7 @@ pub fn peak_flows(pattern: Pattern, world_size: usize, rank: usize) -> usize {
         // One pair both ways; a ring sends one flow and receives one (two ranks: 0→1 and 1→0).
         Pattern::Bidir | Pattern::Ring => 2,
         Pattern::All => 2 * (n - 1),
+        Pattern::Replay => 0,
     }
 }
 

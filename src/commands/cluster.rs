@@ -29,6 +29,8 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let env = launcher::process_env();
     let info = cluster::discover(&env)?;
     crate::console::set_cluster_rank(info.rank);
+    // Before the ranks meet: a replay's bad flags fail every rank alike, at once.
+    let replay = super::cluster_replay::plan(&a, info.world_size)?;
     let coordinator = cluster::find_coordinator(a.coordinator.as_deref(), &env, &info, a.rendezvous_timeout)?;
     let host = crate::env::hostname();
     crate::errln!(
@@ -41,7 +43,10 @@ pub fn run(a: ClusterArgs) -> Result<()> {
         source_name(&coordinator.source)
     );
     let mem = rank_mem(&a, info.local_rank)?;
-    let Configured { cfg, model, timeouts } = configure(&a.sizes, &a.run, &[mem, mem])?;
+    let Configured { cfg, model, timeouts } = match &replay {
+        Some(plan) => plan.configured(&a, mem)?,
+        None => configure(&a.sizes, &a.run, &[mem, mem])?,
+    };
     let device = rank_device(&a.device, info.local_rank)?;
     check_host_support(&cfg, &[("--mem", mem)], &[&device])?;
     let out = a.out.outputs();
@@ -52,8 +57,11 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     if info.rank == 0 {
         crate::output::Recorder::check_outputs(&out)?;
     }
-    let peak = cluster::schedule::peak_flows(a.pattern, info.world_size, info.rank);
-    if peak == 0 {
+    let peak = match &replay {
+        Some(plan) => plan.peak_buffers(info.rank),
+        None => cluster::schedule::peak_flows(a.pattern, info.world_size, info.rank),
+    };
+    if peak == 0 && replay.is_none() {
         bail_usage!("--pattern {} over {} rank(s) has no flow; launch at least 2 ranks", a.pattern, info.world_size);
     }
     // Every flow of a step has its own buffers on both ends: under fanout, ring or all a rank holds one per flow it
@@ -97,6 +105,11 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     // something else, or wait at a barrier the others never reach.
     super::cluster_args::check_same_args(&mut group, &a)?;
     group.set_timeout(a.step_timeout);
+    if let Some(plan) = replay {
+        let members = flow_addresses(group.members(), loopback);
+        let job = super::cluster_replay::LinkJob { cfg, token, timeouts, device, src: mem, members };
+        return run_replay(&a, &info, &mut group, &plan, job, (model, &coordinator.address()));
+    }
     let steps = cluster::schedule(a.pattern, group.world_size(), cfg.cases.len());
     let members = flow_addresses(group.members(), loopback);
     let mut collector = (info.rank == 0).then(|| {
@@ -110,6 +123,27 @@ pub fn run(a: ClusterArgs) -> Result<()> {
     let outcome = run_steps(&mut group, &steps, &job, collector.as_mut());
     match collector {
         Some(c) => c.finish(outcome),
+        None => outcome,
+    }
+}
+
+/// A replay's loads on every rank; rank 0 records them.
+fn run_replay(
+    a: &ClusterArgs,
+    info: &RankInfo,
+    group: &mut Group,
+    plan: &super::cluster_replay::ReplayPlan,
+    job: super::cluster_replay::LinkJob,
+    (model, coordinator): (Option<String>, &str),
+) -> Result<()> {
+    use super::cluster_replay::{Recorder, Start};
+    let mut recorder = (info.rank == 0).then(|| {
+        let ranks: Vec<Endpoint> = job.members.iter().map(|m| endpoint(a, m)).collect();
+        Recorder::new(a, plan, Start { cfg: &job.cfg, model, coordinator, ranks, info })
+    });
+    let outcome = super::cluster_replay::run(group, plan, &job, recorder.as_mut());
+    match recorder {
+        Some(r) => r.finish(outcome),
         None => outcome,
     }
 }

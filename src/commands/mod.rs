@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod cluster_args;
 pub mod cluster_flows;
+pub mod cluster_replay;
 pub mod common;
 pub mod devices;
 pub mod doctor;

@@ -29,10 +29,10 @@ use std::thread::JoinHandle;
 use workload::Job;
 
 /// The region when `--region` gives none: the largest request, at most this (larger ones move in pieces).
-const DEFAULT_MAX_REGION: u64 = 4 << 30;
+pub(super) const DEFAULT_MAX_REGION: u64 = 4 << 30;
 /// Most reps one request may take: past it, `--region` is a typo (a 17 GiB request in 1-byte pieces would take
 /// days of control round trips).
-const MAX_PIECES_PER_REQUEST: u64 = 10_000;
+pub(super) const MAX_PIECES_PER_REQUEST: u64 = 10_000;
 /// Reps of the region measured for the path's ceiling when `--ceiling` gives none.
 const CEILING_REPS: u32 = 3;
 
@@ -218,6 +218,7 @@ fn replay(
         pooled: Vec::new(),
         knee: None,
         layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
+        cluster: None,
     };
     if let Some(l) = layerwise {
         crate::noteln!(
@@ -254,7 +255,7 @@ fn replay(
             crate::outln!("{}", table_row(load, repeat, &summary));
             warn_above_ceiling(&mut warned, load, job.load_unit(), &summary, section.ceiling.as_ref());
             let stopped = matches!(run.cutoff, Some(driver::Cutoff::Interrupted));
-            section.loads.push(LoadJson { load, repeat, summary, requests: run.records });
+            section.loads.push(LoadJson { load, repeat, summary, requests: run.records, cluster: None });
             pool(&mut section, &loads, &job_schedules(job, &loads)?, a.slo_ms);
             results.replay = Some(section.clone());
             crate::export::write_atomic(json, &results.to_json()?)?;
@@ -302,7 +303,7 @@ fn job_schedules(job: &Job, loads: &[f64]) -> Result<Vec<Vec<Scheduled>>> {
 }
 
 /// Pool each load's repetitions into one summary and find the knee over them.
-fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Scheduled>], slo_ms: Option<f64>) {
+pub(super) fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Scheduled>], slo_ms: Option<f64>) {
     let ceiling = section.ceiling.as_ref().map(|c| c.gbps);
     section.pooled = loads
         .iter()
@@ -409,14 +410,14 @@ fn fmt_load(load: f64) -> String {
     format!("{load}")
 }
 
-fn table_header(unit: &str) -> String {
+pub(super) fn table_header(unit: &str) -> String {
     format!(
         "{unit:>7} {:>3} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}  {}",
         "rep", "requests", "offer GB/s", "got GB/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "queue p99", "util", ""
     )
 }
 
-fn table_row(load: f64, repeat: u32, s: &LoadSummary) -> String {
+pub(super) fn table_row(load: f64, repeat: u32, s: &LoadSummary) -> String {
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     let l = s.latency_ms;
     let note = match (s.saturated, s.cutoff) {

@@ -6,6 +6,7 @@
 
 pub mod cells;
 pub mod cluster;
+pub mod cluster_replay;
 pub mod compare;
 pub mod csv;
 pub mod events;

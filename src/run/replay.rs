@@ -72,6 +72,12 @@ pub struct RequestRecord {
     /// once prefill and transfer overlap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_prefill_ms: Option<f64>,
+    /// A cluster replay's prefill rank that sent it (absent from a replay between two ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<usize>,
+    /// A cluster replay's decode rank that received it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<usize>,
 }
 
 impl RequestRecord {
@@ -346,6 +352,8 @@ fn serve_request(
         mismatched_bytes: moved.mismatched_bytes,
         prefill_end_ms: None,
         after_prefill_ms: None,
+        src: None,
+        dst: None,
     }))
 }
 

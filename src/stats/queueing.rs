@@ -91,6 +91,8 @@ pub fn simulate(schedule: &[Scheduled], servers: u32, service_ms: impl Fn(u64) -
                 mismatched_bytes: None,
                 prefill_end_ms: None,
                 after_prefill_ms: None,
+                src: None,
+                dst: None,
             }
         })
         .collect();

@@ -2,6 +2,8 @@
 //! HdrHistogram report open-loop latency), offered against achieved rates, the driver's own schedule lag, SLO
 //! attainment and link utilization; and the knee over a sweep of loads.
 
+pub mod cluster;
+
 use crate::run::replay::{Cutoff, LoadRun, RequestRecord, Scheduled};
 use serde::{Deserialize, Serialize};
 
@@ -188,6 +190,9 @@ pub struct LoadJson {
     pub repeat: u32,
     pub summary: LoadSummary,
     pub requests: Vec<RequestRecord>,
+    /// A cluster replay's requests by link and by rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<cluster::LoadClusterJson>,
 }
 
 /// A load over all its repetitions: the summary of their requests pooled, which the knee is found on.
@@ -235,6 +240,9 @@ pub struct ReplayJson {
     /// `--layerwise`: each request's layers moved as its prefill computed them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layerwise: Option<LayerwiseJson>,
+    /// A cluster replay's ranks and routing (`kvxfer cluster --pattern replay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<cluster::ClusterReplayJson>,
 }
 
 /// Which latency a replay reports as `latency_ms` (its summaries, SLO, knee and figures).

@@ -149,6 +149,8 @@ fn record(
         mismatched_bytes: moved.mismatched_bytes,
         prefill_end_ms: Some(prefill_end_ms),
         after_prefill_ms: Some((end_ms - prefill_end_ms).max(0.0)),
+        src: None,
+        dst: None,
     }
 }
 
