@@ -1,6 +1,7 @@
 //! `kvxfer latency --transport verbs` on real soft-RoCE devices: the ping-pong across the pair (serve on rxeA,
 //! latency from rxeB) and in one process (the receiver a thread on rxeA), each size's quantiles and the inline
-//! threshold in the results, and `--inline` past the device's limit refused in one line.
+//! threshold in the results, `--write-with-imm` beside the default last-byte polling, and `--inline` past the
+//! device's limit refused in one line.
 
 use super::*;
 
@@ -99,4 +100,37 @@ fn inline_above_the_devices_limit_is_refused_naming_it() {
     let e = out.one_error();
     assert!(e.contains("--inline 65536") && e.contains("at most") && e.contains("bytes inline"), "{e}");
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+}
+
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn latency_over_verbs_polls_the_last_byte_or_waits_for_the_immediate_and_says_which() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-latency-imm");
+    let mut p50_8b = Vec::new();
+    for (extra, op, wait) in [
+        (&[][..], "write", "poll last byte"),
+        (&["--write-with-imm"][..], "write_with_imm", "receive completion"),
+    ] {
+        let (mut serve, addr) = serve_on_a(&r, &["--once"]);
+        let json = t.arg(&format!("{op}.json"));
+        let args = ["latency", "--transport", "verbs", "--peer", &addr, "--token", TOKEN, "-d", &r.b_dev];
+        let rest = ["--ack-timeout", "18", "--sizes", "8,4KiB,64KiB", "--iters", "200", "--warmup-iters", "20"];
+        run(&[&args[..], extra, &rest[..], &["--json", &json][..]].concat()).expect_code(0);
+        let status = serve.wait_timeout(Duration::from_secs(10));
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "serve --once exits 0: {}", serve.stderr.text());
+        let v = read_json(Path::new(&json));
+        check_latency_cases(&v, &[8, 4096, 65536], 200);
+        let s = &v["config"]["transport_detail"]["sender"];
+        assert_eq!((s["op"].as_str(), s["wait"].as_str()), (Some(op), Some(wait)), "{s}");
+        for c in v["cases"].as_array().unwrap() {
+            // Soft-RoCE under emulation: tens to hundreds of µs; a second means the wait missed a message.
+            let p50 = c["latency_us"]["p50"].as_f64().unwrap();
+            assert!(p50 < 100_000.0, "{op}: p50 {p50} µs at {} B", c["size_bytes"]);
+        }
+        p50_8b.push(v["cases"][0]["latency_us"]["p50"].as_f64().unwrap());
+    }
+    eprintln!("8 B p50: poll {:.1} µs, write with immediate {:.1} µs", p50_8b[0], p50_8b[1]);
+    // The same packets but one immediate and a receive completion: the same order of magnitude.
+    assert!(p50_8b[1] < 10.0 * p50_8b[0] && p50_8b[0] < 10.0 * p50_8b[1], "8 B p50s: {p50_8b:?}");
 }
