@@ -22,7 +22,8 @@ fn check_both_ways(c: &serde_json::Value, size: u64, reps: u64) {
 fn send_bidir_over_verbs_against_serve_is_verified_both_ways() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-bidir");
-    let (_, v) = send_to_serve_once(&r, &t, &["--sizes", "1MiB,3084KiB", "--reps", "3", "--qps", "2", "--verify", "--bidir"]);
+    let (_, v) =
+        send_to_serve_once(&r, &t, &["--sizes", "1MiB,3084KiB", "--reps", "3", "--qps", "2", "--verify", "--bidir"]);
     assert_eq!(v["config"]["bidir"], true);
     for (c, size) in v["cases"].as_array().unwrap().iter().zip([1u64 << 20, 3084 << 10]) {
         check_both_ways(c, size, 3);

@@ -107,11 +107,10 @@ fn inline_above_the_devices_limit_is_refused_naming_it() {
 fn latency_over_verbs_polls_the_last_byte_or_waits_for_the_immediate_and_says_which() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-latency-imm");
-    let mut p50_8b = Vec::new();
-    for (extra, op, wait) in [
-        (&[][..], "write", "poll last byte"),
-        (&["--write-with-imm"][..], "write_with_imm", "receive completion"),
-    ] {
+    let mut min_8b = Vec::new();
+    for (extra, op, wait) in
+        [(&[][..], "write", "poll last byte"), (&["--write-with-imm"][..], "write_with_imm", "receive completion")]
+    {
         let (mut serve, addr) = serve_on_a(&r, &["--once"]);
         let json = t.arg(&format!("{op}.json"));
         let args = ["latency", "--transport", "verbs", "--peer", &addr, "--token", TOKEN, "-d", &r.b_dev];
@@ -124,13 +123,15 @@ fn latency_over_verbs_polls_the_last_byte_or_waits_for_the_immediate_and_says_wh
         let s = &v["config"]["transport_detail"]["sender"];
         assert_eq!((s["op"].as_str(), s["wait"].as_str()), (Some(op), Some(wait)), "{s}");
         for c in v["cases"].as_array().unwrap() {
-            // Soft-RoCE under emulation: tens to hundreds of µs; a second means the wait missed a message.
+            // Soft-RoCE under emulation: medians of tens of µs, tails of milliseconds; a median of 0.1 s means the
+            // wait missed messages and ran into timeouts.
             let p50 = c["latency_us"]["p50"].as_f64().unwrap();
             assert!(p50 < 100_000.0, "{op}: p50 {p50} µs at {} B", c["size_bytes"]);
         }
-        p50_8b.push(v["cases"][0]["latency_us"]["p50"].as_f64().unwrap());
+        min_8b.push(v["cases"][0]["latency_us"]["min"].as_f64().unwrap());
     }
-    eprintln!("8 B p50: poll {:.1} µs, write with immediate {:.1} µs", p50_8b[0], p50_8b[1]);
-    // The same packets but one immediate and a receive completion: the same order of magnitude.
-    assert!(p50_8b[1] < 10.0 * p50_8b[0] && p50_8b[0] < 10.0 * p50_8b[1], "8 B p50s: {p50_8b:?}");
+    eprintln!("8 B min: poll {:.1} µs, write with immediate {:.1} µs", min_8b[0], min_8b[1]);
+    // The same packets but one immediate and a receive completion: the same order of magnitude. The minimum, as
+    // the VM's tail reaches milliseconds for both (and for ib_write_lat) and can move a median there.
+    assert!(min_8b[1] < 10.0 * min_8b[0] && min_8b[0] < 10.0 * min_8b[1], "8 B minimums: {min_8b:?}");
 }

@@ -65,7 +65,12 @@ fn check_tos(what: &str, r: &Rxe, packets: &[Roce], tos: u8) {
     let between = |src, dst| packets.iter().filter(|p| p.src == src && p.dst == dst).count();
     assert!(between(b, a) > 0 && between(a, b) > 0, "{what}: RoCE packets both ways, got {packets:?}");
     let off: Vec<&Roce> = packets.iter().filter(|p| p.tos != tos).collect();
-    assert!(off.is_empty(), "{what}: every RoCE packet has TOS {tos}; {} of {} do not: {off:?}", off.len(), packets.len());
+    assert!(
+        off.is_empty(),
+        "{what}: every RoCE packet has TOS {tos}; {} of {} do not: {off:?}",
+        off.len(),
+        packets.len()
+    );
 }
 
 #[test]
@@ -81,8 +86,9 @@ fn tclass_is_the_tos_byte_of_every_roce_packet_both_ways() {
     check_tos("send --tclass 106", &r, &sent, 106);
     let latency = capture_roce(|| {
         let args = ["latency", "--transport", "verbs", "-d", &r.b_dev, "--peer-device", &r.a_dev, "--tclass", "184"];
-        run(&[&args[..], &["--ack-timeout", "18", "--sizes", "8,4KiB", "--iters", "20", "--warmup-iters", "2"]].concat())
-            .expect_code(0);
+        run(&[&args[..], &["--ack-timeout", "18", "--sizes", "8,4KiB", "--iters", "20", "--warmup-iters", "2"]]
+            .concat())
+        .expect_code(0);
     });
     check_tos("latency --tclass 184", &r, &latency, 184);
     // Without --tclass the same capture sees class 0: the byte is the flag's doing, not the path's.
