@@ -589,3 +589,25 @@ fn prepare_runs_before_every_rep_outside_the_timed_interval() {
     assert!(hung.one_error().contains("still running after 1s"), "{}", hung.stderr);
     assert!(stderr.wait_closed(Duration::from_secs(30)), "the command's sleep outlived kvxfer, holding its stderr");
 }
+
+/// A verbs run's connection setup (`transport_detail.sender.connect_ms`) is a column of report's tables, Markdown
+/// and boxed, the same in every row; a file without it (tcp, or a verbs file written before) has no such column.
+#[test]
+fn report_gives_a_runs_connection_setup_its_own_column_where_recorded() {
+    let dir = TempDir::new("connect-column");
+    let stored = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/rxe-verbs.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stored).unwrap()).unwrap();
+    let rows = v["cases"].as_array().unwrap().len();
+    let before = run(&["report", &stored.to_string_lossy(), "--md", "-"]);
+    before.expect_code(0);
+    assert!(!before.stdout.contains("connect ms"), "{}", before.stdout);
+    v["config"]["transport_detail"]["sender"]["connect_ms"] = serde_json::json!(12.3456);
+    let j = dir.arg("verbs.json");
+    std::fs::write(&j, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    for args in [&["report", &j, "--md", "-"][..], &["report", &j][..]] {
+        let out = run(args);
+        out.expect_code(0);
+        assert!(out.stdout.contains("connect ms"), "{args:?}: {}", out.stdout);
+        assert_eq!(out.stdout.matches("12.346").count(), rows, "{args:?}: in every row: {}", out.stdout);
+    }
+}

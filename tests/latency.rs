@@ -113,6 +113,8 @@ fn bad_latency_inputs_are_one_line_and_exit_2() {
         (&["latency", "--peer", "127.0.0.1:1", "--dst", "gpu:0"][..], "with --peer, give serve its --mem"),
         (&["latency", "--transport", "cuda", "--busy-poll"][..], "--busy-poll"),
         (&["latency", "--transport", "cuda", "--inline", "64"][..], "--inline"),
+        (&["latency", "--write-with-imm"][..], "--write-with-imm"),
+        (&["latency", "--transport", "cuda", "--write-with-imm"][..], "--write-with-imm"),
     ] {
         let out = run(args);
         out.expect_code(2);

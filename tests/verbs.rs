@@ -16,6 +16,12 @@ mod read;
 mod latency;
 #[path = "verbs/replay.rs"]
 mod replay;
+// --bidir over verbs: tests/verbs/bidir.rs.
+#[path = "verbs/bidir.rs"]
+mod bidir;
+// What reaches the wire (packet capture): tests/verbs/wire.rs.
+#[path = "verbs/wire.rs"]
+mod wire;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

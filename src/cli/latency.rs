@@ -60,6 +60,10 @@ pub struct LatencyArgs {
     /// [default: 0]
     #[arg(long, value_name = "N", value_parser = parse_tclass, help_heading = "RDMA verbs (--transport verbs)")]
     pub tclass: Option<u8>,
+    /// Send each message as an RDMA WRITE with immediate and wait for its receive completion instead of polling the
+    /// message's last byte, as perftest --write_with_imm
+    #[arg(long, help_heading = "RDMA verbs (--transport verbs)")]
+    pub write_with_imm: bool,
     /// Service level of the queue pair, 0 to 15, as perftest -S [default: 0]
     #[arg(long, value_name = "N", value_parser = parse_sl, help_heading = "RDMA verbs (--transport verbs)")]
     pub sl: Option<u8>,

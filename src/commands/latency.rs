@@ -98,7 +98,13 @@ fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
     if a.iters == 0 {
         bail_usage!("--iters 0: at least one timed ping-pong per size is needed");
     }
-    let plan = LatencyPlan { iters: a.iters, warmup_iters: a.warmup_iters, busy_poll: a.busy_poll, inline: a.inline };
+    let plan = LatencyPlan {
+        iters: a.iters,
+        warmup_iters: a.warmup_iters,
+        busy_poll: a.busy_poll,
+        inline: a.inline,
+        write_with_imm: a.write_with_imm,
+    };
     let knobs = super::common::checked_knobs(&a.transport_knobs(), a.transport, MemKind::Host)?;
     let cfg = RunConfig {
         transport: knobs,

@@ -129,7 +129,7 @@ fn print_tables(all: &[Results], parts: &[Results]) {
             continue;
         }
         crate::outln!("{} — {} ({}, {} cases)", r.label, r.config.transport, r.started_at, r.cases.len());
-        crate::outln!("{}", table::render(&r.cases));
+        crate::outln!("{}", table::render(&r.cases, export::cells::connect_ms(&r.config.transport_detail)));
         for note in export::cells::notes(&r.cases, NOTES) {
             crate::outln!("{note}");
         }

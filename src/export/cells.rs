@@ -60,6 +60,23 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
     ]
 }
 
+/// The column a run over one connection that timed its setup adds after [`CASE_HEADER`]'s (and [`BIDIR_HEADER`]'s):
+/// the transport's connection setup (verbs: opening the device and creating the queue pairs until they are ready to
+/// send, the address exchange included, registration excluded). Every row of the run shares that connection, so
+/// every row shows the same time.
+pub const CONNECT_HEADER: &str = "connect ms";
+
+/// A run's connection setup time, as its transport recorded it (`transport_detail.sender.connect_ms`); `None` where
+/// it recorded none (tcp, cuda, engines; a sweep file's sessions, each of which has its own).
+pub fn connect_ms(transport_detail: &serde_json::Value) -> Option<f64> {
+    transport_detail.get("sender")?.get("connect_ms")?.as_f64()
+}
+
+/// The [`CONNECT_HEADER`] cell.
+pub fn connect_cell(connect_ms: f64) -> String {
+    ms(connect_ms)
+}
+
 /// The columns a bidirectional run (`--bidir`) adds after [`CASE_HEADER`]'s, where any of its cases is one.
 pub const BIDIR_HEADER: &[&str] = &["reverse p50 GB/s", "aggregate p50 GB/s"];
 

@@ -1,6 +1,8 @@
 //! `--md`: a Markdown table per run, the form users paste into reports and issues.
 
-use super::cells::{any_bidir, bidir_cells, case_cells, notes, BIDIR_HEADER, CASE_HEADER};
+use super::cells::{
+    any_bidir, bidir_cells, case_cells, connect_cell, connect_ms, notes, BIDIR_HEADER, CASE_HEADER, CONNECT_HEADER,
+};
 use super::compare;
 use super::json::Results;
 use super::Exporter;
@@ -32,6 +34,10 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
         if bidir {
             header.extend(BIDIR_HEADER);
         }
+        let connect = connect_ms(&r.config.transport_detail);
+        if connect.is_some() {
+            header.push(CONNECT_HEADER);
+        }
         if named {
             header.push("case");
             header.extend(varying.iter().map(String::as_str));
@@ -43,6 +49,7 @@ pub fn render(all: &[Results], extras: &dyn ExtrasNotes) -> String {
             if bidir {
                 cells.extend(bidir_cells(c));
             }
+            cells.extend(connect.map(connect_cell));
             if named {
                 cells.push(c.sweep.case_label.clone().unwrap_or_default());
                 let value = |k: &String| c.sweep.params.as_ref().and_then(|p| p.get(k)).cloned().unwrap_or_default();

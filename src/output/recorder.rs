@@ -93,6 +93,11 @@ impl Recorder {
         let out = &out;
         let events = out.events.as_deref().map(EventsFile::create).transpose()?;
         let progress = Progress::new(total);
+        // Once per run, above the live rows: every row would repeat it (report's tables give it a column).
+        if let Some(ms) = export::cells::connect_ms(&results.config.transport_detail) {
+            progress
+                .println(&format!("connection set up in {ms:.3} ms (before the first rep; registration not included)"));
+        }
         progress.println(&table::live_header());
         let exports = ExportManager::for_run(out, NOTES);
         let cases_total = results.cases.len();

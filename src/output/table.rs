@@ -1,7 +1,10 @@
 //! The per-size table on the console: live rows as sizes finish, and `report`'s boxed table. The cells and notes
 //! are the Markdown's ([`crate::export::cells`]).
 
-use crate::export::cells::{any_bidir, bidir_cells, bidir_inline, case_cells, case_name, BIDIR_HEADER, CASE_HEADER};
+use crate::export::cells::{
+    any_bidir, bidir_cells, bidir_inline, case_cells, case_name, connect_cell, BIDIR_HEADER, CASE_HEADER,
+    CONNECT_HEADER,
+};
 use crate::measure::CaseExtras;
 use crate::stats::{warnings, CaseResult};
 use crate::transport::registry::NOTES;
@@ -39,14 +42,18 @@ pub fn live_row(c: &CaseResult) -> String {
     line
 }
 
-/// A boxed table of every case, for `report` (with a `case` column when a sweep file named its cases).
-pub fn render(cases: &[CaseResult]) -> String {
+/// A boxed table of every case, for `report` (with a `case` column when a sweep file named its cases, and a
+/// `connect ms` one when the run's transport timed its connection setup: `connect_ms`).
+pub fn render(cases: &[CaseResult], connect_ms: Option<f64>) -> String {
     let named = cases.iter().any(|c| c.sweep.case_label.is_some());
     let bidir = any_bidir(cases);
     let mut t = Table::new();
     let mut header = CASE_HEADER.to_vec();
     if bidir {
         header.extend(BIDIR_HEADER);
+    }
+    if connect_ms.is_some() {
+        header.push(CONNECT_HEADER);
     }
     if named {
         header.push("case");
@@ -57,12 +64,14 @@ pub fn render(cases: &[CaseResult]) -> String {
         if bidir {
             cells.extend(bidir_cells(c));
         }
+        cells.extend(connect_ms.map(connect_cell));
         if named {
             cells.push(c.sweep.case_label.clone().unwrap_or_default());
         }
         t.add_row(cells);
     }
-    for i in 0..CASE_HEADER.len() + if bidir { BIDIR_HEADER.len() } else { 0 } {
+    let numeric = CASE_HEADER.len() + if bidir { BIDIR_HEADER.len() } else { 0 } + usize::from(connect_ms.is_some());
+    for i in 0..numeric {
         if let Some(col) = t.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
         }

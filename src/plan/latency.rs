@@ -25,6 +25,10 @@ pub struct LatencyPlan {
     pub busy_poll: bool,
     /// RDMA writes this small or smaller go inline (verbs); `None`: the queue pair's own limit.
     pub inline: Option<u32>,
+    /// Each message is an RDMA WRITE with immediate, and the other end learns of it from the receive completion
+    /// instead of polling the message's last byte (verbs). Absent from an older client's plan: polling.
+    #[serde(default)]
+    pub write_with_imm: bool,
 }
 
 impl LatencyPlan {

@@ -71,7 +71,7 @@ pub fn check(cfg: &RunConfig) -> Result<()> {
     if cfg.paged.is_some() {
         crate::bail_usage!("--bidir moves contiguous buffers both ways; drop --layout paged or --bidir");
     }
-    Ok(())
+    registry::get(kind).check_reverse(&cfg.transport)
 }
 
 // ------------------------------------------------------------------------------------------------ the sender

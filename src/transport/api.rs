@@ -92,6 +92,12 @@ pub trait Transport: TransportKnobs + ExtrasNotes + Sync {
         false
     }
 
+    /// Refuse, for `--bidir` on a transport that [`Self::reverses`], knobs of `cfg` whose runs cannot go both ways
+    /// (a usage error, one line).
+    fn check_reverse(&self, _cfg: &TransportConfig) -> Result<()> {
+        Ok(())
+    }
+
     /// The buffer one end of a run moves (`role`: sender or receiver).
     fn alloc_buffer(&self, cfg: &RunConfig, kind: MemKind, _role: &str, _ctx: &Context) -> Result<Buffer> {
         Buffer::alloc_for(kind, cfg.buffer_bytes(), cfg.knobs.hugepages, self.host_sharing())

@@ -30,8 +30,11 @@ fn the_limits_and_knobs_a_run_used_are_recorded_as_the_device_has_them() {
     let Some(r) = rxe() else { return };
     let t = TempDir::new("verbs-knobs");
     let args = ["--sizes", "1MiB", "--reps", "2", "--verify", "--tclass", "106", "--sl", "3", "--no-relaxed-ordering"];
-    let (_, v) = send_to_serve_once(&r, &t, &args);
+    let (out, v) = send_to_serve_once(&r, &t, &args);
     check_case(&v["cases"][0], 1 << 20, 2, true);
+    let connect = v["config"]["transport_detail"]["sender"]["connect_ms"].as_f64().expect("connect_ms");
+    let line = format!("connection set up in {connect:.3} ms");
+    assert!(out.stdout.contains(&line), "the console says the setup time once, above the rows: {}", out.stdout);
     let s = &v["config"]["transport_detail"]["sender"];
     assert_eq!((s["tclass"].as_u64(), s["sl"].as_u64()), (Some(106), Some(3)), "{s}");
     assert_eq!((s["relaxed_ordering"].as_bool(), s["odp"].as_bool()), (Some(false), Some(false)), "{s}");

@@ -67,6 +67,11 @@ impl PingPong for CudaPingPong {
                 "--inline sets RDMA inline writes and has no meaning for --transport cuda; leave it out or use --transport verbs",
             ));
         }
+        if plan.write_with_imm {
+            return Err(crate::error::usage(
+                "--write-with-imm sets how RDMA writes announce themselves and has no meaning for --transport cuda; leave it out or use --transport verbs",
+            ));
+        }
         Ok(())
     }
 

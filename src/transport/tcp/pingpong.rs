@@ -23,6 +23,11 @@ impl PingPong for TcpPingPong {
                 "--inline sets RDMA inline writes and has no meaning for --transport tcp; leave it out or use --transport verbs",
             ));
         }
+        if plan.write_with_imm {
+            return Err(crate::error::usage(
+                "--write-with-imm sets how RDMA writes announce themselves and has no meaning for --transport tcp; leave it out or use --transport verbs",
+            ));
+        }
         Ok(())
     }
 

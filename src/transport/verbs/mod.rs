@@ -83,6 +83,23 @@ impl Transport for Verbs {
         cfg.knobs::<VerbsConfig>().is_ok_and(|k| k.op == VerbsOp::Read)
     }
 
+    /// The roles turn round as they are: the sender's end opens a target on its own devices (its buffer registered
+    /// for remote writes only) and serve's connects a source to it.
+    fn reverses(&self) -> bool {
+        true
+    }
+
+    /// With `--op read` the receiver posts the reads and times them on its clock; a reverse direction of READs would
+    /// be posted by the sender after the receiver's rep had already ended.
+    fn check_reverse(&self, cfg: &TransportConfig) -> Result<()> {
+        if cfg.knobs::<VerbsConfig>()?.op == VerbsOp::Read {
+            return Err(crate::error::usage(
+                "--bidir sends RDMA WRITEs both ways; --op read pulls one way only: drop --op read or --bidir",
+            ));
+        }
+        Ok(())
+    }
+
     fn pins_host_memory(&self) -> bool {
         true
     }

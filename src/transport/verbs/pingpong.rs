@@ -8,6 +8,10 @@
 //! never pass for the next one. Every other byte of every message is 0 (the sender's buffer holds only the current
 //! size's mark), so a byte of a larger message never leaves a mark where a smaller one is awaited. The buffers are
 //! registered without relaxed ordering: polling the last byte relies on it landing after the rest.
+//!
+//! With `--write-with-imm` each message is an RDMA WRITE with immediate (the sequence number), the same bytes on
+//! the wire with the immediate added, and the receiving end learns of it from the receive completion the immediate
+//! consumes instead of from the last byte; a few receives stay posted, one reposted per message.
 
 use super::cq::Poller;
 use super::device::{self, wc_status_text, PortInfo};
@@ -20,7 +24,7 @@ use crate::plan::sizes::format_size;
 use crate::plan::TransportConfig;
 use crate::transport::api::{Context, PingEnd, PingPong};
 use anyhow::{anyhow, bail, Context as _, Result};
-use rdma_mummy_sys::{ibv_post_send, ibv_send_wr, ibv_sge, ibv_wr_opcode};
+use rdma_mummy_sys::{ibv_post_recv, ibv_post_send, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_wr_opcode};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::device_context::DeviceContext;
 use std::sync::Arc;
@@ -35,6 +39,11 @@ const MOST_INLINE_TRIED: u32 = 4096;
 const MOST: u64 = 1 << 30;
 /// Spins on the mark between looks at the completion queue and the clock.
 const SPINS_PER_LOOK: u32 = 1 << 10;
+/// Receives kept posted with `--write-with-imm` (one is consumed per message; the ends alternate, so one would do).
+const RECV_WR: u32 = 16;
+/// Set in a receive's work request id, so that its completion is told from a write's.
+const RECV_TAG: u64 = 1 << 63;
+const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
 const IBV_SEND_SIGNALED: u32 = 2;
 const IBV_SEND_INLINE: u32 = 8;
 
@@ -89,7 +98,8 @@ struct Hello {
 /// How this end ran, for `transport_detail`.
 #[derive(Serialize)]
 struct Detail {
-    /// RDMA WRITE, arrival seen by polling the last byte.
+    /// `write` (RDMA WRITE, arrival seen by polling the last byte: `wait` "poll last byte") or `write_with_imm`
+    /// (arrival seen in a receive completion: `wait` "receive completion").
     op: &'static str,
     wait: &'static str,
     /// Messages of this many bytes or fewer went inline.
@@ -121,6 +131,10 @@ struct VerbsPingEnd {
     limit: u32,
     /// The size of the last message sent, whose mark the send buffer still holds.
     last_size: usize,
+    /// Messages go as RDMA WRITE with immediate, awaited as receive completions.
+    imm: bool,
+    /// The immediate of a message whose receive completion was reaped before it was awaited.
+    arrived: Option<u32>,
     posted: u64,
     completed: u64,
     /// The other end, as errors name it.
@@ -161,13 +175,17 @@ impl VerbsPingEnd {
                 port.device
             )));
         }
-        let mut set = QpSet::inline(&dev, &port, SEND_WR, inline)?;
+        let recv_wr = if plan.write_with_imm { RECV_WR } else { 1 };
+        let mut set = QpSet::inline(&dev, &port, (SEND_WR, recv_wr), inline)?;
         set.service = Service { tclass: v.tclass.unwrap_or(0), sl: v.sl.unwrap_or(0) };
         let (send, recv) = (Buffer::alloc(MemKind::Host, len, false)?, Buffer::alloc(MemKind::Host, len, false)?);
         let access = |remote_write| Access { remote_write, remote_read: false, relaxed_ordering: false, odp: false };
         let send_reg = mr::register(&set.pd, &send, len, chunk, access(false))?;
         let recv_reg = mr::register(&set.pd, &recv, len, chunk, access(true))?;
         set.init(true)?;
+        if plan.write_with_imm {
+            (0..RECV_WR).try_for_each(|_| post_recv(&set))?;
+        }
         Ok(VerbsPingEnd {
             poller: Poller::new(&set),
             send_reg,
@@ -181,6 +199,8 @@ impl VerbsPingEnd {
             inline,
             limit,
             last_size: 0,
+            imm: plan.write_with_imm,
+            arrived: None,
             posted: 0,
             completed: 0,
             peer,
@@ -237,7 +257,12 @@ impl VerbsPingEnd {
         // SAFETY: ibv_send_wr is a plain C struct; zero is a valid starting value.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = self.posted;
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        if self.imm {
+            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data_invalidated_rkey_union.imm_data = (seq as u32).to_be();
+        } else {
+            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        }
         let inline = if size as u64 <= u64::from(self.inline) { IBV_SEND_INLINE } else { 0 };
         wr.send_flags = inline | if signaled { IBV_SEND_SIGNALED } else { 0 };
         wr.sg_list = &mut sge;
@@ -256,8 +281,40 @@ impl VerbsPingEnd {
         Ok(())
     }
 
-    /// Spin until message `seq` of `size` bytes has landed (its mark in the last byte), then clear the mark.
+    /// Spin until message `seq` of `size` bytes has landed, then make ready for the next.
     fn await_message(&mut self, size: usize, seq: u64) -> Result<()> {
+        if self.imm {
+            self.await_completion(seq)
+        } else {
+            self.await_mark(size, seq)
+        }
+    }
+
+    /// Spin on the completion queue until message `seq`'s receive completion, then post a receive in its place.
+    fn await_completion(&mut self, seq: u64) -> Result<()> {
+        let deadline = Instant::now() + self.io_timeout;
+        let mut spins = 0u32;
+        loop {
+            if let Some(imm) = self.arrived.take() {
+                if imm != seq as u32 {
+                    bail!("{} sent message {imm} where {} was due; the ping-pong lost step", self.peer, seq as u32);
+                }
+                return post_recv(&self.set);
+            }
+            self.reap()?;
+            spins = spins.wrapping_add(1);
+            if spins % SPINS_PER_LOOK == 0 && Instant::now() > deadline {
+                bail!(
+                    "{} sent no message within --io-timeout ({:.0} s); did it stop?",
+                    self.peer,
+                    self.io_timeout.as_secs_f64()
+                );
+            }
+        }
+    }
+
+    /// Spin until message `seq` of `size` bytes has landed (its mark in the last byte), then clear the mark.
+    fn await_mark(&mut self, size: usize, seq: u64) -> Result<()> {
         let (want, at) = (mark(seq), self.recv_at(size - 1));
         let deadline = Instant::now() + self.io_timeout;
         let mut spins = 0u32;
@@ -289,10 +346,26 @@ impl VerbsPingEnd {
         Ok(())
     }
 
-    /// Take the completions there are now; a failed write ends the run.
+    /// Take the completions there are now, keeping a message's receive completion for [`Self::await_completion`]; a
+    /// failed write or receive ends the run.
     fn reap(&mut self) -> Result<()> {
         let mut done = self.completed;
         for wc in self.poller.wait(Duration::ZERO)? {
+            if wc.wr_id & RECV_TAG != 0 {
+                if wc.status != 0 {
+                    let why = wc_status_text(wc.status);
+                    bail!("receiving {}'s RDMA WRITE with immediate failed: {why} (vendor error {:#x})", self.peer, wc.vendor_err);
+                }
+                if wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM {
+                    bail!("a receive completed with opcode {} where an RDMA WRITE with immediate was due", wc.opcode);
+                }
+                // SAFETY: for RECV_RDMA_WITH_IMM completions the union holds the immediate.
+                let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+                if let Some(earlier) = self.arrived.replace(imm) {
+                    bail!("{} sent message {imm} before this end answered message {earlier}; the ping-pong lost step", self.peer);
+                }
+                continue;
+            }
             if wc.status != 0 {
                 bail!("RDMA WRITE to {} failed: {} (vendor error {:#x})", self.peer, wc_status_text(wc.status), wc.vendor_err);
             }
@@ -348,9 +421,10 @@ impl PingEnd for VerbsPingEnd {
 
     fn describe(&self) -> serde_json::Value {
         let service = self.set.service;
+        let (op, wait) = if self.imm { ("write_with_imm", "receive completion") } else { ("write", "poll last byte") };
         let detail = Detail {
-            op: "write",
-            wait: "poll last byte",
+            op,
+            wait,
             inline: self.inline,
             max_inline_data: self.limit,
             port: self.set.port.clone(),
@@ -361,6 +435,21 @@ impl PingEnd for VerbsPingEnd {
         };
         serde_json::to_value(detail).expect("detail serializes")
     }
+}
+
+/// Post one receive on the ping-pong's queue pair, for a WRITE with immediate to consume.
+fn post_recv(set: &QpSet) -> Result<()> {
+    // SAFETY: ibv_recv_wr is a plain C struct; zero = no scatter entries, no next.
+    let mut wr: ibv_recv_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = RECV_TAG;
+    let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+    // SAFETY: the queue pair is live (owned by `set`) and at least in INIT; one receive with no scatter entries (a
+    // WRITE with immediate consumes it without writing into it), next NULL.
+    let rc = unsafe { ibv_post_recv(set.raw_qp(0).as_ptr(), &mut wr, &mut bad) };
+    if rc != 0 {
+        bail!("ibv_post_recv on the ping-pong's queue pair failed: {}", std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
 }
 
 /// The mark message `seq` carries in its last byte: never 0 (a cleared byte), never the previous message's.
@@ -386,7 +475,7 @@ fn message_len(max_size: u64, port: &PortInfo, chunk: u64) -> Result<u64> {
 /// takes (providers refuse a larger request, and may grant more than asked), found by bisection. The device has no
 /// attribute that says.
 fn inline_limit(dev: &Arc<DeviceContext>, port: &PortInfo) -> Result<u32> {
-    let grants = |n: u32| QpSet::inline(dev, port, SEND_WR, n).map(|set| set.max_inline_data().unwrap_or(n).max(n));
+    let grants = |n: u32| QpSet::inline(dev, port, (SEND_WR, 1), n).map(|set| set.max_inline_data().unwrap_or(n).max(n));
     // A queue pair that cannot be created at all is an error of its own, not a limit.
     let floor = grants(0)?;
     if let Ok(g) = grants(MOST_INLINE_TRIED) {

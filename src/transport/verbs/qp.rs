@@ -114,9 +114,14 @@ impl QpSet {
     }
 
     /// One RC queue pair for a ping-pong: `send_wr` sends of one scatter entry, carrying up to `max_inline_data`
-    /// bytes inline, one receive, completions busy-polled. Fails where the provider grants less inline data.
-    pub fn inline(ctx: &Arc<DeviceContext>, port: &PortInfo, send_wr: u32, max_inline_data: u32) -> Result<QpSet> {
-        let caps = Caps { send_wr, send_sge: 1, recv_wr: 1, max_inline_data };
+    /// bytes inline, `recv_wr` receives, completions busy-polled. Fails where the provider grants less inline data.
+    pub fn inline(
+        ctx: &Arc<DeviceContext>,
+        port: &PortInfo,
+        (send_wr, recv_wr): (u32, u32),
+        max_inline_data: u32,
+    ) -> Result<QpSet> {
+        let caps = Caps { send_wr, send_sge: 1, recv_wr, max_inline_data };
         QpSet::create(ctx, port, 1, caps, CqMode::Poll)
     }
 
