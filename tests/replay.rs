@@ -431,7 +431,8 @@ fn a_layerwise_replay_moves_no_layer_before_prefill_computed_it_and_reports_the_
     let mut after = Vec::new();
     for q in reqs {
         let (at, start, end) = (num(q, "scheduled_ms"), num(q, "start_ms"), num(q, "end_ms"));
-        assert_eq!(q["pieces"], 32, "a rep per layer: {q}");
+        let pieces = q["pieces"].as_u64().unwrap();
+        assert!((1..=32).contains(&pieces), "at most a rep per layer: {q}");
         assert!(start >= at + per_layer - 1e-6, "its first byte moved before its first layer was computed: {q}");
         assert!((num(q, "prefill_end_ms") - (at + prefill)).abs() < 1e-6, "{q}");
         assert!(end >= at + prefill - 1e-6, "its last layer cannot land before the prefill ends: {q}");
@@ -439,6 +440,8 @@ fn a_layerwise_replay_moves_no_layer_before_prefill_computed_it_and_reports_the_
         assert!((num(q, "latency_ms") - (end - at)).abs() < 1e-6, "latency_ms still counts from arrival: {q}");
         after.push(num(q, "after_prefill_ms"));
     }
+    // A 64 KiB rep takes well under the 12.5 ms between layers: a session that keeps up moves each layer alone.
+    assert!(reqs.iter().any(|q| q["pieces"] == 32), "no request moved layer by layer");
     let s = &replay["loads"][0]["summary"];
     let (reported, arrival) = (num(&s["latency_ms"], "p50"), num(&s["arrival_latency_ms"], "p50"));
     assert!(arrival >= prefill, "{s}");
@@ -473,7 +476,8 @@ fn a_layerwise_replay_with_an_instant_prefill_reports_the_arrival_latency() {
         let at = num(q, "scheduled_ms");
         assert!((num(q, "prefill_end_ms") - at).abs() < 1e-6, "{q}");
         assert!((num(q, "after_prefill_ms") - num(q, "latency_ms")).abs() < 1e-3, "{q}");
-        assert!(num(q, "start_ms") >= at && q["pieces"] == 32, "{q}");
+        // Every layer is computed at once: they move together, in one rep, not one round trip per layer.
+        assert!(num(q, "start_ms") >= at && q["pieces"] == 1, "{q}");
     }
     let s = &fast["replay"]["loads"][0]["summary"];
     for k in ["p50", "p99", "max"] {

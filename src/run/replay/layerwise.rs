@@ -3,7 +3,8 @@
 //! tokens ÷ the prefill's tokens per second (cached tokens are not prefilled); with the contiguous layout layer i
 //! is the i-th of L consecutive slices of the request's bytes. A slice moves once it is available and its session
 //! is free, in reps of at most the region, each armed while the layer is still being computed so that the control
-//! round trip stays off the transfer's path when the session keeps up. The request ends when its last slice
+//! round trip stays off the transfer's path when the session keeps up; the layers already computed when the
+//! session gets to them move together in one rep (an engine sends what is ready). The request ends when its last slice
 //! landed; what it adds to the time to first token is that end less the prefill's end.
 
 use super::{arm, move_bytes, sleep_until, Cutoff, Limits, Moved, RequestRecord, Scheduled, Shared};
@@ -61,24 +62,41 @@ pub(super) fn serve_request(
     }
     let mut first: Option<(Instant, Instant)> = None;
     let mut moved = Moved { pieces: 0, transfer_ms: 0.0, mismatched_bytes: None, landed: due.max(taken) };
-    for i in 0..lw.layers {
-        let n = lw.slice(r.bytes, i);
-        if n == 0 {
-            continue;
-        }
-        let ready = due + Duration::from_secs_f64(lw.available_ms(r.bytes, i) / 1e3);
-        let Some(armed) = arm_by(session, seq, n.min(shared.region), ready, limits.stop)? else {
-            shared.halt_with(Cutoff::Interrupted);
-            return Ok(None);
+    let ready_at = |i: u32| due + Duration::from_secs_f64(lw.available_ms(r.bytes, i) / 1e3);
+    let mut i = 0;
+    while i < lw.layers {
+        // The layers computed by now go together, as an engine sends what is ready: one rep per layer would put a
+        // control round trip per layer on a request whose prefill outruns them (a short one: 48 of them).
+        let now = Instant::now();
+        let ready = (i..lw.layers).take_while(|&j| ready_at(j) <= now).last();
+        let (n, armed, next) = match ready {
+            Some(last) => ((i..=last).map(|j| lw.slice(r.bytes, j)).sum::<u64>(), None, last + 1),
+            None => {
+                // Layer i, with those computed at the same moment (all of them when the prefill is instant).
+                let last = (i..lw.layers).take_while(|&j| ready_at(j) <= ready_at(i)).last().unwrap_or(i);
+                let n = (i..=last).map(|j| lw.slice(r.bytes, j)).sum::<u64>();
+                if n == 0 {
+                    i = last + 1;
+                    continue;
+                }
+                let Some(armed) = arm_by(session, seq, n.min(shared.region), ready_at(i), limits.stop)? else {
+                    shared.halt_with(Cutoff::Interrupted);
+                    return Ok(None);
+                };
+                (n, Some(armed), last + 1)
+            }
         };
-        first.get_or_insert((Instant::now(), ready));
-        let m = move_bytes(session, n, shared.region, seq, Some(armed))?;
-        moved.pieces += m.pieces;
-        moved.transfer_ms += m.transfer_ms;
-        moved.landed = m.landed;
-        if let Some(bad) = m.mismatched_bytes {
-            moved.mismatched_bytes = Some(moved.mismatched_bytes.unwrap_or(0) + bad);
+        if n > 0 {
+            first.get_or_insert((Instant::now(), ready_at(i)));
+            let m = move_bytes(session, n, shared.region, seq, armed)?;
+            moved.pieces += m.pieces;
+            moved.transfer_ms += m.transfer_ms;
+            moved.landed = m.landed;
+            if let Some(bad) = m.mismatched_bytes {
+                moved.mismatched_bytes = Some(moved.mismatched_bytes.unwrap_or(0) + bad);
+            }
         }
+        i = next;
     }
     let (posted, ready) = match first {
         Some(f) => f,
