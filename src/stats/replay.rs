@@ -98,6 +98,13 @@ impl LoadSummary {
     pub fn of(run: &LoadRun, schedule: &[Scheduled], ceiling_gbps: Option<f64>, slo_ms: Option<f64>) -> LoadSummary {
         let recs = &run.records;
         let span_s = schedule.last().map_or(0.0, |l| l.at_ms - schedule[0].at_ms) / 1e3;
+        // Bytes are offered once they exist: at arrival, or layer-wise as the prefill computes them, the last at
+        // the last prefill's end; a rate over the arrivals alone would call every layer-wise load saturated.
+        let available_s = recs
+            .iter()
+            .filter_map(|r| r.prefill_end_ms)
+            .map(|end| (end - schedule.first().map_or(0.0, |f| f.at_ms)) / 1e3)
+            .fold(span_s, f64::max);
         let offered_bytes: u64 = schedule.iter().map(|r| r.bytes).sum();
         let per_s = |x: f64, s: f64| (s > 0.0).then(|| x / s);
         let bytes_moved: u64 = recs.iter().map(|r| r.bytes).sum();
@@ -109,7 +116,7 @@ impl LoadSummary {
             not_started: run.not_started,
             offered_rps: per_s(schedule.len().saturating_sub(1) as f64, span_s),
             achieved_rps: per_s(recs.len() as f64, wall_s),
-            offered_gbps: per_s(offered_bytes as f64 / 1e9, span_s),
+            offered_gbps: per_s(offered_bytes as f64 / 1e9, available_s),
             achieved_gbps,
             bytes_moved,
             bytes_saved: recs.iter().map(|r| r.cached_bytes).sum(),
@@ -323,6 +330,46 @@ mod tests {
         let sat = summary(11.0, 2.0, 2.0, true);
         assert_eq!(knee(&[(1.0, &a), (2.0, &sat)]).unwrap().load, 2.0);
         assert_eq!(knee(&[(1.0, &a), (2.0, &b)]), None);
+    }
+
+    #[test]
+    fn layer_wise_bytes_are_offered_until_the_last_prefill_ends() {
+        let sched = |at_ms: f64| Scheduled { id: at_ms as u64, at_ms, bytes: 1_000_000_000, cached_bytes: 0 };
+        let schedule = [sched(0.0), sched(1000.0)];
+        let rec = |s: &Scheduled, prefill_end_ms: Option<f64>, end_ms: f64| RequestRecord {
+            id: s.id,
+            scheduled_ms: s.at_ms,
+            start_ms: s.at_ms,
+            end_ms,
+            queue_ms: 0.0,
+            service_ms: end_ms - s.at_ms,
+            latency_ms: end_ms - s.at_ms,
+            bytes: s.bytes,
+            cached_bytes: 0,
+            pieces: 1,
+            lane: 0,
+            lag_ms: None,
+            transfer_ms: 1.0,
+            mismatched_bytes: None,
+            prefill_end_ms,
+            after_prefill_ms: prefill_end_ms.map(|p| end_ms - p),
+            src: None,
+            dst: None,
+        };
+        let run = |p: [Option<f64>; 2], ends: [f64; 2]| LoadRun {
+            records: vec![rec(&schedule[0], p[0], ends[0]), rec(&schedule[1], p[1], ends[1])],
+            cutoff: None,
+            not_started: 0,
+            wall_ms: ends[1],
+        };
+        // Arrivals 1 s apart: 2 GB offered over 1 s.
+        let plain = LoadSummary::of(&run([None, None], [10.0, 1010.0]), &schedule, None, None);
+        assert_eq!(plain.offered_gbps, Some(2.0));
+        // The last request's prefill ends 3 s after it arrived: its bytes exist only then, so 2 GB over 4 s, and a
+        // path that kept up (its last byte 2 ms after that) achieved about as much.
+        let lw = LoadSummary::of(&run([Some(500.0), Some(4000.0)], [502.0, 4002.0]), &schedule, None, None);
+        assert_eq!(lw.offered_gbps, Some(0.5));
+        assert!(lw.achieved_gbps.unwrap() > 0.95 * 0.5, "{lw:?}");
     }
 
     #[test]
