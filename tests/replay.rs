@@ -509,3 +509,15 @@ fn bad_layerwise_flags_are_refused_in_one_line() {
         assert!(!dir.join("never.json").exists(), "{argv:?} wrote a results file");
     }
 }
+
+#[test]
+fn sessions_whose_regions_cannot_fit_in_memory_are_refused_before_anything_moves() {
+    let dir = TempDir::new("replay-memory");
+    let json = dir.arg("never.json");
+    // The built-in trace's first 60 s: its largest request is 7.6 GiB; 64 sessions × 2 ends of that fit nowhere.
+    let out = run(&["replay", "--max-inflight", "64", "--region", "8GiB", "--json", &json]);
+    out.expect_code(2);
+    let line = out.one_error();
+    assert!(line.contains("--region") && line.contains("--max-inflight") && line.contains("128 buffer"), "{line}");
+    assert!(!dir.join("never.json").exists(), "a refused replay wrote a results file");
+}

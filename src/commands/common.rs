@@ -271,6 +271,11 @@ pub fn check_host_support(cfg: &RunConfig, kinds: &[(&str, MemKind)], devices: &
 /// memory cgroup this process is in bound it, and so does `ulimit -l` where the transport pins that memory. GPU
 /// memory is checked when allocated.
 pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
+    check_memory_or(cfg, kinds, &smaller(cfg))
+}
+
+/// [`check_memory`], with `fix` saying how to ask for less.
+pub fn check_memory_or(cfg: &RunConfig, kinds: &[MemKind], fix: &str) -> Result<()> {
     let copies = kinds.iter().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
     let need = cfg.buffer_bytes().saturating_mul(copies);
     let root = SysRoot::get();
@@ -280,7 +285,7 @@ pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
             format_size(cfg.buffer_bytes()),
             format_size(need),
             room.describe(),
-            smaller(cfg)
+            fix
         );
     }
     let kind = cfg.transport.kind();
@@ -292,7 +297,7 @@ pub fn check_memory(cfg: &RunConfig, kinds: &[MemKind]) -> Result<()> {
             format_size(lock.limit),
             format_size(lock.bytes()),
             need.saturating_add(lock.pinned).div_ceil(1024),
-            smaller(cfg)
+            fix
         );
     }
     Ok(())

@@ -13,6 +13,7 @@ use crate::bail_usage;
 use crate::cli::ReplayArgs;
 use crate::env::Env;
 use crate::export::json::{Results, Role};
+use crate::mem::MemKind;
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
@@ -54,6 +55,15 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     } else {
         check_host_support(&cfg, &[("--src", a.src)], &[&device])?;
     }
+    // Every session holds a region at each end; both ends are this host's unless --peer.
+    let ends = if a.peer.is_none() { vec![a.src, a.dst] } else { vec![a.src] };
+    let kinds: Vec<MemKind> = ends.iter().flat_map(|k| std::iter::repeat_n(*k, a.max_inflight as usize)).collect();
+    let fix = format!(
+        "the region is {} per end and session ({} session(s)); give a smaller --region (larger requests move in pieces) or a smaller --max-inflight",
+        format_size(region_of(&cfg)),
+        a.max_inflight
+    );
+    common::check_memory_or(&cfg, &kinds, &fix)?;
     crate::run::pace::stop_softly_on_signal();
     let timeouts = crate::control::Timeouts { connect: a.run.connect_timeout, io: a.run.io_timeout };
     let mut receivers: Vec<JoinHandle<Result<()>>> = Vec::new();
@@ -121,7 +131,7 @@ fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
     let region = match a.region {
         Some(0) => bail_usage!("--region 0: the receiver's region needs at least 1 byte"),
         Some(r) => r.min(largest),
-        None => largest.min(DEFAULT_MAX_REGION),
+        None => default_region(a, largest),
     };
     let pieces = largest.div_ceil(region);
     if pieces > MAX_PIECES_PER_REQUEST {
@@ -253,7 +263,13 @@ fn replay(
             let ceiling_gbps = section.ceiling.as_ref().map(|c| c.gbps);
             let summary = LoadSummary::of(&run, &schedule, ceiling_gbps, a.slo_ms);
             crate::outln!("{}", table_row(load, repeat, &summary));
-            warn_above_ceiling(&mut warned, load, job.load_unit(), &summary, section.ceiling.as_ref());
+            warn_above_ceiling(
+                &mut warned,
+                (load, job.load_unit()),
+                a.max_inflight,
+                &summary,
+                section.ceiling.as_ref(),
+            );
             let stopped = matches!(run.cutoff, Some(driver::Cutoff::Interrupted));
             section.loads.push(LoadJson { load, repeat, summary, requests: run.records, cluster: None });
             pool(&mut section, &loads, &job_schedules(job, &loads)?, a.slo_ms);
@@ -279,22 +295,63 @@ fn replay(
     outcome
 }
 
-/// Say once when a load moved more than the measured ceiling: then the ceiling's few reps were slow, and every
-/// utilization of the run is overstated.
-fn warn_above_ceiling(warned: &mut bool, load: f64, unit: &str, s: &LoadSummary, ceiling: Option<&CeilingJson>) {
+/// Say once when a load moved more than the measured ceiling: the ceiling's few reps were slow, or, with several
+/// sessions, they moved more together than the one session it was measured on; every utilization is then
+/// overstated.
+fn warn_above_ceiling(
+    warned: &mut bool,
+    load: (f64, &str),
+    sessions: u32,
+    s: &LoadSummary,
+    ceiling: Option<&CeilingJson>,
+) {
     let (Some(u), Some(c)) = (s.utilization, ceiling) else { return };
     if *warned || u <= 1.05 || c.source != "measured" {
         return;
     }
     *warned = true;
+    let why = if sessions > 1 {
+        format!("it was measured on one session and {sessions} sessions moved more together")
+    } else {
+        "that measurement was low".to_string()
+    };
     crate::noteln!(
-        "{} moved {:.2} GB/s, {:.0}% of the {:.2} GB/s ceiling measured before the replay: that measurement was low, \
-         so utilizations are overstated; give the path's ceiling with --ceiling GB/s",
-        load_words(load, unit),
+        "{} moved {:.2} GB/s, {:.0}% of the {:.2} GB/s ceiling measured before the replay: {why}, so utilizations \
+         are overstated; give the path's ceiling with --ceiling GB/s",
+        load_words(load.0, load.1),
         s.achieved_gbps.unwrap_or(0.0),
         u * 100.0,
         c.gbps
     );
+}
+
+/// The region when `--region` gives none: the largest request, at most 4 GiB, and at most what lets every
+/// session's region at each end of this host fit in half of its available memory (a power of two, at least 64 MiB:
+/// the memory check then names what does not fit).
+fn default_region(a: &ReplayArgs, largest: u64) -> u64 {
+    let region = largest.min(DEFAULT_MAX_REGION);
+    let ends = [Some(a.src), a.peer.is_none().then_some(a.dst)];
+    let host_buffers = ends.iter().flatten().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
+    let Some(room) = crate::env::memory::headroom(crate::env::sysroot::SysRoot::get()) else { return region };
+    let per = room.bytes / 2 / (host_buffers * u64::from(a.max_inflight)).max(1);
+    let fits = if per == 0 { 0 } else { 1u64 << per.ilog2() };
+    if region <= fits {
+        return region;
+    }
+    let capped = fits.max(64 << 20).min(region);
+    crate::noteln!(
+        "region: {} per end and session (the largest request is {}; {} session(s) of {} fit in half of this host's available memory); --region to choose",
+        format_size(capped),
+        format_size(largest),
+        a.max_inflight,
+        format_size(capped)
+    );
+    capped
+}
+
+/// The receiver's region: the run's one case.
+fn region_of(cfg: &RunConfig) -> u64 {
+    cfg.cases[0].size_bytes
 }
 
 /// Every load's schedule (for the offered rates of the pooled summaries).
