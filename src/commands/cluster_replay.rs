@@ -14,7 +14,7 @@
 mod record;
 
 use super::common::{self, Configured};
-use super::replay::{DEFAULT_MAX_REGION, MAX_PIECES_PER_REQUEST};
+use super::replay::DEFAULT_MAX_REGION;
 use super::send::connect;
 use super::workload::{self, Job, KvFlags};
 use crate::bail_usage;
@@ -24,7 +24,6 @@ use crate::cluster::{Group, Member, Pattern};
 use crate::control::Timeouts;
 use crate::measure::Json;
 use crate::mem::MemKind;
-use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, SizeCase};
 use crate::run::replay::{self as driver, Cutoff, LoadRun, RequestRecord, Scheduled};
 use crate::run::sender::SenderSession;
@@ -103,7 +102,9 @@ pub fn plan(a: &ClusterArgs, world_size: usize) -> Result<Option<ReplayPlan>> {
         kv_bytes_per_token: a.sizes.kv_bytes_per_token,
     };
     let job = workload::job(&r.workload(a.run.seed), kv)?;
-    let region = region(r.region, job.largest_bytes())?;
+    let largest = job.largest_bytes();
+    // The decode ranks' region: --region, else the largest request up to 4 GiB.
+    let region = super::replay::checked_region(r.region, largest, || largest.min(DEFAULT_MAX_REGION))?;
     let route = r.route.unwrap_or(Route::RoundRobin);
     let loads = job
         .loads()
@@ -127,28 +128,6 @@ pub fn plan(a: &ClusterArgs, world_size: usize) -> Result<Option<ReplayPlan>> {
         warmup_requests: r.warmup_requests.unwrap_or(10),
         slo_ms: r.slo_ms,
     }))
-}
-
-/// The decode ranks' region: `--region` (at most the largest request), else the largest request up to 4 GiB.
-fn region(given: Option<u64>, largest: u64) -> Result<u64> {
-    if largest == 0 {
-        bail_usage!("every request of this workload is held by the prefix cache: nothing to move");
-    }
-    let region = match given {
-        Some(0) => bail_usage!("--region 0: the receiver's region needs at least 1 byte"),
-        Some(r) => r.min(largest),
-        None => largest.min(DEFAULT_MAX_REGION),
-    };
-    let pieces = largest.div_ceil(region);
-    if pieces > MAX_PIECES_PER_REQUEST {
-        bail_usage!(
-            "--region {}: the largest request ({}) would move in {pieces} pieces, a control round trip each; give a region of at least {}",
-            format_size(region),
-            format_size(largest),
-            format_size(largest.div_ceil(MAX_PIECES_PER_REQUEST))
-        );
-    }
-    Ok(region)
 }
 
 impl ReplayPlan {

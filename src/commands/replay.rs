@@ -33,7 +33,7 @@ use workload::Job;
 pub(super) const DEFAULT_MAX_REGION: u64 = 4 << 30;
 /// Most reps one request may take: past it, `--region` is a typo (a 17 GiB request in 1-byte pieces would take
 /// days of control round trips).
-pub(super) const MAX_PIECES_PER_REQUEST: u64 = 10_000;
+const MAX_PIECES_PER_REQUEST: u64 = 10_000;
 /// Reps of the region measured for the path's ceiling when `--ceiling` gives none.
 const CEILING_REPS: u32 = 3;
 
@@ -125,23 +125,7 @@ fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
         bail_usage!("--slo-ms {s}: give a latency target in ms, above 0");
     }
     let largest = job.largest_bytes();
-    if largest == 0 {
-        bail_usage!("every request of this workload is held by the prefix cache: nothing to move");
-    }
-    let region = match a.region {
-        Some(0) => bail_usage!("--region 0: the receiver's region needs at least 1 byte"),
-        Some(r) => r.min(largest),
-        None => default_region(a, largest),
-    };
-    let pieces = largest.div_ceil(region);
-    if pieces > MAX_PIECES_PER_REQUEST {
-        bail_usage!(
-            "--region {}: the largest request ({}) would move in {pieces} pieces, a control round trip each; give a region of at least {}",
-            format_size(region),
-            format_size(largest),
-            format_size(largest.div_ceil(MAX_PIECES_PER_REQUEST))
-        );
-    }
+    let region = checked_region(a.region, largest, || default_region(a, largest))?;
     let sizes = crate::cli::SizeArgs {
         sizes: Some(crate::plan::sizes::SizeList(vec![region])),
         tokens: None,
@@ -323,6 +307,29 @@ fn warn_above_ceiling(
         u * 100.0,
         c.gbps
     );
+}
+
+/// The receiver's region: `--region` (at most the largest request), else `default`; refused when there is nothing
+/// to move, or when the largest request would take more than [`MAX_PIECES_PER_REQUEST`] reps.
+pub(super) fn checked_region(given: Option<u64>, largest: u64, default: impl FnOnce() -> u64) -> Result<u64> {
+    if largest == 0 {
+        bail_usage!("every request of this workload is held by the prefix cache: nothing to move");
+    }
+    let region = match given {
+        Some(0) => bail_usage!("--region 0: the receiver's region needs at least 1 byte"),
+        Some(r) => r.min(largest),
+        None => default(),
+    };
+    let pieces = largest.div_ceil(region);
+    if pieces > MAX_PIECES_PER_REQUEST {
+        bail_usage!(
+            "--region {}: the largest request ({}) would move in {pieces} pieces, a control round trip each; give a region of at least {}",
+            format_size(region),
+            format_size(largest),
+            format_size(largest.div_ceil(MAX_PIECES_PER_REQUEST))
+        );
+    }
+    Ok(region)
 }
 
 /// The region when `--region` gives none: the largest request, at most 4 GiB, and at most what lets every
