@@ -138,6 +138,25 @@ impl Labels {
     where
         CT::From: Clone + 'static,
     {
+        if !self.place_if_room(plot, at, text, style, spots)? && !self.dropped.contains(&note) {
+            self.dropped.push(note);
+        }
+        Ok(())
+    }
+
+    /// [`Labels::place`] for a label whose text the legend already carries: when no spot has room, it is left out
+    /// (a note would say the same thing twice). Returns whether it was drawn.
+    pub fn place_if_room<DB: DrawingBackend, CT: CoordTranslate>(
+        &mut self,
+        plot: &DrawingArea<DB, CT>,
+        at: CT::From,
+        text: &str,
+        style: &TextStyle,
+        spots: impl Fn(i32, i32, i32) -> Vec<Spot>,
+    ) -> Result<bool, DrawingAreaErrorKind<DB::ErrorType>>
+    where
+        CT::From: Clone + 'static,
+    {
         let (w, h) = plot.estimate_text_size(text, style)?;
         let (w, h) = (w as i32, h as i32);
         let (xs, ys) = plot.get_pixel_range();
@@ -159,13 +178,11 @@ impl Labels {
             if b.inside(&bounds) && !self.placed.iter().any(|p| p.overlaps(&b)) {
                 self.placed.push(b);
                 let style = style.pos(Pos::new(s.h, s.v));
-                return plot.draw(&super::style::label(at, (s.dx, s.dy), text.to_string(), style));
+                plot.draw(&super::style::label(at, (s.dx, s.dy), text.to_string(), style))?;
+                return Ok(true);
             }
         }
-        if !self.dropped.contains(&note) {
-            self.dropped.push(note);
-        }
-        Ok(())
+        Ok(false)
     }
 }
 

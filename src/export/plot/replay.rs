@@ -9,7 +9,7 @@
 
 use super::axes;
 use super::cdf::{CdfCurve, CdfFigure};
-use super::labels::{Note, Spot};
+use super::labels::Spot;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
 use crate::stats::replay::load_words;
@@ -332,7 +332,7 @@ impl LoadFigure {
         Ok(())
     }
 
-    /// The knee: a dashed vertical line at its load, labelled at the top of the panel.
+    /// The knee: a dashed vertical line at its load, labelled at the top of the panel where there is room.
     fn knee_line<DB: DrawingBackend, CT: plotters::coord::CoordTranslate<From = (f64, f64)>>(
         &self,
         plot: &DrawingArea<DB, CT>,
@@ -342,13 +342,6 @@ impl LoadFigure {
         let Some((load, _)) = &self.knee else { return Ok(()) };
         style::path(plot, vec![(*load, y_lo), (*load, y_hi)], Dash::Dashed, style::INK.stroke_width(1))?;
         let label = format!("knee: {}", load_words(*load, &self.unit));
-        let note = Note {
-            what: "knee:".into(),
-            at: load_words(*load, &self.unit),
-            colour: style::INK,
-            dash: Some(Dash::Dashed),
-            marker: None,
-        };
         let spots = |_w: i32, h: i32, _pw: i32| {
             (0..6)
                 .flat_map(|k| {
@@ -357,7 +350,9 @@ impl LoadFigure {
                 })
                 .collect::<Vec<Spot>>()
         };
-        labels.place(plot, (*load, y_hi), &label, &text(NOTE_PX), spots, note)
+        // The legend names the knee and why; the label on the line is a convenience, left out when it has no room.
+        labels.place_if_room(plot, (*load, y_hi), &label, &text(NOTE_PX), spots)?;
+        Ok(())
     }
 }
 
