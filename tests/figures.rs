@@ -14,7 +14,8 @@ fn kvxfer(args: &[&str]) -> Output {
 
 /// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvxfer-figures-{}-{name}", std::process::id()));
+    // Under target/tmp, not the system temp dir: the last run's figures stay there for looking at.
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("figures-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
