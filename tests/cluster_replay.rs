@@ -204,6 +204,8 @@ fn bad_replay_flags_are_refused_in_one_line_before_the_ranks_meet() {
         (&["--prefill", "0", "--decode", "4"], "--decode 4: rank 4 is out of range: this run has 4 ranks (0-3)"),
         (&["--prefill", "0,x", "--decode", "2"], "--prefill 0,x: 'x' is not a rank"),
         (&["--prefill", "0", "--decode", "1", "--sizes", "1MiB"], "--sizes: a replay moves its requests' bytes"),
+        (&["--prefill", "0", "--decode", "1", "--reps", "3"], "--reps: a cluster replay runs each load once"),
+        (&["--prefill", "0", "--decode", "1", "--warmup", "2"], "use --warmup-requests N"),
     ];
     for (args, want) in cases {
         let all: Vec<&str> = replay.iter().chain(args.iter()).copied().collect();

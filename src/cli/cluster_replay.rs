@@ -71,6 +71,11 @@ pub struct ClusterReplayArgs {
     /// most 4 GiB)
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub region: Option<u64>,
+    /// Set by the parser: --reps and --warmup were given on the command line.
+    #[arg(skip)]
+    pub reps_given: bool,
+    #[arg(skip)]
+    pub warmup_given: bool,
 }
 
 impl ClusterReplayArgs {

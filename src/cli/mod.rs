@@ -65,6 +65,10 @@ impl Cli {
                 a.reps_given = reps_given(m);
                 a.warmup_given = m.value_source("warmup") == Some(ValueSource::CommandLine);
             }
+            (Command::Cluster(a), Some(("cluster", m))) => {
+                a.replay.reps_given = reps_given(m);
+                a.replay.warmup_given = m.value_source("warmup") == Some(ValueSource::CommandLine);
+            }
             _ => {}
         }
         if let (Command::Sweep(a), Some(("sweep", m))) = (&mut cli.command, matches.subcommand()) {

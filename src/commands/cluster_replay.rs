@@ -90,6 +90,12 @@ pub fn plan(a: &ClusterArgs, world_size: usize) -> Result<Option<ReplayPlan>> {
             bail_usage!("{flag}: a replay moves its requests' bytes; drop {flag} (--model or --kv-bytes-per-token set the bytes per token)");
         }
     }
+    if r.reps_given {
+        bail_usage!("--reps: a cluster replay runs each load once; drop --reps (run the command again to repeat it)");
+    }
+    if r.warmup_given {
+        bail_usage!("--warmup: a cluster replay warms each link up with whole requests; use --warmup-requests N");
+    }
     if a.run.paged.layout != crate::plan::paged::Layout::Contiguous {
         bail_usage!("--layout paged: a cluster replay moves contiguous requests for now; drop --layout");
     }
