@@ -217,3 +217,77 @@ fn bad_replay_flags_are_refused_in_one_line_before_the_ranks_meet() {
     let e = refused(&["--pattern", "incast", "--arrivals", "poisson:1"]);
     assert!(e.contains("--arrivals belongs to --pattern replay"), "{e}");
 }
+
+#[test]
+fn a_decode_rank_killed_mid_load_fails_every_other_rank_naming_it_and_rank_0_says_the_run_is_incomplete() {
+    let dir = TempDir::new("creplay-kill");
+    let json = dir.arg("kill.json");
+    // Two loads of 200 requests of 4 MiB at 20 per second: each lasts ~10 s, so the kill lands inside the first.
+    let args = [
+        "cluster",
+        "--pattern",
+        "replay",
+        "--prefill",
+        "0,1",
+        "--decode",
+        "2,3",
+        "--arrivals",
+        "poisson:20",
+        "--prompt-tokens",
+        "fixed:64",
+        "--requests",
+        "200",
+        "--rates",
+        "20,40",
+        "--kv-bytes-per-token",
+        "65536",
+        "--warmup-requests",
+        "2",
+        "--transport",
+        "tcp",
+        "--json",
+        &json,
+    ];
+    let port = free_port();
+    let mut ranks: Vec<Proc> = (0..4)
+        .map(|rank| {
+            let mut cmd = clean(Command::new(common::bin()));
+            cmd.args(args).args(["--coordinator", &format!("127.0.0.1:{port}")]);
+            cmd.env("KVXFER_RANK", rank.to_string()).env("KVXFER_WORLD_SIZE", "4");
+            Proc::start(&mut cmd, format!("rank {rank} of a cluster replay"))
+        })
+        .collect();
+    assert!(
+        ranks[0].stderr.wait_for("load 1/2:", std::time::Duration::from_secs(120)),
+        "rank 0 never started the first load: {}",
+        ranks[0].stderr.text()
+    );
+    let mut doomed = ranks.pop().unwrap();
+    assert!(doomed.is_running(), "rank 3 exited early: {}", doomed.stderr.text());
+    doomed.kill();
+    // A stall detector, far above the seconds a failed link takes to reach every rank.
+    let limit = std::time::Duration::from_secs(60);
+    let start = std::time::Instant::now();
+    for mut p in ranks {
+        let status = p.wait_timeout(limit.saturating_sub(start.elapsed()));
+        let err = p.stderr.text();
+        let status = status.unwrap_or_else(|| panic!("{} still running {limit:?} after the kill\n{err}", p.what));
+        assert_eq!(status.code(), Some(1), "{}: {err}", p.what);
+        let line =
+            err.lines().find(|l| l.contains("] error:")).unwrap_or_else(|| panic!("{}: no error:\n{err}", p.what));
+        assert!(
+            line.contains("→3") || line.contains("rank 3 on "),
+            "{}: the error does not name rank 3: {line}",
+            p.what
+        );
+        // Rank 0 names the load it was in; another rank may have gone on to the next load's barrier.
+        if p.what.starts_with("rank 0 ") {
+            assert!(line.contains("load 1/2"), "{}: the error does not name the load: {line}", p.what);
+        }
+    }
+    let r = read_json(Path::new(&json));
+    assert_eq!(r["complete"], false, "{r}");
+    let error = r["error"].as_str().unwrap_or("");
+    assert!(error.contains("→3") || error.contains("rank 3 on "), "{error}");
+    assert!(r["replay"]["loads"].as_array().unwrap().len() <= 1, "the second load never ran");
+}

@@ -245,7 +245,7 @@ pub fn run(group: &mut Group, plan: &ReplayPlan, job: &LinkJob, mut recorder: Op
         // The clocks of every link of every rank start here, together.
         group.barrier().map_err(|e| e.context(at()))?;
         let ends = serve_links(&mut lanes, load, plan);
-        let gathered = gather_load(group, plan, load, ends)?;
+        let gathered = gather_load(group, plan, load, ends).map_err(|e| e.context(at()))?;
         if let (Some(r), Some(parts)) = (recorder.as_deref_mut(), gathered) {
             if let Err(e) = r.record(k, load, parts) {
                 group.abort(&format!("{e:#}"));
