@@ -221,14 +221,18 @@ impl PagedConfig {
     /// order with `DstPlacement::Sequential`).
     /// Call [`PagedConfig::validate`] first.
     pub fn plan(&self, seed: u64, tokens: u64) -> PagedPlan {
-        let pool_blocks = self.pool_blocks();
         let blocks = tokens.div_ceil(self.block_tokens) as usize;
-        let src_slots = permutation(pool_blocks, seed ^ SRC_SALT);
-        let dst_slots = match self.dst_placement {
-            DstPlacement::Random => permutation(pool_blocks, seed ^ DST_SALT),
-            DstPlacement::Sequential => (0..pool_blocks).collect(),
-        };
+        let (src_slots, dst_slots) = (self.source_slots(seed), self.dest_slots(seed));
         self.plan_with_slots(tokens, &src_slots[..blocks], &dst_slots[..blocks])
+    }
+
+    /// The destination slots [`PagedConfig::plan`] places a transfer's blocks in (the first `blocks` of them):
+    /// permuted, or in order with `DstPlacement::Sequential`. A replay's pool starts its free list in this order.
+    pub fn dest_slots(&self, seed: u64) -> Vec<u64> {
+        match self.dst_placement {
+            DstPlacement::Random => permutation(self.pool_blocks(), seed ^ DST_SALT),
+            DstPlacement::Sequential => (0..self.pool_blocks()).collect(),
+        }
     }
 
     /// The source slots [`PagedConfig::plan`] places a transfer's blocks in (the first `blocks` of them): a
