@@ -109,7 +109,8 @@ pub fn run(a: ReplayArgs) -> Result<()> {
         (None, Some(p)) => Mode::Paged(p),
         (None, None) => Mode::Whole,
     };
-    let outcome = results_path(&a).and_then(|json| replay(&a, (&job, &mode), &cfg, &mut sessions, &json, &receiver_host));
+    let outcome =
+        results_path(&a).and_then(|json| replay(&a, (&job, &mode), &cfg, &mut sessions, &json, &receiver_host));
     let closed: Vec<Result<()>> = sessions.into_iter().map(|s| s.close(&Ok(()))).collect();
     let receivers: Vec<Result<()>> = receivers
         .into_iter()

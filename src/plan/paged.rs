@@ -279,7 +279,11 @@ impl PagedConfig {
         let tokens = size_bytes / bpt;
         let blocks = tokens.div_ceil(self.block_tokens.max(1));
         if slots.len() as u64 != blocks {
-            bail!("{} block slots for {tokens} tokens, which take {blocks} blocks of {}", slots.len(), self.block_tokens);
+            bail!(
+                "{} block slots for {tokens} tokens, which take {blocks} blocks of {}",
+                slots.len(),
+                self.block_tokens
+            );
         }
         let pool = self.pool_blocks();
         if let Some(s) = slots.iter().find(|&&s| s >= pool) {

@@ -52,11 +52,7 @@ fn piece_geometry_of_every_preset_and_an_mla_config() {
         assert_eq!(c.regions_per_layer, regions, "{name}");
         assert_eq!(c.bytes_per_token(), g.bytes_per_token(), "{name}");
         assert_eq!(c.pieces(1024), g.layers * regions * 64, "{name}");
-        assert_eq!(
-            c.pool_bytes(),
-            2048 * g.bytes_per_token(),
-            "{name}: a whole-block pool is pool tokens × B/token"
-        );
+        assert_eq!(c.pool_bytes(), 2048 * g.bytes_per_token(), "{name}: a whole-block pool is pool tokens × B/token");
     }
     // The example: 16 KiB pieces, 48 × 2 × blocks.
     let q = config(&kv::preset("qwen3-30b-a3b").unwrap(), 16, 2048);
@@ -231,10 +227,7 @@ fn sequential_destinations_fill_slots_in_order_and_still_verify() {
         let (pieces, bad) = simulate(&cfg, tokens, Merge::PerPiece, DestFault::None);
         assert_eq!((pieces as u64, bad), (cfg.pieces(tokens), 0), "verify spans follow the planned slots");
         assert_eq!(simulate(&cfg, tokens, Merge::Coalesce, DestFault::None).1, 0);
-        assert!(
-            simulate(&cfg, tokens, Merge::PerPiece, DestFault::SwapTwo).1 > 0,
-            "a swapped piece is still caught"
-        );
+        assert!(simulate(&cfg, tokens, Merge::PerPiece, DestFault::SwapTwo).1 > 0, "a swapped piece is still caught");
     }
 }
 

@@ -306,10 +306,8 @@ pub fn run_load_with(
     let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
     let not_started = (schedule.len() - records.len()) as u64;
     let cutoff = shared.cutoff.into_inner().unwrap_or_else(|p| p.into_inner());
-    let pool = shared
-        .pool
-        .as_ref()
-        .map(|p| PoolUse { blocks: p.cfg.order.len() as u64, high_water_blocks: p.high_water() });
+    let pool =
+        shared.pool.as_ref().map(|p| PoolUse { blocks: p.cfg.order.len() as u64, high_water_blocks: p.high_water() });
     Ok(LoadRun { records, cutoff, not_started, wall_ms, pool })
 }
 

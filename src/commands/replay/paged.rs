@@ -41,7 +41,8 @@ pub(super) fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
     };
     let mut run = a.run.clone();
     run.reps = 1;
-    Ok(super::common::configure(&sizes, &run, &[a.src, a.dst])?.cfg)
+    // The memory check comes after, counting every session's pool at each end.
+    Ok(super::common::configure_anywhere(&sizes, &run, &[a.src, a.dst])?.cfg)
 }
 
 /// The pool the driver models for `cfg` (None unless paged), `--decode-ms-per-token` checked; refused where its
@@ -55,7 +56,9 @@ pub(super) fn pool(a: &ReplayArgs, cfg: &RunConfig, job: &Job) -> Result<Option<
     };
     let decode = a.decode_ms_per_token.unwrap_or(0.0);
     if !(decode.is_finite() && decode >= 0.0) {
-        bail_usage!("--decode-ms-per-token {decode}: give the ms a request holds its blocks per output token, 0 or more");
+        bail_usage!(
+            "--decode-ms-per-token {decode}: give the ms a request holds its blocks per output token, 0 or more"
+        );
     }
     if decode > 0.0 && job.load_unit() == "rate" {
         bail_usage!("--decode-ms-per-token: requests from --arrivals have no output lengths; replay a --trace (its output_length), or drop it");
@@ -112,7 +115,8 @@ pub(super) fn rep(session: &mut SenderSession, seq: &mut u32, pool: &PagedPool, 
 
 /// The line under a load's row: how much of the pool it held and how long requests waited for blocks.
 pub(super) fn pool_line(s: &PoolSummary) -> String {
-    let wait = s.wait_ms.map_or("-".to_string(), |q| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", q.p50, q.p99, q.max));
+    let wait =
+        s.wait_ms.map_or("-".to_string(), |q| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", q.p50, q.p99, q.max));
     format!(
         "        pool: high-water {} of {} blocks ({:.0}%); {} request(s) waited for blocks; pool wait {wait}",
         s.high_water_blocks,
