@@ -380,7 +380,8 @@ mod tests {
 
     #[test]
     fn layer_wise_bytes_are_offered_until_the_last_prefill_ends() {
-        let sched = |at_ms: f64| Scheduled { id: at_ms as u64, at_ms, bytes: 1_000_000_000, cached_bytes: 0 };
+        let sched =
+            |at_ms: f64| Scheduled { id: at_ms as u64, at_ms, bytes: 1_000_000_000, cached_bytes: 0, output_tokens: 0 };
         let schedule = [sched(0.0), sched(1000.0)];
         let rec = |s: &Scheduled, prefill_end_ms: Option<f64>, end_ms: f64| RequestRecord {
             id: s.id,
@@ -401,12 +402,15 @@ mod tests {
             after_prefill_ms: prefill_end_ms.map(|p| end_ms - p),
             src: None,
             dst: None,
+            pool_wait_ms: None,
+            blocks: None,
         };
         let run = |p: [Option<f64>; 2], ends: [f64; 2]| LoadRun {
             records: vec![rec(&schedule[0], p[0], ends[0]), rec(&schedule[1], p[1], ends[1])],
             cutoff: None,
             not_started: 0,
             wall_ms: ends[1],
+            pool: None,
         };
         // Arrivals 1 s apart: 2 GB offered over 1 s.
         let plain = LoadSummary::of(&run([None, None], [10.0, 1010.0]), &schedule, None, None);
