@@ -197,14 +197,7 @@ fn replay(
     json: &std::path::Path,
     receiver_host: &str,
 ) -> Result<()> {
-    let layerwise = match mode {
-        Mode::Layerwise(l) => Some(*l),
-        _ => None,
-    };
-    let paged_pool = match mode {
-        Mode::Paged(p) => Some(p),
-        _ => None,
-    };
+    let paged_pool = mode.paged();
     // A paged replay's requests go whole into the pool (each session's buffer); its ceiling moves the largest.
     let region = if paged_pool.is_some() { cfg.buffer_bytes() } else { cfg.cases[0].size_bytes };
     let mut seqs = vec![0u32; sessions.len()];
@@ -222,31 +215,7 @@ fn replay(
     let mut config = results_config(cfg, job.model.clone(), peer, role, sessions[0].dst_mem.clone(), detail);
     config.mode = Some("replay".into());
     let mut results = Results::new(label, &Env::capture(), config);
-    let mut section = ReplayJson {
-        workload: job.describe(),
-        load_unit: job.load_unit().into(),
-        latency: if layerwise.is_some() { LatencyFrom::PrefillEnd } else { LatencyFrom::Arrival },
-        max_inflight: a.max_inflight,
-        region_bytes: region,
-        max_backlog_s: a.max_backlog.as_secs_f64(),
-        warmup_requests: a.warmup_requests,
-        verify_in_latency: cfg.knobs.verify,
-        ceiling,
-        loads: Vec::new(),
-        pooled: Vec::new(),
-        knee: None,
-        layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
-        cluster: None,
-        pool: cfg.paged.as_ref().zip(paged_pool).map(|(c, p)| paged::describe(c, p)),
-    };
-    if let Some(l) = layerwise {
-        crate::noteln!(
-            "layer-wise: {} layers, prefill at {} tokens/s; latency = {}",
-            l.layers,
-            l.tokens_per_s,
-            section.latency.words()
-        );
-    }
+    let mut section = section(a, (job, mode), cfg, region, ceiling);
     if cfg.knobs.verify {
         crate::noteln!("--verify: each request's service time includes filling and checking its pattern; replay without it for timing");
     }
@@ -304,6 +273,43 @@ fn replay(
         crate::export::plot::draw_replays(&[(String::new(), &section)], dir)?;
     }
     outcome
+}
+
+/// The results' `replay` section before any load ran, said on stderr where a mode changes what is measured.
+fn section(
+    a: &ReplayArgs,
+    (job, mode): (&Job, &Mode),
+    cfg: &RunConfig,
+    region: u64,
+    ceiling: Option<CeilingJson>,
+) -> ReplayJson {
+    let layerwise = mode.layerwise();
+    let section = ReplayJson {
+        workload: job.describe(),
+        load_unit: job.load_unit().into(),
+        latency: if layerwise.is_some() { LatencyFrom::PrefillEnd } else { LatencyFrom::Arrival },
+        max_inflight: a.max_inflight,
+        region_bytes: region,
+        max_backlog_s: a.max_backlog.as_secs_f64(),
+        warmup_requests: a.warmup_requests,
+        verify_in_latency: cfg.knobs.verify,
+        ceiling,
+        loads: Vec::new(),
+        pooled: Vec::new(),
+        knee: None,
+        layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
+        cluster: None,
+        pool: cfg.paged.as_ref().zip(mode.paged()).map(|(c, p)| paged::describe(c, p)),
+    };
+    if let Some(l) = layerwise {
+        crate::noteln!(
+            "layer-wise: {} layers, prefill at {} tokens/s; latency = {}",
+            l.layers,
+            l.tokens_per_s,
+            section.latency.words()
+        );
+    }
+    section
 }
 
 /// Say once when a load moved more than the measured ceiling: the ceiling's few reps were slow, or, with several
@@ -515,8 +521,12 @@ fn warm_up(
     for (i, lane) in (0..lanes.max(bytes.len())).map(|i| (i, i % lanes)) {
         let b = bytes[i % bytes.len()];
         match pool {
-            Some(p) => drop(paged::rep(&mut sessions[lane], &mut seqs[lane], p, b)?),
-            None => drop(driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane], None)?),
+            Some(p) => {
+                paged::rep(&mut sessions[lane], &mut seqs[lane], p, b)?;
+            }
+            None => {
+                driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane], None)?;
+            }
         }
     }
     Ok(())

@@ -141,6 +141,24 @@ pub enum Mode {
     Paged(PagedPool),
 }
 
+impl Mode {
+    /// How each request's layers become available, when layer-wise.
+    pub fn layerwise(&self) -> Option<Layerwise> {
+        match self {
+            Mode::Layerwise(l) => Some(*l),
+            _ => None,
+        }
+    }
+
+    /// The pool each request takes its blocks from, when paged.
+    pub fn paged(&self) -> Option<&PagedPool> {
+        match self {
+            Mode::Paged(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 /// When to give up on a load, and whom to tell as requests complete.
 pub struct Limits<'a> {
     /// Stop taking requests once the next one starts this late (the queue holds this much offered time).
