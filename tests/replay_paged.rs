@@ -171,3 +171,30 @@ fn bad_paged_replays_are_refused_in_one_line() {
     out.expect_code(2);
     assert!(out.one_error().contains("--decode-ms-per-token applies to --layout paged"), "{}", out.stderr);
 }
+
+#[test]
+fn a_receiver_refuses_block_slots_that_do_not_fit_naming_the_sender() {
+    use kvxfer::plan::paged::Layout;
+    let serve = Serve::start(&["--once"]);
+    let mut run = kvxfer::cli::RunArgs::default();
+    run.paged.layout = Layout::Paged;
+    run.paged.pool_tokens = Some(64);
+    run.verify = true;
+    let sizes = kvxfer::cli::SizeArgs {
+        tokens: Some(kvxfer::plan::sizes::TokenList(vec![32])),
+        model: Some("qwen3-8b".into()),
+        ..kvxfer::cli::SizeArgs::default()
+    };
+    let host = kvxfer::mem::MemKind::Host;
+    let cfg = kvxfer::commands::common::configure_anywhere(&sizes, &run, &[host, host]).unwrap().cfg;
+    let timeouts = kvxfer::control::Timeouts { connect: run.connect_timeout, io: run.io_timeout };
+    let device = kvxfer::transport::DeviceChoice::default();
+    let (mut session, _) =
+        kvxfer::commands::send::connect(&serve.addr, "", timeouts, &device, &cfg, host, false).expect("a session");
+    // 32 tokens are 2 blocks of 16: the same destination slot twice is refused at RepStart, before a byte moves.
+    let err = format!("{:#}", session.arm_paged(32, (&[0, 1], &[3, 3]), 0).err().expect("refused"));
+    assert!(err.contains("block slot 3 is given twice") && err.contains("the sender at 127.0.0.1:"), "{err}");
+    let out = serve.proc.finish();
+    assert!(out.stderr.contains("block slot 3 is given twice"), "{}", out.stderr);
+    out.no_panic();
+}
