@@ -198,3 +198,34 @@ fn a_receiver_refuses_block_slots_that_do_not_fit_naming_the_sender() {
     assert!(out.stderr.contains("block slot 3 is given twice"), "{}", out.stderr);
     out.no_panic();
 }
+
+#[test]
+fn a_misplaced_piece_shows_in_the_verified_requests() {
+    let dir = TempDir::new("replay-paged-swap");
+    let model = tiny_model(&dir);
+    let trace = trace_file(&dir, 3, 100, 5, 10);
+    let json = dir.arg("r.json");
+    // The sender swaps two pieces' destinations: --verify, checking where the block tables say, must see it.
+    let out = run(&[
+        "replay",
+        "--layout",
+        "paged",
+        "--model-config",
+        &model,
+        "--trace",
+        &trace,
+        "--verify",
+        "--test-fault-swap-dests",
+        "--warmup-requests",
+        "0",
+        "--ceiling",
+        "1",
+        "--json",
+        &json,
+    ]);
+    out.no_panic();
+    let r = read_json(&dir.join("r.json"));
+    let reqs = requests(&r);
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs.iter().all(|q| q["mismatched_bytes"].as_u64().unwrap() > 0), "{reqs:?}");
+}
