@@ -79,6 +79,10 @@ pub struct ReplayArgs {
     /// The prefill's speed for --layerwise, input tokens per second (cached tokens are not prefilled)
     #[arg(long, value_name = "N", value_parser = parse_tokens_per_s, help_heading = "Replay")]
     pub prefill_tokens_per_s: Option<f64>,
+    /// With --layout paged: a request holds its blocks of the receiver's pool for this many ms per output token
+    /// after its last byte landed (its decode), so later requests may wait for blocks [default: 0, freed at once]
+    #[arg(long, value_name = "MS", allow_hyphen_values = true, help_heading = "Replay")]
+    pub decode_ms_per_token: Option<f64>,
 
     /// Where the sender's buffer lives: host, pinned or gpu:N
     #[arg(long, default_value = "host", value_name = "KIND", help_heading = "Memory")]

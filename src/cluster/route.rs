@@ -94,7 +94,7 @@ mod tests {
         bytes
             .iter()
             .enumerate()
-            .map(|(i, &b)| Scheduled { id: i as u64, at_ms: i as f64, bytes: b, cached_bytes: 0 })
+            .map(|(i, &b)| Scheduled { id: i as u64, at_ms: i as f64, bytes: b, cached_bytes: 0, output_tokens: 0 })
             .collect()
     }
 

@@ -336,7 +336,13 @@ fn serve_link(
     let (run, error) = match run {
         Ok(r) => (r, None),
         Err(e) => {
-            let none = LoadRun { records: Vec::new(), cutoff: None, not_started: schedule.len() as u64, wall_ms: 0.0 };
+            let none = LoadRun {
+                records: Vec::new(),
+                cutoff: None,
+                not_started: schedule.len() as u64,
+                wall_ms: 0.0,
+                pool: None,
+            };
             (none, Some(format!("link {src}→{dst}: {e:#}")))
         }
     };

@@ -4,6 +4,7 @@
 //! stream once per repetition, loads interleaved; the results file is a results v1 file whose `config.mode` is
 //! `replay`, with a `replay` section holding every request and each load's summary.
 
+mod paged;
 mod workload;
 
 use super::common::{self, check_host_support, results_config};
@@ -17,7 +18,7 @@ use crate::mem::MemKind;
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
-use crate::run::replay::{self as driver, Layerwise, LoadRun, RequestRecord, Scheduled};
+use crate::run::replay::{self as driver, Layerwise, LoadRun, Mode, PagedPool, PoolUse, RequestRecord, Scheduled};
 use crate::run::sender::SenderSession;
 use crate::stats::replay::{
     knee, load_words, CeilingJson, LatencyFrom, LayerwiseJson, LoadJson, LoadSummary, PooledJson, PredictedJson,
@@ -41,6 +42,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     let job = workload::job(&a)?;
     let cfg = run_config(&a, &job)?;
     let layerwise = layerwise(&a, &job)?;
+    let pool = paged::pool(&a, &cfg, &job)?;
     for (flag, path) in [("--json", &a.json), ("--csv", &a.csv), ("--md", &a.md)] {
         if let Some(p) = path {
             crate::export::check_writable(flag, p)?;
@@ -58,11 +60,19 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     // Every session holds a region at each end; both ends are this host's unless --peer.
     let ends = if a.peer.is_none() { vec![a.src, a.dst] } else { vec![a.src] };
     let kinds: Vec<MemKind> = ends.iter().flat_map(|k| std::iter::repeat_n(*k, a.max_inflight as usize)).collect();
-    let fix = format!(
-        "the region is {} per end and session ({} session(s)); give a smaller --region (larger requests move in pieces) or a smaller --max-inflight",
-        format_size(region_of(&cfg)),
-        a.max_inflight
-    );
+    let fix = match &cfg.paged {
+        None => format!(
+            "the region is {} per end and session ({} session(s)); give a smaller --region (larger requests move in pieces) or a smaller --max-inflight",
+            format_size(region_of(&cfg)),
+            a.max_inflight
+        ),
+        Some(p) => format!(
+            "the pool is {} per end and session ({} session(s)); give a smaller --pool-tokens (at least the largest request, {} tokens) or a smaller --max-inflight",
+            format_size(p.pool_bytes()),
+            a.max_inflight,
+            cfg.cases[0].tokens.unwrap_or(0)
+        ),
+    };
     common::check_memory_or(&cfg, &kinds, &fix)?;
     crate::run::pace::stop_softly_on_signal();
     let timeouts = crate::control::Timeouts { connect: a.run.connect_timeout, io: a.run.io_timeout };
@@ -94,8 +104,13 @@ pub fn run(a: ReplayArgs) -> Result<()> {
         sessions.push(session);
     }
     // Named only now, so that a run that never connected leaves no empty results file behind.
+    let mode = match (layerwise, pool) {
+        (Some(l), _) => Mode::Layerwise(l),
+        (None, Some(p)) => Mode::Paged(p),
+        (None, None) => Mode::Whole,
+    };
     let outcome =
-        results_path(&a).and_then(|json| replay(&a, (&job, layerwise), &cfg, &mut sessions, &json, &receiver_host));
+        results_path(&a).and_then(|json| replay(&a, (&job, &mode), &cfg, &mut sessions, &json, &receiver_host));
     let closed: Vec<Result<()>> = sessions.into_iter().map(|s| s.close(&Ok(()))).collect();
     let receivers: Vec<Result<()>> = receivers
         .into_iter()
@@ -115,14 +130,14 @@ fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
     if a.max_inflight == 0 || a.max_inflight > 64 {
         bail_usage!("--max-inflight {}: give 1 to 64 sessions", a.max_inflight);
     }
-    if a.run.paged.layout != crate::plan::paged::Layout::Contiguous {
-        bail_usage!("--layout paged: replay moves contiguous requests for now; drop --layout");
-    }
     if let Some(c) = a.ceiling.filter(|c| !(c.is_finite() && *c > 0.0)) {
         bail_usage!("--ceiling {c}: give the path's ceiling in GB/s, above 0");
     }
     if let Some(s) = a.slo_ms.filter(|s| !(s.is_finite() && *s > 0.0)) {
         bail_usage!("--slo-ms {s}: give a latency target in ms, above 0");
+    }
+    if a.run.paged.layout == crate::plan::paged::Layout::Paged {
+        return paged::run_config(a, job);
     }
     let largest = job.largest_bytes();
     let region = checked_region(a.region, largest, || default_region(a, largest))?;
@@ -176,17 +191,19 @@ fn results_path(a: &ReplayArgs) -> Result<PathBuf> {
 /// Measure the ceiling, warm up, run every load of every repetition, and write the files as loads complete.
 fn replay(
     a: &ReplayArgs,
-    (job, layerwise): (&Job, Option<Layerwise>),
+    (job, mode): (&Job, &Mode),
     cfg: &RunConfig,
     sessions: &mut [SenderSession],
     json: &std::path::Path,
     receiver_host: &str,
 ) -> Result<()> {
-    let region = cfg.cases[0].size_bytes;
+    let paged_pool = mode.paged();
+    // A paged replay's requests go whole into the pool (each session's buffer); its ceiling moves the largest.
+    let region = if paged_pool.is_some() { cfg.buffer_bytes() } else { cfg.cases[0].size_bytes };
     let mut seqs = vec![0u32; sessions.len()];
     // Warm up first: an engine's first transfers are slow, and the ceiling is the warm path's.
-    warm_up(job, sessions, &mut seqs, region, a.warmup_requests)?;
-    let ceiling = ceiling(a, &mut sessions[0], &mut seqs[0], region)?;
+    warm_up(job, sessions, &mut seqs, (region, paged_pool), a.warmup_requests)?;
+    let ceiling = ceiling(a, &mut sessions[0], &mut seqs[0], (cfg.cases[0].size_bytes, paged_pool))?;
     let label = a
         .run
         .label
@@ -198,30 +215,7 @@ fn replay(
     let mut config = results_config(cfg, job.model.clone(), peer, role, sessions[0].dst_mem.clone(), detail);
     config.mode = Some("replay".into());
     let mut results = Results::new(label, &Env::capture(), config);
-    let mut section = ReplayJson {
-        workload: job.describe(),
-        load_unit: job.load_unit().into(),
-        latency: if layerwise.is_some() { LatencyFrom::PrefillEnd } else { LatencyFrom::Arrival },
-        max_inflight: a.max_inflight,
-        region_bytes: region,
-        max_backlog_s: a.max_backlog.as_secs_f64(),
-        warmup_requests: a.warmup_requests,
-        verify_in_latency: cfg.knobs.verify,
-        ceiling,
-        loads: Vec::new(),
-        pooled: Vec::new(),
-        knee: None,
-        layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
-        cluster: None,
-    };
-    if let Some(l) = layerwise {
-        crate::noteln!(
-            "layer-wise: {} layers, prefill at {} tokens/s; latency = {}",
-            l.layers,
-            l.tokens_per_s,
-            section.latency.words()
-        );
-    }
+    let mut section = section(a, (job, mode), cfg, region, ceiling);
     if cfg.knobs.verify {
         crate::noteln!("--verify: each request's service time includes filling and checking its pattern; replay without it for timing");
     }
@@ -235,8 +229,7 @@ fn replay(
         for (k, &load) in loads.iter().enumerate() {
             let schedule = job.schedule(load)?;
             let step = repeat as usize * loads.len() + k + 1;
-            let run =
-                run_one(sessions, &mut seqs, (&schedule, layerwise), region, a, (step, total, load, job.load_unit()));
+            let run = run_one(sessions, &mut seqs, (&schedule, mode), region, a, (step, total, load, job.load_unit()));
             let run = match run {
                 Ok(r) => r,
                 Err(e) => {
@@ -247,6 +240,9 @@ fn replay(
             let ceiling_gbps = section.ceiling.as_ref().map(|c| c.gbps);
             let summary = LoadSummary::of(&run, &schedule, ceiling_gbps, a.slo_ms);
             crate::outln!("{}", table_row(load, repeat, &summary));
+            if let Some(p) = &summary.pool {
+                crate::outln!("{}", paged::pool_line(p));
+            }
             warn_above_ceiling(
                 &mut warned,
                 (load, job.load_unit()),
@@ -277,6 +273,43 @@ fn replay(
         crate::export::plot::draw_replays(&[(String::new(), &section)], dir)?;
     }
     outcome
+}
+
+/// The results' `replay` section before any load ran, said on stderr where a mode changes what is measured.
+fn section(
+    a: &ReplayArgs,
+    (job, mode): (&Job, &Mode),
+    cfg: &RunConfig,
+    region: u64,
+    ceiling: Option<CeilingJson>,
+) -> ReplayJson {
+    let layerwise = mode.layerwise();
+    let section = ReplayJson {
+        workload: job.describe(),
+        load_unit: job.load_unit().into(),
+        latency: if layerwise.is_some() { LatencyFrom::PrefillEnd } else { LatencyFrom::Arrival },
+        max_inflight: a.max_inflight,
+        region_bytes: region,
+        max_backlog_s: a.max_backlog.as_secs_f64(),
+        warmup_requests: a.warmup_requests,
+        verify_in_latency: cfg.knobs.verify,
+        ceiling,
+        loads: Vec::new(),
+        pooled: Vec::new(),
+        knee: None,
+        layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
+        cluster: None,
+        pool: cfg.paged.as_ref().zip(mode.paged()).map(|(c, p)| paged::describe(c, p)),
+    };
+    if let Some(l) = layerwise {
+        crate::noteln!(
+            "layer-wise: {} layers, prefill at {} tokens/s; latency = {}",
+            l.layers,
+            l.tokens_per_s,
+            section.latency.words()
+        );
+    }
+    section
 }
 
 /// Say once when a load moved more than the measured ceiling: the ceiling's few reps were slow, or, with several
@@ -381,7 +414,11 @@ pub(super) fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Sch
             let wall_ms = runs.iter().map(|l| l.requests.iter().map(|r| r.end_ms).fold(0.0, f64::max)).sum();
             let cutoff = runs.iter().find_map(|l| l.summary.cutoff);
             let not_started = runs.iter().map(|l| l.summary.not_started).sum();
-            let pooled = LoadRun { records, cutoff, not_started, wall_ms };
+            let pool = runs.iter().filter_map(|l| l.summary.pool.as_ref()).fold(None, |most: Option<PoolUse>, p| {
+                let high = most.map_or(0, |m| m.high_water_blocks).max(p.high_water_blocks);
+                Some(PoolUse { blocks: p.blocks, high_water_blocks: high })
+            });
+            let pooled = LoadRun { records, cutoff, not_started, wall_ms, pool };
             let repeated: Vec<Scheduled> = runs.iter().flat_map(|_| schedule.iter().copied()).collect();
             let mut summary = LoadSummary::of(&pooled, schedule, ceiling, slo_ms);
             summary.achieved_rps = LoadSummary::of(&pooled, &repeated, ceiling, slo_ms).achieved_rps;
@@ -417,7 +454,7 @@ fn predicted(section: &ReplayJson, schedule: &[Scheduled], measured: &LoadSummar
 fn run_one(
     sessions: &mut [SenderSession],
     seqs: &mut [u32],
-    (schedule, layerwise): (&[Scheduled], Option<Layerwise>),
+    (schedule, mode): (&[Scheduled], &Mode),
     region: u64,
     a: &ReplayArgs,
     (step, total, load, unit): (usize, usize, f64, &str),
@@ -430,20 +467,32 @@ fn run_one(
     };
     let stop = || crate::run::pace::stopped_by().is_some();
     let limits = driver::Limits { max_backlog: a.max_backlog, progress: &report, stop: &stop };
-    let run = driver::run_load_with(sessions, seqs, schedule, region, &limits, layerwise);
+    let run = driver::run_load_with(sessions, seqs, schedule, region, &limits, mode.clone());
     progress.lock().unwrap_or_else(|p| p.into_inner()).finish();
     run
 }
 
-/// The path's ceiling: `--ceiling`, or the median of reps of the region.
-fn ceiling(a: &ReplayArgs, session: &mut SenderSession, seq: &mut u32, region: u64) -> Result<Option<CeilingJson>> {
+/// The path's ceiling: `--ceiling`, or the median of reps of the region (paged: of the largest request, into
+/// the pool's first free blocks).
+fn ceiling(
+    a: &ReplayArgs,
+    session: &mut SenderSession,
+    seq: &mut u32,
+    (region, pool): (u64, Option<&PagedPool>),
+) -> Result<Option<CeilingJson>> {
     if let Some(gbps) = a.ceiling {
         return Ok(Some(CeilingJson { gbps, source: "given".into(), size_bytes: None }));
     }
     let mut gbps = Vec::new();
     for _ in 0..CEILING_REPS {
-        let rep = session.rep_of_size(region, *seq)?;
-        *seq = seq.wrapping_add(1);
+        let rep = match pool {
+            Some(p) => paged::rep(session, seq, p, region)?,
+            None => {
+                let rep = session.rep_of_size(region, *seq)?;
+                *seq = seq.wrapping_add(1);
+                rep
+            }
+        };
         gbps.push(rep.gbps);
     }
     gbps.sort_by(f64::total_cmp);
@@ -457,7 +506,13 @@ fn ceiling(a: &ReplayArgs, session: &mut SenderSession, seq: &mut u32, region: u
 
 /// Move the stream's first `n` requests before any clock starts, spread over the sessions (each moves at least
 /// one when there are any).
-fn warm_up(job: &Job, sessions: &mut [SenderSession], seqs: &mut [u32], region: u64, n: u64) -> Result<()> {
+fn warm_up(
+    job: &Job,
+    sessions: &mut [SenderSession],
+    seqs: &mut [u32],
+    (region, pool): (u64, Option<&PagedPool>),
+    n: u64,
+) -> Result<()> {
     let bytes = job.warmup_bytes(n);
     if bytes.is_empty() {
         return Ok(());
@@ -465,7 +520,14 @@ fn warm_up(job: &Job, sessions: &mut [SenderSession], seqs: &mut [u32], region: 
     let lanes = sessions.len();
     for (i, lane) in (0..lanes.max(bytes.len())).map(|i| (i, i % lanes)) {
         let b = bytes[i % bytes.len()];
-        driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane], None)?;
+        match pool {
+            Some(p) => {
+                paged::rep(&mut sessions[lane], &mut seqs[lane], p, b)?;
+            }
+            None => {
+                driver::move_bytes(&mut sessions[lane], b, region, &mut seqs[lane], None)?;
+            }
+        }
     }
     Ok(())
 }

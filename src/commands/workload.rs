@@ -202,25 +202,28 @@ impl Job {
         workload::generate(arrivals.with_rate(rate), prompt, *n, *seed)
     }
 
-    /// Each request's (id, arrival ms, moved bytes, cached bytes) at `load`.
-    fn requests_at(&self, load: f64) -> Result<Vec<(u64, f64, u64, u64)>> {
+    /// Each request at `load`: its arrival and bytes (moved, cached) scheduled.
+    fn requests_at(&self, load: f64) -> Result<Vec<Scheduled>> {
+        let at = |r: &Request, at_ms: f64, bytes: u64, cached_bytes: u64| Scheduled {
+            id: r.id,
+            at_ms,
+            bytes,
+            cached_bytes,
+            output_tokens: r.output_tokens,
+        };
         Ok(match &self.source {
-            Source::Trace { .. } => self.trace.iter().map(|(r, m, c)| (r.id, r.arrival_ms / load, *m, *c)).collect(),
+            Source::Trace { .. } => self.trace.iter().map(|(r, m, c)| at(r, r.arrival_ms / load, *m, *c)).collect(),
             Source::Model { .. } => self
                 .generated(load)?
-                .into_iter()
-                .map(|r| (r.id, r.arrival_ms, r.input_tokens.saturating_mul(self.bytes_per_token), 0))
+                .iter()
+                .map(|r| at(r, r.arrival_ms, r.input_tokens.saturating_mul(self.bytes_per_token), 0))
                 .collect(),
         })
     }
 
     /// The schedule of `load`, by arrival.
     pub fn schedule(&self, load: f64) -> Result<Vec<Scheduled>> {
-        let mut s: Vec<Scheduled> = self
-            .requests_at(load)?
-            .into_iter()
-            .map(|(id, at_ms, bytes, cached_bytes)| Scheduled { id, at_ms, bytes, cached_bytes })
-            .collect();
+        let mut s = self.requests_at(load)?;
         s.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms).then(a.id.cmp(&b.id)));
         Ok(s)
     }
@@ -230,7 +233,7 @@ impl Job {
         self.loads()
             .iter()
             .filter_map(|&l| self.requests_at(l).ok())
-            .flat_map(|rs| rs.into_iter().map(|r| r.2))
+            .flat_map(|rs| rs.into_iter().map(|r| r.bytes))
             .max()
             .unwrap_or(0)
     }
@@ -239,7 +242,7 @@ impl Job {
     pub fn warmup_bytes(&self, n: u64) -> Vec<u64> {
         let first = self.loads().first().copied().unwrap_or(1.0);
         let all = self.requests_at(first).unwrap_or_default();
-        all.into_iter().map(|r| r.2).filter(|&b| b > 0).take(n as usize).collect()
+        all.into_iter().map(|r| r.bytes).filter(|&b| b > 0).take(n as usize).collect()
     }
 
     /// The results' `replay.workload`.

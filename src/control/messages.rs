@@ -10,7 +10,8 @@
 //!                                     ◀──  Accept{offer}              | Error
 //! Connect{answer}                     ──▶  finishes the transport connection
 //!                                     ◀──  Connected
-//! per rep: RepStart{case,rep,size}    ──▶  arms the target for `size` bytes
+//! per rep: RepStart{case,rep,size}    ──▶  arms the target for `size` bytes (a paged replay's also names the
+//!                                          receiver's block slots: `dst_slots`)
 //!                                     ◀──  RepReady
 //!          (transport moves the bytes; the receiver learns they landed,
 //!           or is told with Landed ──▶ where it cannot see that itself)
@@ -90,6 +91,11 @@ pub enum Msg {
         rep: u32,
         warmup: bool,
         size_bytes: u64,
+        /// Paged replay: the receiver's pool slot of each of the rep's blocks (its block table), so that both ends
+        /// plan the same destinations. Absent otherwise (the rep is its case's, or contiguous), and left out then
+        /// so that what older peers read is unchanged.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dst_slots: Option<Vec<u64>>,
     },
     RepReady,
     /// Sender → receiver, for transports whose target cannot observe landing: every write of the rep completed.

@@ -2,7 +2,7 @@
 //! Markdown table. A layer-wise replay's rows also carry each request's prefill end and latency after it, and its
 //! table's latency columns say they count from the prefill's end.
 
-use crate::stats::replay::{load_words, LatencyFrom, LoadSummary, ReplayJson};
+use crate::stats::replay::{load_words, LatencyFrom, LoadSummary, PoolJson, ReplayJson};
 use anyhow::Result;
 use comfy_table::{presets::ASCII_MARKDOWN, Table};
 use serde::Serialize;
@@ -35,6 +35,13 @@ struct AfterPrefill {
     after_prefill_ms: Option<f64>,
 }
 
+/// A paged request's columns after the record's.
+#[derive(Serialize)]
+struct Pool {
+    pool_wait_ms: Option<f64>,
+    blocks: Option<u64>,
+}
+
 /// Every request of every load, in the order they ran.
 pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
@@ -58,7 +65,9 @@ pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
                 transfer_ms: r.transfer_ms,
                 mismatched_bytes: r.mismatched_bytes,
             };
+            let pool = Pool { pool_wait_ms: r.pool_wait_ms, blocks: r.blocks };
             match replay.latency {
+                LatencyFrom::Arrival if replay.pool.is_some() => w.serialize((row, pool))?,
                 LatencyFrom::Arrival => w.serialize(row)?,
                 LatencyFrom::PrefillEnd => w.serialize((
                     row,
@@ -68,6 +77,32 @@ pub fn requests_csv(replay: &ReplayJson) -> Result<Vec<u8>> {
         }
     }
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// A paged replay's pool: how it was modelled, and per load its high-water and the requests' waits for blocks.
+fn pool_markdown(replay: &ReplayJson, pool: &PoolJson) -> String {
+    let loads: Vec<String> = replay
+        .pooled
+        .iter()
+        .filter_map(|p| {
+            let s = p.summary.pool.as_ref()?;
+            let wait = s.wait_ms.map_or("–".into(), |q| format!("p50 {:.2} ms, p99 {:.2} ms", q.p50, q.p99));
+            Some(format!(
+                "{}: high-water {} blocks ({:.0}%), {} request(s) waited, pool wait {wait}",
+                load_words(p.load, &replay.load_unit),
+                s.high_water_blocks,
+                s.high_water * 100.0,
+                s.waited
+            ))
+        })
+        .collect();
+    format!(
+        "\nPool (paged): {} blocks of {} tokens, blocks held {} ms per output token after the last byte landed; {}.\n",
+        pool.blocks,
+        pool.block_tokens,
+        pool.decode_ms_per_token,
+        loads.join("; ")
+    )
 }
 
 fn num(v: Option<f64>, digits: usize) -> String {
@@ -135,6 +170,9 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
     );
     if let Some(c) = &replay.ceiling {
         md.push_str(&format!("\nCeiling: {:.2} GB/s ({}).\n", c.gbps, c.source));
+    }
+    if let Some(pool) = &replay.pool {
+        md.push_str(&pool_markdown(replay, pool));
     }
     let ratios: Vec<String> = replay
         .pooled

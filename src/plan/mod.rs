@@ -239,8 +239,18 @@ impl TransferPlan {
         let Some(p) = &cfg.paged else { return Ok(TransferPlan::contiguous(case.size_bytes, cfg.knobs.block_size)) };
         p.validate(std::slice::from_ref(case))?;
         let plan = p.plan(cfg.knobs.seed, case.tokens.expect("validated: paged cases have tokens"));
+        Ok(TransferPlan::of_paged(p, case.size_bytes, plan))
+    }
+
+    /// A paged transfer of `tokens` tokens whose blocks sit in the given slots of each side's pool
+    /// ([`PagedConfig::plan_with_slots`]; the slots checked against `p` before).
+    pub fn paged_with_slots(p: &PagedConfig, tokens: u64, src: &[u64], dst: &[u64]) -> TransferPlan {
+        TransferPlan::of_paged(p, tokens * p.bytes_per_token(), p.plan_with_slots(tokens, src, dst))
+    }
+
+    fn of_paged(p: &PagedConfig, size_bytes: u64, plan: PagedPlan) -> TransferPlan {
         let writes = plan.writes(p.merge(), p.dest_fault());
-        Ok(TransferPlan { size_bytes: case.size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) })
+        TransferPlan { size_bytes, block_size: plan.piece_bytes, writes, paged: Some(plan) }
     }
 
     /// The plan of a rep that RepStart names by case and size: its case's plan, or, in the contiguous layout, a

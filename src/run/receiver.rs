@@ -229,10 +229,11 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
     loop {
         // Between reps the sender may spend a while (filling a verify pattern); the io timeout still bounds it.
         match ch.recv("RepStart or Finish")? {
-            Msg::RepStart { case, rep, size_bytes, .. } => {
+            Msg::RepStart { case, rep, size_bytes, dst_slots, .. } => {
                 if size_bytes == 0 || size_bytes > buf.len() as u64 {
                     bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
                 }
+                let slotted = dst_slots.map(|s| slotted_dest_spans(ch, cfg, size_bytes, &s)).transpose()?;
                 target.arm(case, size_bytes)?;
                 if let Some(r) = reverse.as_mut().filter(|_| cfg.knobs.verify) {
                     r.fill(size_bytes, cfg.knobs.seed, super::bidir::reverse_key(pattern_key(case, rep)))?;
@@ -275,9 +276,10 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
                 if cfg.knobs.verify {
                     let t = Instant::now();
                     let key = pattern_key(case, rep);
-                    let bad = match &cfg.paged {
-                        None => count_watching_the_sender(&buf, ch, size_bytes, cfg.knobs.seed, key)?,
-                        Some(_) => {
+                    let bad = match (&cfg.paged, &slotted) {
+                        (None, _) => count_watching_the_sender(&buf, ch, size_bytes, cfg.knobs.seed, key)?,
+                        (Some(_), Some(spans)) => buf.count_span_mismatches(spans, cfg.knobs.seed, key)?,
+                        (Some(_), None) => {
                             let spans = paged_dest_spans(&mut dest_spans, cfg, case, size_bytes)?;
                             buf.count_span_mismatches(spans, cfg.knobs.seed, key)?
                         }
@@ -313,6 +315,25 @@ fn land(ch: &mut ControlChannel, target: &mut dyn Target, announced: bool, timeo
             bail!("the sender sent {} while the receiver waited for data", msg.name());
         }
     }
+}
+
+/// Where a rep's pieces must land when the sender's RepStart names the receiver's block slots (a paged replay):
+/// refused, naming the sender, unless the run is paged, its receiver does not pull (a pulling target plans its
+/// reads from the case), and the slots fit the size and the pool ([`crate::plan::paged::PagedConfig::check_slots`]).
+fn slotted_dest_spans(ch: &ControlChannel, cfg: &RunConfig, size_bytes: u64, slots: &[u64]) -> Result<Vec<Span>> {
+    let peer = ch.peer_addr().map_or_else(|| "the sender".to_string(), |a| format!("the sender at {a}"));
+    let Some(paged) = &cfg.paged else {
+        bail!("{peer} named block slots in RepStart, but the run's layout is contiguous");
+    };
+    if registry::get(cfg.transport.kind()).pulls(&cfg.transport) {
+        bail!("{peer} named block slots in RepStart, which a receiver that pulls cannot place yet");
+    }
+    let tokens = paged.check_slots(size_bytes, slots).map_err(|e| anyhow::anyhow!("{peer}'s RepStart: {e:#}"))?;
+    if !cfg.knobs.verify {
+        return Ok(Vec::new());
+    }
+    // The receiver knows only its own slots: the plan's source offsets are not used here.
+    Ok(TransferPlan::paged_with_slots(paged, tokens, slots, slots).paged.map(|p| p.dest_spans()).unwrap_or_default())
 }
 
 /// The destination pieces of case `case` (cached while the sender stays on one case), checked against the size the

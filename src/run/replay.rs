@@ -14,12 +14,14 @@
 use super::sender::{ArmedRep, SenderSession};
 use anyhow::Result;
 pub use layerwise::Layerwise;
+pub use pool::{PagedPool, PoolModel};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod layerwise;
+mod pool;
 
 /// One request of the stream as the driver moves it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,6 +34,9 @@ pub struct Scheduled {
     pub bytes: u64,
     /// Bytes its prefix-cache hit saved (not moved).
     pub cached_bytes: u64,
+    /// Tokens it answers with (a trace's `output_length`; 0 when unknown): a paged replay holds its blocks while
+    /// they decode.
+    pub output_tokens: u64,
 }
 
 /// What happened to one request, times in ms from the load's start (the sender's clock).
@@ -78,6 +83,13 @@ pub struct RequestRecord {
     /// A cluster replay's decode rank that received it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dst: Option<usize>,
+    /// Paged: how long it waited for blocks of the decode side's pool (its own shortfall, or an earlier request's
+    /// it queued behind), ms; part of `queue_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_wait_ms: Option<f64>,
+    /// Paged: the pool blocks it held (its uncached tokens in blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u64>,
 }
 
 impl RequestRecord {
@@ -106,6 +118,45 @@ pub struct LoadRun {
     pub not_started: u64,
     /// Wall time from the load's start to its last request's end, ms.
     pub wall_ms: f64,
+    /// Paged: the pool's size and the most of it held at once.
+    pub pool: Option<PoolUse>,
+}
+
+/// How much of a paged replay's pool a load held.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolUse {
+    pub blocks: u64,
+    pub high_water_blocks: u64,
+}
+
+/// How each request moves.
+#[derive(Debug, Clone, Default)]
+pub enum Mode {
+    /// At its arrival, in region-sized reps.
+    #[default]
+    Whole,
+    /// Layer by layer as its prefill computes them.
+    Layerwise(Layerwise),
+    /// Into blocks of the decode side's pool, in one paged rep.
+    Paged(PagedPool),
+}
+
+impl Mode {
+    /// How each request's layers become available, when layer-wise.
+    pub fn layerwise(&self) -> Option<Layerwise> {
+        match self {
+            Mode::Layerwise(l) => Some(*l),
+            _ => None,
+        }
+    }
+
+    /// The pool each request takes its blocks from, when paged.
+    pub fn paged(&self) -> Option<&PagedPool> {
+        match self {
+            Mode::Paged(p) => Some(p),
+            _ => None,
+        }
+    }
 }
 
 /// When to give up on a load, and whom to tell as requests complete.
@@ -200,6 +251,8 @@ struct Shared<'a> {
     failure: Mutex<Option<anyhow::Error>>,
     /// Each request's layers move as its prefill computes them.
     layerwise: Option<Layerwise>,
+    /// Each request's blocks come from the decode side's pool.
+    pool: Option<pool::Pool>,
 }
 
 impl Shared<'_> {
@@ -228,18 +281,23 @@ pub fn run_load(
     region: u64,
     limits: &Limits,
 ) -> Result<LoadRun> {
-    run_load_with(sessions, seqs, schedule, region, limits, None)
+    run_load_with(sessions, seqs, schedule, region, limits, Mode::Whole)
 }
 
-/// [`run_load`], each request layer-wise when `layerwise` says so.
+/// [`run_load`], each request moved as `mode` says.
 pub fn run_load_with(
     sessions: &mut [SenderSession],
     seqs: &mut [u32],
     schedule: &[Scheduled],
     region: u64,
     limits: &Limits,
-    layerwise: Option<Layerwise>,
+    mode: Mode,
 ) -> Result<LoadRun> {
+    let (layerwise, pool) = match mode {
+        Mode::Whole => (None, None),
+        Mode::Layerwise(l) => (Some(l), None),
+        Mode::Paged(p) => (None, Some(pool::Pool::new(p))),
+    };
     let shared = Shared {
         schedule,
         region,
@@ -250,6 +308,7 @@ pub fn run_load_with(
         records: Mutex::new(Vec::with_capacity(schedule.len())),
         failure: Mutex::new(None),
         layerwise,
+        pool,
     };
     std::thread::scope(|scope| {
         for (lane, (session, seq)) in sessions.iter_mut().zip(seqs.iter_mut()).enumerate() {
@@ -265,7 +324,9 @@ pub fn run_load_with(
     let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
     let not_started = (schedule.len() - records.len()) as u64;
     let cutoff = shared.cutoff.into_inner().unwrap_or_else(|p| p.into_inner());
-    Ok(LoadRun { records, cutoff, not_started, wall_ms })
+    let pool =
+        shared.pool.as_ref().map(|p| PoolUse { blocks: p.cfg.order.len() as u64, high_water_blocks: p.high_water() });
+    Ok(LoadRun { records, cutoff, not_started, wall_ms, pool })
 }
 
 /// One session serving the queue: take the next request, get its first rep ready while it is not yet due, move
@@ -278,9 +339,10 @@ fn serve_lane(lane: u32, session: &mut SenderSession, seq: &mut u32, shared: &Sh
         }
         let i = shared.next.fetch_add(1, Ordering::SeqCst);
         let Some(r) = shared.schedule.get(i) else { return };
-        let served = match shared.layerwise {
-            Some(lw) => layerwise::serve_request(lane, session, seq, r, shared, limits, lw),
-            None => serve_request(lane, session, seq, r, shared, limits),
+        let served = match (shared.layerwise, &shared.pool) {
+            (Some(lw), _) => layerwise::serve_request(lane, session, seq, r, shared, limits, lw),
+            (None, Some(pool)) => pool::serve_request((lane, i), session, seq, r, shared, limits, pool),
+            (None, None) => serve_request(lane, session, seq, r, shared, limits),
         };
         match served {
             Ok(Some(rec)) => {
@@ -334,8 +396,14 @@ fn serve_request(
     } else {
         move_bytes(session, r.bytes, shared.region, seq, armed)?
     };
+    Ok(Some(record(lane, r, shared, (start, idle), &moved)))
+}
+
+/// The record of request `r`, started at `start` (by a session that sat `idle` waiting for it) and moved as
+/// `moved` says.
+fn record(lane: u32, r: &Scheduled, shared: &Shared, (start, idle): (Instant, bool), moved: &Moved) -> RequestRecord {
     let (start_ms, end_ms) = (shared.ms(start), shared.ms(moved.landed.max(start)));
-    Ok(Some(RequestRecord {
+    RequestRecord {
         id: r.id,
         scheduled_ms: r.at_ms,
         start_ms,
@@ -354,7 +422,9 @@ fn serve_request(
         after_prefill_ms: None,
         src: None,
         dst: None,
-    }))
+        pool_wait_ms: None,
+        blocks: None,
+    }
 }
 
 /// When the next request not yet taken was due, s (the backlog is how far the clock is past it).

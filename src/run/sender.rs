@@ -77,6 +77,8 @@ pub struct ArmedRep {
     size: u64,
     t0: Instant,
     t_ready: Instant,
+    /// A paged rep's plan ([`SenderSession::arm_paged`]); none: the contiguous plan of `size`.
+    plan: Option<TransferPlan>,
 }
 
 /// Host memory fills this much at a time between looks at the control connection (~0.1 s here), so a receiver
@@ -413,7 +415,7 @@ impl SenderSession {
         block_latency_us: &mut hdrhistogram::Histogram<u64>,
         flip: bool,
     ) -> Result<RepRecord> {
-        let armed = self.arm_rep(case, seq, warmup, plan.size_bytes, paged_spans, flip)?;
+        let armed = self.arm_rep(case, seq, warmup, plan.size_bytes, (paged_spans, None), flip)?;
         self.transfer_armed(armed, plan, block_latency_us, warmup)
     }
 
@@ -421,12 +423,24 @@ impl SenderSession {
     /// receiver armed), without moving a byte yet: [`Self::go`] moves it. A replay arms a request's rep while it
     /// waits for the request's time, so that the control round trip is not part of the request's latency.
     pub fn arm(&mut self, size: u64, seq: u32) -> Result<ArmedRep> {
-        self.arm_rep(0, seq, false, size, None, false)
+        self.arm_rep(0, seq, false, size, (None, None), false)
+    }
+
+    /// Get a paged rep of `tokens` tokens ready at both ends, its blocks in slots `src` of this end's pool and
+    /// `dst` of the receiver's (a replayed request's block tables: the receiver plans the same destinations from
+    /// the RepStart that names them); [`Self::go`] moves it.
+    pub fn arm_paged(&mut self, tokens: u64, (src, dst): (&[u64], &[u64]), seq: u32) -> Result<ArmedRep> {
+        let Some(paged) = &self.cfg.paged else { bail!("a paged rep needs the paged layout") };
+        let plan = TransferPlan::paged_with_slots(paged, tokens, src, dst);
+        let spans = plan.paged.as_ref().filter(|_| self.cfg.knobs.verify).map(|p| p.source_spans());
+        let mut armed = self.arm_rep(0, seq, false, plan.size_bytes, (spans.as_deref(), Some(dst.to_vec())), false)?;
+        armed.plan = Some(plan);
+        Ok(armed)
     }
 
     /// Move the rep [`Self::arm`] got ready; its record's stage times say when its last byte landed.
-    pub fn go(&mut self, armed: ArmedRep) -> Result<RepRecord> {
-        let plan = TransferPlan::contiguous(armed.size, self.cfg.knobs.block_size);
+    pub fn go(&mut self, mut armed: ArmedRep) -> Result<RepRecord> {
+        let plan = armed.plan.take().unwrap_or_else(|| TransferPlan::contiguous(armed.size, self.cfg.knobs.block_size));
         let mut blocks = hdrhistogram::Histogram::new(3).expect("3 significant digits is valid");
         self.transfer_armed(armed, &plan, &mut blocks, false)
     }
@@ -442,7 +456,7 @@ impl SenderSession {
         seq: u32,
         warmup: bool,
         size: u64,
-        paged_spans: Option<&[Span]>,
+        (paged_spans, dst_slots): (Option<&[Span]>, Option<Vec<u64>>),
         flip: bool,
     ) -> Result<ArmedRep> {
         if self.cfg.knobs.verify {
@@ -462,13 +476,13 @@ impl SenderSession {
         }
         self.counters.start();
         let t0 = Instant::now();
-        self.ch.send(&Msg::RepStart { case, rep: seq, warmup, size_bytes: size })?;
+        self.ch.send(&Msg::RepStart { case, rep: seq, warmup, size_bytes: size, dst_slots })?;
         match self.ch.recv("RepReady")? {
             Msg::RepReady => {}
             other => bail!("the receiver answered {} to RepStart", other.name()),
         }
         let t_ready = Instant::now();
-        Ok(ArmedRep { case, seq, size, t0, t_ready })
+        Ok(ArmedRep { case, seq, size, t0, t_ready, plan: None })
     }
 
     fn transfer_armed(
@@ -478,7 +492,7 @@ impl SenderSession {
         block_latency_us: &mut hdrhistogram::Histogram<u64>,
         warmup: bool,
     ) -> Result<RepRecord> {
-        let ArmedRep { case, seq, size, t0, t_ready } = armed;
+        let ArmedRep { case, seq, size, t0, t_ready, .. } = armed;
         // Both ends start at once: the receiver's transfer on RepGo, this one's right after sending it.
         if self.reverse.is_some() {
             self.ch.send(&Msg::RepGo)?;

@@ -93,11 +93,13 @@ pub fn simulate(schedule: &[Scheduled], servers: u32, service_ms: impl Fn(u64) -
                 after_prefill_ms: None,
                 src: None,
                 dst: None,
+                pool_wait_ms: None,
+                blocks: None,
             }
         })
         .collect();
     let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
-    LoadRun { records, cutoff: None, not_started: 0, wall_ms }
+    LoadRun { records, cutoff: None, not_started: 0, wall_ms, pool: None }
 }
 
 /// Each load's predicted summary: `schedules` are (load, its schedule by arrival), `inflight` the sessions. A

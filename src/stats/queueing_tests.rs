@@ -12,13 +12,17 @@ fn poisson(n: u64, per_s: f64, bytes: u64, seed: u64) -> Vec<Scheduled> {
     (0..n)
         .map(|id| {
             at += gap.sample(&mut rng);
-            Scheduled { id, at_ms: at, bytes, cached_bytes: 0 }
+            Scheduled { id, at_ms: at, bytes, cached_bytes: 0, output_tokens: 0 }
         })
         .collect()
 }
 
 fn at(times: &[f64], bytes: u64) -> Vec<Scheduled> {
-    times.iter().enumerate().map(|(i, &t)| Scheduled { id: i as u64, at_ms: t, bytes, cached_bytes: 0 }).collect()
+    times
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| Scheduled { id: i as u64, at_ms: t, bytes, cached_bytes: 0, output_tokens: 0 })
+        .collect()
 }
 
 /// A bandwidth-only curve: 1 GB/s (1 MB per ms).
@@ -91,9 +95,9 @@ fn requests_off_the_curve_are_counted_and_the_large_ones_take_the_ceiling_bandwi
     assert_eq!(curve.service_ms(0), (0.0, Basis::Measured));
     assert_eq!(curve.service_ms(10_000_000), (6.25, Basis::Measured));
     let schedule = vec![
-        Scheduled { id: 0, at_ms: 0.0, bytes: 100, cached_bytes: 0 },
-        Scheduled { id: 1, at_ms: 1.0, bytes: 0, cached_bytes: 4096 },
-        Scheduled { id: 2, at_ms: 2.0, bytes: 300_000_000, cached_bytes: 0 },
+        Scheduled { id: 0, at_ms: 0.0, bytes: 100, cached_bytes: 0, output_tokens: 0 },
+        Scheduled { id: 1, at_ms: 1.0, bytes: 0, cached_bytes: 4096, output_tokens: 0 },
+        Scheduled { id: 2, at_ms: 2.0, bytes: 300_000_000, cached_bytes: 0, output_tokens: 0 },
     ];
     let p = &predict_loads(&curve, &[(1.0, schedule)], 4)[0];
     assert_eq!((p.above_range, p.below_range), (1, 1));

@@ -91,6 +91,37 @@ pub struct LoadSummary {
     /// `--verify`: mismatched bytes over every request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatched_bytes: Option<u64>,
+    /// Paged: the decode side's pool over the load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolSummary>,
+}
+
+/// A paged load's use of the decode side's pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSummary {
+    /// The pool's blocks (`--pool-tokens` ÷ `--block-tokens`).
+    pub blocks: u64,
+    /// The most blocks held at once (by requests moving or decoding).
+    pub high_water_blocks: u64,
+    /// `high_water_blocks` ÷ `blocks`.
+    pub high_water: f64,
+    /// Requests that waited for blocks.
+    pub waited: u64,
+    /// Every request's wait for blocks, ms (part of its queue wait).
+    pub wait_ms: Option<Quantiles>,
+}
+
+impl PoolSummary {
+    /// The pool's summary over `recs`, the requests of a load that held at most `high_water_blocks` of `blocks`.
+    pub fn of(recs: &[RequestRecord], blocks: u64, high_water_blocks: u64) -> PoolSummary {
+        PoolSummary {
+            blocks,
+            high_water_blocks,
+            high_water: if blocks == 0 { 0.0 } else { high_water_blocks as f64 / blocks as f64 },
+            waited: recs.iter().filter(|r| r.pool_wait_ms.is_some_and(|w| w > 0.0)).count() as u64,
+            wait_ms: Quantiles::of(recs.iter().filter_map(|r| r.pool_wait_ms)),
+        }
+    }
 }
 
 impl LoadSummary {
@@ -137,6 +168,7 @@ impl LoadSummary {
             saturated: matches!(run.cutoff, Some(Cutoff::Backlog { .. })),
             cutoff: run.cutoff,
             mismatched_bytes: (!mismatched.is_empty()).then(|| mismatched.iter().sum()),
+            pool: run.pool.map(|p| PoolSummary::of(recs, p.blocks, p.high_water_blocks)),
         }
     }
 }
@@ -250,6 +282,19 @@ pub struct ReplayJson {
     /// A cluster replay's ranks and routing (`kvxfer cluster --pattern replay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<cluster::ClusterReplayJson>,
+    /// `--layout paged`: the decode side's pool each request took its blocks from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolJson>,
+}
+
+/// The replay section's `pool`: how a paged replay's pool was modelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolJson {
+    pub blocks: u64,
+    pub block_tokens: u64,
+    pub pool_tokens: u64,
+    /// A request held its blocks this long per output token after its last byte landed.
+    pub decode_ms_per_token: f64,
 }
 
 /// Which latency a replay reports as `latency_ms` (its summaries, SLO, knee and figures).
@@ -315,6 +360,7 @@ mod tests {
             saturated,
             cutoff: None,
             mismatched_bytes: None,
+            pool: None,
         }
     }
 
@@ -334,7 +380,8 @@ mod tests {
 
     #[test]
     fn layer_wise_bytes_are_offered_until_the_last_prefill_ends() {
-        let sched = |at_ms: f64| Scheduled { id: at_ms as u64, at_ms, bytes: 1_000_000_000, cached_bytes: 0 };
+        let sched =
+            |at_ms: f64| Scheduled { id: at_ms as u64, at_ms, bytes: 1_000_000_000, cached_bytes: 0, output_tokens: 0 };
         let schedule = [sched(0.0), sched(1000.0)];
         let rec = |s: &Scheduled, prefill_end_ms: Option<f64>, end_ms: f64| RequestRecord {
             id: s.id,
@@ -355,12 +402,15 @@ mod tests {
             after_prefill_ms: prefill_end_ms.map(|p| end_ms - p),
             src: None,
             dst: None,
+            pool_wait_ms: None,
+            blocks: None,
         };
         let run = |p: [Option<f64>; 2], ends: [f64; 2]| LoadRun {
             records: vec![rec(&schedule[0], p[0], ends[0]), rec(&schedule[1], p[1], ends[1])],
             cutoff: None,
             not_started: 0,
             wall_ms: ends[1],
+            pool: None,
         };
         // Arrivals 1 s apart: 2 GB offered over 1 s.
         let plain = LoadSummary::of(&run([None, None], [10.0, 1010.0]), &schedule, None, None);

@@ -80,6 +80,7 @@ impl Recorder {
             loads: Vec::new(),
             pooled: Vec::new(),
             knee: None,
+            pool: None,
             cluster: Some(ClusterReplayJson {
                 prefill: plan.prefill.clone(),
                 decode: plan.decode.clone(),
@@ -133,7 +134,7 @@ impl Recorder {
         }
         records.sort_by(|a, b| a.scheduled_ms.total_cmp(&b.scheduled_ms).then(a.id.cmp(&b.id)));
         let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
-        let run = LoadRun { records, cutoff, not_started, wall_ms };
+        let run = LoadRun { records, cutoff, not_started, wall_ms, pool: None };
         let summary = LoadSummary::of(&run, &load.schedule, None, self.slo_ms);
         let cl = self.section.cluster.as_ref().expect("a cluster replay's section");
         let by_link = LoadClusterJson::of(&run.records, &self.links, cl, wall_ms);

@@ -169,6 +169,8 @@ fn record(
         after_prefill_ms: Some((end_ms - prefill_end_ms).max(0.0)),
         src: None,
         dst: None,
+        pool_wait_ms: None,
+        blocks: None,
     }
 }
 

@@ -117,6 +117,8 @@ mod tests {
             after_prefill_ms: None,
             src: Some(src),
             dst: Some(dst),
+            pool_wait_ms: None,
+            blocks: None,
         }
     }
 
