@@ -200,7 +200,7 @@ fn a_receiver_refuses_block_slots_that_do_not_fit_naming_the_sender() {
 }
 
 #[test]
-fn a_misplaced_piece_shows_in_the_verified_requests() {
+fn a_misplaced_piece_shows_in_the_verified_requests_and_fails_the_run() {
     let dir = TempDir::new("replay-paged-swap");
     let model = tiny_model(&dir);
     let trace = trace_file(&dir, 3, 100, 5, 10);
@@ -223,8 +223,15 @@ fn a_misplaced_piece_shows_in_the_verified_requests() {
         "--json",
         &json,
     ]);
-    out.no_panic();
+    out.expect_code(1);
+    assert!(
+        out.one_error().contains("verification failed") && out.one_error().contains("in 3 request(s)"),
+        "{}",
+        out.stderr
+    );
     let r = read_json(&dir.join("r.json"));
+    assert_eq!(r["complete"], false);
+    assert!(r["error"].as_str().unwrap().contains("verification failed"), "{}", r["error"]);
     let reqs = requests(&r);
     assert_eq!(reqs.len(), 3);
     assert!(reqs.iter().all(|q| q["mismatched_bytes"].as_u64().unwrap() > 0), "{reqs:?}");

@@ -263,6 +263,9 @@ fn replay(
     if let Some(k) = &section.knee {
         crate::outln!("knee: {} ({})", load_words(k.load, job.load_unit()), k.why);
     }
+    if outcome.is_ok() {
+        outcome = verified(&section.loads);
+    }
     results.complete = outcome.is_ok() && crate::run::pace::stopped_by().is_none();
     results.error = outcome.as_ref().err().map(|e| format!("{e:#}"));
     results.replay = Some(section.clone());
@@ -273,6 +276,22 @@ fn replay(
         crate::export::plot::draw_replays(&[(String::new(), &section)], dir)?;
     }
     outcome
+}
+
+/// Fail the run when `--verify` found mismatched bytes in any request, as `sweep` fails a case: a replay that
+/// moved wrong bytes must not exit 0 with the count buried in its files.
+pub(super) fn verified(loads: &[LoadJson]) -> Result<()> {
+    let bad: Vec<&RequestRecord> =
+        loads.iter().flat_map(|l| &l.requests).filter(|r| r.mismatched_bytes.is_some_and(|m| m > 0)).collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let bytes = bad.iter().filter_map(|r| r.mismatched_bytes).fold(0u64, u64::saturating_add);
+    anyhow::bail!(
+        "verification failed: {bytes} mismatched bytes in {} request(s), the first request {} (the results file records which)",
+        bad.len(),
+        bad[0].id
+    )
 }
 
 /// The results' `replay` section before any load ran, said on stderr where a mode changes what is measured.
