@@ -12,6 +12,7 @@ fn main() {
             std::process::exit(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    kvxfer::plan::input::set_max(cli.max_input_size);
     if let Err(e) = kvxfer::output::interrupt::install() {
         kvxfer::errln!(
             "warning: cannot take Ctrl-C, SIGTERM and SIGHUP ({e:#}); an interrupted run's files will not say so"

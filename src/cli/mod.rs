@@ -43,6 +43,9 @@ const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth i
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Refuse an input file (results, sweep file, trace, config.json, or - for standard input) larger than this
+    #[arg(long, global = true, default_value = "1GiB", value_name = "SIZE", value_parser = parse_size)]
+    pub max_input_size: u64,
 }
 
 impl Cli {

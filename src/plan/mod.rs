@@ -1,5 +1,6 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
+pub mod input;
 pub mod kv;
 pub mod latency;
 pub mod layout;
