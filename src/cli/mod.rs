@@ -282,6 +282,9 @@ pub struct ServeArgs {
     /// Give up on a sender that is silent this long mid-session (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub io_timeout: Duration,
+    /// How long an authenticated sender may hold a run slot before it sends its Config (hidden: tests shorten it)
+    #[arg(long, hide = true, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub config_idle: Duration,
     #[command(flatten)]
     pub device: DeviceArgs,
 }
