@@ -10,7 +10,9 @@ use std::path::Path;
 /// rest of its cases back into the file.
 pub fn read_resumed(path: &Path) -> Result<Results> {
     if path.as_os_str() == "-" {
-        bail_usage!("--resume -: give the results file itself; the resumed run writes its remaining cases back into it");
+        bail_usage!(
+            "--resume -: give the results file itself; the resumed run writes its remaining cases back into it"
+        );
     }
     Results::read(path).context("--resume")
 }
