@@ -12,6 +12,12 @@ fn main() {
             std::process::exit(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    kvxfer::plan::input::set_max(cli.max_input_size);
+    if cli.token_in_argv {
+        kvxfer::errln!(
+            "warning: --token on the command line can be read by every user of this host (ps, /proc/PID/cmdline); export KVXFER_TOKEN instead"
+        );
+    }
     if let Err(e) = kvxfer::output::interrupt::install() {
         kvxfer::errln!(
             "warning: cannot take Ctrl-C, SIGTERM and SIGHUP ({e:#}); an interrupted run's files will not say so"

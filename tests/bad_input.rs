@@ -242,3 +242,71 @@ fn dst_placement_is_checked_before_connecting() {
         &["--dst-placement", "add --layout paged"],
     );
 }
+
+/// `kvxfer ARGS` under a 2 GiB address-space limit, so that reading without end fails the test in seconds instead
+/// of taking the host's memory: `report /dev/zero` grew to 8.5 GB in 10 s.
+fn bounded(args: &[&str]) -> Out {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg("ulimit -v 2097152 && exec \"$0\" \"$@\"").arg(bin()).args(args);
+    cmd.env_remove("KVXFER_TOKEN").stdin(std::process::Stdio::null());
+    let mut p = Proc::start(&mut cmd, format!("kvxfer {} (ulimit -v 2 GiB)", args.join(" ")));
+    let status = p.wait_timeout(std::time::Duration::from_secs(30));
+    assert!(status.is_some(), "kvxfer {} still ran after 30 s: {}", args.join(" "), p.stderr.text());
+    Out { code: status.unwrap().code(), stdout: p.stdout.text(), stderr: p.stderr.text(), what: p.what.clone() }
+}
+
+fn refused(out: Out, needles: &[&str]) {
+    out.expect_code(2);
+    let line = out.one_error();
+    for n in needles {
+        assert!(line.contains(n), "{}: error line lacks {n:?}: {line}", out.what);
+    }
+}
+
+#[test]
+fn devices_and_fifos_named_as_inputs_are_refused_at_once_in_bounded_memory() {
+    let dir = TempDir::new("endless");
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    let fifo = fifo.to_string_lossy().into_owned();
+    // A FIFO nobody writes to: opening it for reading waited for a writer that never came.
+    for endless in ["/dev/zero", "/dev/urandom", fifo.as_str()] {
+        let kind = if endless == fifo { "FIFO" } else { "character device" };
+        refused(bounded(&["report", endless]), &[endless, kind]);
+        refused(bounded(&["predict", "--results", endless, "--tokens", "1k"]), &[endless, kind]);
+        refused(bounded(&["replay", "--trace", endless]), &[endless, kind]);
+        refused(bounded(&["sweep", endless]), &[endless, kind]);
+        refused(bounded(&["sweep", "--sizes", "1MiB", "--resume", endless]), &[endless, kind]);
+        let prompt = format!("trace:{endless}");
+        let args = ["replay", "--arrivals", "poisson:1", "--prompt-tokens", &prompt, "--requests", "2"];
+        refused(bounded(&args), &[endless, kind]);
+        refused(bounded(&["send", "--peer", &closed_peer(), "--tokens", "1k", "--model-config", endless]), &[endless]);
+    }
+}
+
+#[test]
+fn an_input_past_max_input_size_is_refused_naming_its_size_and_the_flag_and_one_within_loads() {
+    let dir = TempDir::new("input-cap");
+    let json = dir.arg("r.json");
+    run(&["sweep", "--sizes", "1MiB", "--reps", "2", "--json", &json, "--out-dir", &dir.arg("")]).expect_code(0);
+    let len = std::fs::metadata(&json).unwrap().len();
+    let (under, at) = ((len - 1).to_string() + "B", len.to_string() + "B");
+    let out = run(&["report", &json, "--max-input-size", &under]);
+    refused(out, &[&json, "is larger than the input limit", "--max-input-size"]);
+    run(&["report", &json, "--max-input-size", &at]).expect_code(0);
+    run(&["report", &json]).expect_code(0);
+    // Standard input is read to the same cap.
+    let stdin = |cap: &str| {
+        let mut cmd = kvxfer();
+        cmd.args(["report", "-", "--max-input-size", cap]).stdin(std::fs::File::open(&json).unwrap());
+        Proc::start(&mut cmd, format!("kvxfer report - < r.json --max-input-size {cap}")).finish()
+    };
+    refused(stdin(&under), &["standard input", "--max-input-size"]);
+    stdin(&at).expect_code(0);
+    // A trace too.
+    let trace = dir.join("t.jsonl");
+    std::fs::write(&trace, "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 8}\n".repeat(100)).unwrap();
+    let trace = trace.to_string_lossy().into_owned();
+    refused(run(&["replay", "--trace", &trace, "--max-input-size", "1KiB"]), &[&trace, "--max-input-size"]);
+}

@@ -64,6 +64,37 @@ fn a_second_sender_is_told_at_once_that_serve_is_busy() {
     assert!(serve.is_running());
 }
 
+/// An authenticated sender that says nothing after its handshake held serve's one run slot until --io-timeout, and
+/// every other sender was told "busy: one run in progress" though no run had started. Others are told now whom the
+/// slot is reserved by and for how long it has been idle, and the slot is given back after the idle limit (10 s;
+/// 3 s here): a sender waiting on it gets through well before --io-timeout.
+#[test]
+fn a_slot_reserved_by_a_silent_sender_is_named_as_such_and_given_back() {
+    use kvxfer::control::{peer::client_hello, ControlChannel, Timeouts};
+    let serve = Serve::start(&["--config-idle", "3s", "--io-timeout", "60s"]);
+    let timeouts = Timeouts { connect: Duration::from_secs(10), io: Duration::from_secs(60) };
+    let mut idle = ControlChannel::connect(&serve.addr, timeouts).unwrap();
+    client_hello(&mut idle, "").unwrap();
+    assert!(serve.proc.stderr.wait_for("sender connected", Duration::from_secs(30)), "{}", serve.stderr());
+    let started = Instant::now();
+    let probe = run(&["send", "--peer", &serve.addr, "--sizes", "1MiB", "--connect-timeout", "1s"]);
+    probe.expect_code(1);
+    let line = probe.one_error();
+    assert!(line.contains("busy: reserved by 127.0.0.1, idle ") && !line.contains("run in progress"), "{line}");
+    // A sender willing to wait gets the slot once it is given back.
+    let t = TempDir::new("reserved");
+    let json = t.arg("r.json");
+    let args = ["--sizes", "1MiB", "--reps", "2", "--verify", "--connect-timeout", "50s", "--json", &json];
+    run(&[&["send", "--peer", &serve.addr][..], &args].concat()).expect_code(0);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(40), "the waiting sender got the slot after {took:?}, near --io-timeout");
+    check_case(&read_json(std::path::Path::new(&json))["cases"][0], 1 << 20, 2, true);
+    // The silent sender was told why, and serve logged it.
+    let told = idle.recv("anything").unwrap_err().to_string();
+    assert!(told.contains("sent no Config within 3s"), "{told}");
+    assert!(serve.stderr().contains("sent no Config within 3s of its handshake"), "{}", serve.stderr());
+}
+
 #[test]
 fn max_sessions_runs_senders_side_by_side_and_marks_the_reps_they_shared() {
     let addr = format!("127.0.0.1:{}", free_port());

@@ -168,6 +168,16 @@ fn paged_mistakes_are_usage_errors() {
             "raise --block-tokens",
         ),
         (&["--layout", "sideways", "--tokens", "1k", "--model", "qwen3-8b"], "sideways"),
+        // A pool is whole blocks: one block this large overflows (or outgrows memory) however few tokens the pool
+        // holds, and was blamed on --pool-tokens.
+        (
+            &["--layout", "paged", "--tokens", "1k", "--model", "qwen3-8b", "--block-tokens", "1152921504606846976"],
+            "lower --block-tokens",
+        ),
+        (
+            &["--layout", "paged", "--tokens", "1k", "--model", "qwen3-8b", "--block-tokens", "1099511627776"],
+            "lower --block-tokens",
+        ),
     ] {
         // Caught before connecting: no receiver is needed.
         let mut all = vec!["send", "--peer", "127.0.0.1:9"];
@@ -191,4 +201,44 @@ fn the_receiver_refuses_a_pool_above_its_max_size() {
         "{}",
         out.stderr
     );
+}
+
+/// serve's VmHWM (peak resident memory) in KiB, from /proc/PID/status.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// 1-byte pieces in a 16 MiB pool took `serve --max-size 32MiB` to 1.34 GB of memory: the pool fit, but the lists
+/// it planned the run with (pieces, writes, verification spans, slot permutations) counted against nothing. They
+/// count against --max-size now, before anything is allocated: refused, the sender told why, serve stays small;
+/// a plan of the same pieces that fits still runs.
+#[test]
+fn a_paged_plan_too_large_for_max_size_is_refused_before_serve_builds_it() {
+    let dir = TempDir::new("paged-plan");
+    // One layer, one KV head of dimension 1 in float8: a token is 1 byte in each of K and V.
+    let config = dir.join("config.json");
+    let geometry = r#"{"num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 1,
+                       "torch_dtype": "float8_e4m3fn"}"#;
+    std::fs::write(&config, geometry).unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let serve = Serve::start(&["--max-size", "32MiB"]);
+    let pid = serve.proc.child.id();
+    let send = |tokens: &str| {
+        let args = ["--layout", "paged", "--block-tokens", "1", "--model-config", &config, "--verify", "--reps", "1"];
+        run(&[&["send", "--peer", &serve.addr, "--tokens", tokens][..], &args].concat())
+    };
+    // 4096k tokens: 8 Mi pieces in a 16 MiB pool (8 MiB moved), planned in about 768 MiB.
+    let out = send("4096k");
+    out.expect_code(2);
+    let line = out.one_error();
+    assert!(line.contains("receiver refused") && line.contains("--block-tokens 1"), "{line}");
+    assert!(line.contains("above its --max-size 32 MiB") && line.contains("8388608 pieces"), "{line}");
+    let peak = peak_kib(pid);
+    assert!(peak < 200 << 10, "serve peaked at {peak} KiB for a plan it refused");
+    // 16k tokens of the same pieces plan in about 3 MiB: they run and verify.
+    send("16k").expect_code(0);
+    serve.wait_idle();
+    assert!(peak_kib(pid) < 200 << 10, "serve peaked at {} KiB", peak_kib(pid));
 }

@@ -409,7 +409,7 @@ fn sweep_flags() -> Vec<(String, bool)> {
 #[test]
 fn every_parameter_flag_with_a_sweep_file_is_refused_by_its_own_name() {
     let outputs = ["--json", "--csv", "--md", "--events", "--fig", "--line", "--out-dir", "--label"];
-    let others = ["--help", "--set", "--resume", "--plan", "--here", "--estimate-from"];
+    let others = ["--help", "--set", "--resume", "--plan", "--here", "--estimate-from", "--max-input-size"];
     let flags = sweep_flags();
     assert!(flags.len() > 40 && flags.iter().any(|(f, _)| f == "--reps"), "{flags:?}");
     let samples: Vec<&str> = "2 1MiB 7s host gpu:1 1k tcp mlx5_1 qwen3-30b-a3b paged auto off read libfabric \

@@ -43,6 +43,13 @@ const UNITS_NOTE: &str = "Sizes are binary units (B, KiB, MiB, GiB); bandwidth i
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Refuse an input file (results, sweep file, trace, config.json, or - for standard input) larger than this
+    #[arg(long, global = true, default_value = "1GiB", value_name = "SIZE", value_parser = parse_size)]
+    pub max_input_size: u64,
+    /// Whether `--token` was given on the command line, where every user of the host can read it (`ps`,
+    /// /proc/PID/cmdline), rather than through KVXFER_TOKEN (filled by [`Cli::parse_args`]).
+    #[arg(skip)]
+    pub token_in_argv: bool,
 }
 
 impl Cli {
@@ -57,6 +64,9 @@ impl Cli {
     ) -> Result<Cli, clap::Error> {
         let matches = Cli::command().try_get_matches_from(args)?;
         let mut cli = Cli::from_arg_matches(&matches)?;
+        cli.token_in_argv = matches.subcommand().is_some_and(|(_, m)| {
+            m.ids().any(|id| id == "token") && m.value_source("token") == Some(ValueSource::CommandLine)
+        });
         let reps_given = |m: &clap::ArgMatches| m.value_source("reps") == Some(ValueSource::CommandLine);
         match (&mut cli.command, matches.subcommand()) {
             (Command::Sweep(a), Some(("sweep", m))) => a.pace.reps_given = reps_given(m),
@@ -106,7 +116,7 @@ pub enum Command {
     #[command(after_help = "Example:\n  KVXFER_TOKEN=s3cret kvxfer serve --listen 0.0.0.0:18515\n\n".to_owned() + UNITS_NOTE)]
     Serve(ServeArgs),
     /// Run the sender against a receiver and measure every transfer.
-    #[command(after_help = "Example:\n  kvxfer send --peer 10.0.0.2:18515 --token s3cret --tokens 1k,32k,128k \
+    #[command(after_help = "Example:\n  KVXFER_TOKEN=s3cret kvxfer send --peer 10.0.0.2:18515 --tokens 1k,32k,128k \
                             --model qwen3-30b-a3b --json run.json\n\n".to_owned() + UNITS_NOTE)]
     Send(SendArgs),
     /// Run receiver and sender on this machine (loopback) and sweep sizes: the main job.
@@ -120,7 +130,7 @@ pub enum Command {
     /// p90, p99, p99.9 and max in µs
     #[command(after_help = "Examples:\n  kvxfer latency                                  # tcp on loopback, 8 B..1 MiB\n  \
                             kvxfer latency --sizes 8,4KiB,64KiB --iters 10000 --json lat.json\n  \
-                            kvxfer latency --peer 10.0.0.2:18515 --token s3cret   # against kvxfer serve\n\n".to_owned() + UNITS_NOTE)]
+                            KVXFER_TOKEN=s3cret kvxfer latency --peer 10.0.0.2:18515   # against kvxfer serve\n\n".to_owned() + UNITS_NOTE)]
     Latency(LatencyArgs),
     /// Replay a request stream's KV transfers (a trace, or an arrival model) and report each request's latency
     /// under load, counted from its scheduled arrival: p50/p99, offered vs achieved, the knee of a load sweep
@@ -283,6 +293,9 @@ pub struct ServeArgs {
     /// Give up on a sender that is silent this long mid-session (e.g. 60s)
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub io_timeout: Duration,
+    /// How long an authenticated sender may hold a run slot before it sends its Config (hidden: tests shorten it)
+    #[arg(long, hide = true, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub config_idle: Duration,
     #[command(flatten)]
     pub device: DeviceArgs,
 }

@@ -100,6 +100,7 @@ const FILE_FLAGS: &[&str] = &[
     "lines",
     "out_dir",
     "label",
+    "max_input_size",
 ];
 
 /// Flags a sweep file sets as run keys (one value for the whole sweep), not per case.
@@ -187,7 +188,7 @@ mod tests {
     /// `kvxfer sweep ARGS` as the command line parses it.
     fn from_command_line(args: &[&str]) -> Option<SweepArgs> {
         match Cli::try_parse_from(["kvxfer", "sweep"].iter().chain(args)) {
-            Ok(Cli { command: super::super::Command::Sweep(a) }) => Some(a),
+            Ok(Cli { command: super::super::Command::Sweep(a), .. }) => Some(a),
             _ => None,
         }
     }
@@ -233,7 +234,7 @@ mod tests {
     #[test]
     fn a_parameter_flag_is_named_as_typed_and_output_flags_pass() {
         let given = |args: &[&str]| match Cli::parse_args_from(["kvxfer", "sweep", "f.toml"].iter().chain(args)) {
-            Ok(Cli { command: super::super::Command::Sweep(a) }) => a.parameter_flag_given(),
+            Ok(Cli { command: super::super::Command::Sweep(a), .. }) => a.parameter_flag_given(),
             _ => panic!("{args:?} parse"),
         };
         assert_eq!(given(&["--json", "x.json", "--label", "x", "--out-dir", "d"]), None);

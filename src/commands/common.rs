@@ -307,9 +307,10 @@ pub fn check_memory_or(cfg: &RunConfig, kinds: &[MemKind], fix: &str) -> Result<
 fn smaller(cfg: &RunConfig) -> String {
     match &cfg.paged {
         Some(p) => format!(
-            "a paged pool of {} tokens is {} per side; give a smaller --pool-tokens (at least the largest transfer) or fewer --tokens",
+            "a paged pool of {} tokens is {} per side; {}",
             p.pool_tokens,
-            format_size(p.pool_bytes())
+            format_size(p.pool_bytes()),
+            p.smaller_pool_hint()
         ),
         None => "use smaller sizes".to_string(),
     }

@@ -6,10 +6,21 @@ use crate::plan::RunConfig;
 use anyhow::{Context, Result};
 use std::path::Path;
 
+/// The results file `--resume` names. Not standard input (`-`, which other inputs accept): the run writes the
+/// rest of its cases back into the file.
+pub fn read_resumed(path: &Path) -> Result<Results> {
+    if path.as_os_str() == "-" {
+        bail_usage!(
+            "--resume -: give the results file itself; the resumed run writes its remaining cases back into it"
+        );
+    }
+    Results::read(path).context("--resume")
+}
+
 /// The results of an interrupted flag-driven sweep, checked against this run's configuration: same transport,
 /// memory, knobs, and no size this run does not ask for. Returns them with `cfg.cases` cut to what is left.
 pub fn continue_sweep(path: &Path, cfg: &mut RunConfig) -> Result<Results> {
-    let prev = Results::read(path).context("--resume")?;
+    let prev = read_resumed(path)?;
     if prev.sweep.is_some() || prev.cluster.is_some() {
         bail_usage!(
             "--resume {}: the results of a sweep file or cluster run; give the same sweep file (kvxfer sweep FILE.toml --resume {})",

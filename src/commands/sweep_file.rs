@@ -18,7 +18,7 @@ use crate::plan::order::schedule;
 use crate::plan::sweep_file::{describe, session_key, varying_keys, Params, SweepFile, SIZE_KEYS};
 use crate::run::sender::CaseRun;
 use crate::stats::CaseResult;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -345,7 +345,7 @@ fn config_json(plans: &[SessionPlan]) -> ConfigJson {
 /// Read a results file to resume: it must come from a sweep file, and every case in it must be one of this
 /// sweep's (matched by the full parameter set), or resuming would mix two different sweeps.
 fn resumable(path: &Path, sweep: &SweepFile) -> Result<Results> {
-    let prev = Results::read(path).context("--resume")?;
+    let prev = super::resume::read_resumed(path)?;
     if prev.sweep.is_none() {
         bail_usage!(
             "--resume {}: not the results of a sweep file (no \"sweep\" key); a flag-driven sweep's results resume with that sweep's own flags (kvxfer sweep --sizes … --resume FILE)",

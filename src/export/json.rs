@@ -261,8 +261,7 @@ impl Results {
 
     /// Read a results file; errors are usage errors naming the file.
     pub fn read(path: &Path) -> Result<Results> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| crate::error::usage(format!("{}: cannot read: {e}", path.display())))?;
+        let text = crate::plan::input::read_text(path, "the results file")?;
         Results::parse(path, &text)
     }
 

@@ -105,8 +105,7 @@ pub fn preset(name: &str) -> Result<KvGeometry> {
 
 /// Read a Hugging Face `config.json` (also the `text_config` of multimodal models).
 pub fn from_config_file(path: &Path) -> Result<KvGeometry> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| crate::error::usage(format!("--model-config {}: cannot read: {e}", path.display())))?;
+    let text = super::input::read_text(path, "a config.json").context("--model-config")?;
     let name = path
         .parent()
         .and_then(|d| d.file_name())

@@ -1,5 +1,6 @@
 //! What to run: sizes, model geometry, and the list of writes one transfer is made of.
 
+pub mod input;
 pub mod kv;
 pub mod latency;
 pub mod layout;
@@ -188,6 +189,14 @@ impl RunConfig {
             }
         }
         Ok(())
+    }
+
+    /// Memory an end holds to plan the run's largest case, beside its buffer: the paged layout's piece, write and
+    /// span lists (0 for the contiguous layout, whose receiver keeps no list and whose writes [`Self::check_plan_limits`]
+    /// bounds). Call [`Self::check_plan_limits`] first.
+    pub fn plan_bytes(&self) -> u64 {
+        let Some(p) = &self.paged else { return 0 };
+        self.cases.iter().filter_map(|c| c.tokens).map(|t| p.plan_bytes(t)).max().unwrap_or(0)
     }
 
     /// The layout the run moves: paged when it carries a paged configuration.

@@ -146,10 +146,6 @@ impl PagedConfig {
         self.block_tokens * self.region_bytes_per_token
     }
 
-    fn piece_bytes_checked(&self) -> Option<u64> {
-        self.block_tokens.checked_mul(self.region_bytes_per_token)
-    }
-
     pub fn pool_blocks(&self) -> u64 {
         self.pool_tokens.div_ceil(self.block_tokens)
     }
@@ -163,9 +159,35 @@ impl PagedConfig {
         self.layers * self.regions_per_layer * self.pool_blocks() * self.piece_bytes()
     }
 
+    /// How to ask for a smaller pool, naming what makes it large: a pool is whole blocks, so where a block of
+    /// `--block-tokens` is most of it, a smaller `--pool-tokens` changes nothing.
+    pub fn smaller_pool_hint(&self) -> String {
+        let rounded = self.pool_blocks().saturating_mul(self.block_tokens);
+        if rounded / 2 > self.pool_tokens {
+            format!(
+                "the pool holds whole blocks: {} of --block-tokens {} for {} tokens; lower --block-tokens",
+                self.pool_blocks(),
+                self.block_tokens,
+                self.pool_tokens
+            )
+        } else {
+            "give a smaller --pool-tokens (twice the largest transfer by default; at least the largest transfer) or fewer --tokens".to_string()
+        }
+    }
+
     /// Pieces of a transfer of `tokens` tokens: layers × regions × ceil(tokens / block_tokens).
     pub fn pieces(&self, tokens: u64) -> u64 {
         self.layers * self.regions_per_layer * tokens.div_ceil(self.block_tokens)
+    }
+
+    /// Memory one end holds to plan a transfer of `tokens` tokens, beside the pool: the pieces, their writes and
+    /// their verification spans at once (the receiver builds the spans from the plan while it is alive), and the
+    /// two slot permutations of the whole pool. 1-byte pieces in a 16 MiB pool took serve past 1.3 GB with these.
+    /// Saturates; call [`PagedConfig::validate`] first.
+    pub fn plan_bytes(&self, tokens: u64) -> u64 {
+        let per_piece = size_of::<Piece>() + size_of::<Write>() + size_of::<Span>();
+        let per_slot = 2 * size_of::<u64>();
+        self.pieces(tokens).saturating_mul(per_piece as u64).saturating_add(self.pool_blocks() * per_slot as u64)
     }
 
     /// Check the layout and every case against it, with overflow-checked arithmetic: the receiver runs this on what
@@ -175,16 +197,7 @@ impl PagedConfig {
         {
             bail_usage!("--layout paged: block tokens, layers, regions and region bytes per token must be positive");
         }
-        let pool = self
-            .piece_bytes_checked()
-            .and_then(|x| x.checked_mul(self.layers))
-            .and_then(|x| x.checked_mul(self.regions_per_layer))
-            .and_then(|x| x.checked_mul(self.pool_blocks()));
-        let bpt =
-            self.layers.checked_mul(self.regions_per_layer).and_then(|x| x.checked_mul(self.region_bytes_per_token));
-        if pool.is_none_or(|p| p > isize::MAX as u64) || bpt.is_none() {
-            bail_usage!("--pool-tokens {}: a pool this large does not fit in memory", self.pool_tokens);
-        }
+        self.check_pool_fits()?;
         // Each end keeps a slot permutation of the whole pool (8 bytes a block): bounded like the pieces.
         if self.pool_blocks() > MAX_PIECES {
             bail_usage!(
@@ -213,6 +226,40 @@ impl PagedConfig {
                     "--layout paged: {tokens} tokens make {pieces} pieces, above the limit of {MAX_PIECES}; raise --block-tokens"
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Refuse a pool whose size overflows or passes what any memory holds, naming what made it so: the model's
+    /// bytes per token, a block of `--block-tokens` (a pool is whole blocks, so one huge block is a huge pool however
+    /// few tokens it holds), or `--pool-tokens` itself.
+    fn check_pool_fits(&self) -> Result<()> {
+        let most = isize::MAX as u64;
+        let fits = |x: Option<u64>| x.filter(|&b| b <= most);
+        let bpt =
+            self.layers.checked_mul(self.regions_per_layer).and_then(|x| x.checked_mul(self.region_bytes_per_token));
+        let Some(bpt) = fits(bpt) else {
+            bail_usage!(
+                "--layout paged: the model's geometry ({} layers × {} regions × {} bytes per token) overflows; check --model-config",
+                self.layers,
+                self.regions_per_layer,
+                self.region_bytes_per_token
+            );
+        };
+        if fits(self.pool_tokens.checked_mul(bpt)).is_none() {
+            bail_usage!(
+                "--pool-tokens {}: {} tokens of {bpt} bytes each do not fit in memory; lower --pool-tokens",
+                self.pool_tokens,
+                self.pool_tokens
+            );
+        }
+        let block = fits(self.block_tokens.checked_mul(bpt));
+        if block.and_then(|b| fits(b.checked_mul(self.pool_blocks()))).is_none() {
+            bail_usage!(
+                "--block-tokens {}: a block of {} tokens of {bpt} bytes each is larger than any memory (a pool holds whole blocks); lower --block-tokens",
+                self.block_tokens,
+                self.block_tokens
+            );
         }
         Ok(())
     }

@@ -249,6 +249,17 @@ fn dst_placement_travels_only_when_not_the_default() {
 }
 
 #[test]
+fn an_overflowing_pool_names_what_made_it_overflow() {
+    let err = |c: PagedConfig| c.validate(&[]).unwrap_err().to_string();
+    let e = err(PagedConfig { block_tokens: 1 << 60, ..odd() });
+    assert!(e.starts_with("--block-tokens 1152921504606846976:"), "{e}");
+    let e = err(PagedConfig { pool_tokens: 1 << 62, ..odd() });
+    assert!(e.starts_with("--pool-tokens 4611686018427387904:"), "{e}");
+    let e = err(PagedConfig { layers: u64::MAX / 2, ..odd() });
+    assert!(e.contains("the model's geometry") && !e.contains("--pool-tokens"), "{e}");
+}
+
+#[test]
 fn bad_layouts_are_usage_errors_never_panics() {
     let good = odd();
     let code = |c: &PagedConfig, cases: &[SizeCase]| crate::error::exit_code(&c.validate(cases).unwrap_err());

@@ -179,8 +179,7 @@ fn split_sets(sets: &[String], keys: &ParamKeys) -> Result<(BTreeMap<String, Str
 impl SweepFile {
     /// Read and expand a sweep file, with `--set key=value` overrides applied; `keys` are the parameters it may set.
     pub fn load(path: &Path, sets: &[String], keys: &ParamKeys) -> Result<SweepFile> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| crate::error::usage(format!("{}: cannot read the sweep file: {e}", path.display())))?;
+        let text = super::input::read_text(path, "the sweep file")?;
         SweepFile::parse(&path.display().to_string(), &text, sets, keys).map(|mut f| {
             f.path = path.to_path_buf();
             f

@@ -116,26 +116,34 @@ pub fn validate_run(cfg: &RunConfig, bidir: bool, limits: &ReceiverLimits) -> Re
                 if cfg.paged.is_some() { "paged pool" } else { "size" },
                 format_size(size),
                 format_size(max),
-                if cfg.paged.is_some() {
-                    " (the sender's --pool-tokens sets it: twice the largest transfer by default)"
-                } else {
-                    ""
+                match &cfg.paged {
+                    Some(p) => format!("; {}", p.smaller_pool_hint()),
+                    None => String::new(),
                 }
             )));
         }
     }
-    let host_memory = matches!(limits.mem, MemKind::Host | MemKind::Pinned);
-    if !host_memory {
-        return Ok(());
+    // The plan's lists live in host memory whatever the buffer's kind, and are built from what the sender asked.
+    let plan = cfg.plan_bytes();
+    if let Some(max) = limits.max_size.filter(|max| held.saturating_add(plan) > *max) {
+        return Err(usage(plan_too_large(cfg, held, plan, &format!("above its --max-size {}", format_size(max)))));
     }
     let root = SysRoot::get();
-    if let Some(room) = memory::headroom(root).filter(|r| held > r.bytes) {
+    let host_memory = matches!(limits.mem, MemKind::Host | MemKind::Pinned);
+    let in_host = if host_memory { held.saturating_add(plan) } else { plan };
+    if let Some(room) = memory::headroom(root).filter(|r| in_host > r.bytes) {
+        if plan > 0 && (!host_memory || held <= room.bytes) {
+            return Err(usage(plan_too_large(cfg, held, plan, &format!("more than it has: {}", room.describe()))));
+        }
         return Err(usage(format!(
             "size {}{} does not fit in the receiver's memory: {}",
             format_size(size),
             if bidir { " twice (--bidir)" } else { "" },
             room.describe()
         )));
+    }
+    if !host_memory {
+        return Ok(());
     }
     let kind = cfg.transport.kind();
     let pins = registry::get(kind).pins_host_memory();
@@ -148,6 +156,21 @@ pub fn validate_run(cfg: &RunConfig, bidir: bool, limits: &ReceiverLimits) -> Re
         )));
     }
     Ok(())
+}
+
+/// The refusal of a paged run whose plan (`plan` bytes of lists beside `held` bytes of buffers) does not fit: `why`
+/// says against what. Fewer, larger pieces are the fix.
+fn plan_too_large(cfg: &RunConfig, held: u64, plan: u64, why: &str) -> String {
+    let (block, pieces) = match &cfg.paged {
+        Some(p) => (p.block_tokens, cfg.cases.iter().filter_map(|c| c.tokens).map(|t| p.pieces(t)).max().unwrap_or(0)),
+        None => (0, 0),
+    };
+    format!(
+        "--layout paged: the plan of {pieces} pieces (--block-tokens {block}) needs {} of this receiver's memory beside its buffers of {}, {} in all, {why}; raise --block-tokens (fewer, larger pieces) or the receiver's --max-size",
+        format_size(plan),
+        format_size(held),
+        format_size(held.saturating_add(plan))
+    )
 }
 
 /// Serve one sender on an accepted control connection, from Hello to Bye.

@@ -30,8 +30,7 @@ struct Row {
 /// order is more often two files pasted together than a trace meant that way.
 pub fn read_trace(path: &Path, sort: bool) -> Result<Vec<Request>> {
     let name = path.display().to_string();
-    let bytes =
-        std::fs::read(path).map_err(|e| usage(format!("{name}: cannot read the trace ({e}); check the path")))?;
+    let bytes = crate::plan::input::read(path, "the trace")?;
     if bytes.starts_with(&[0x1f, 0x8b]) {
         bail_usage!("{name}: gzip-compressed; decompress it first (gunzip -k {name}) and give the .jsonl");
     }
