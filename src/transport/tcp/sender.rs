@@ -23,6 +23,21 @@ pub struct TcpSource {
     /// What [`Source::prepare`] needs to send calibration frames: the run's block size and the receiver's region.
     block_size: u64,
     region_len: u64,
+    /// The receiver's data address, for errors that name it.
+    peer: SocketAddr,
+    /// This transfer's tag (see [`tag_first`]): never 0, so an ack the receiver sent before any frame matches none.
+    tag: u64,
+}
+
+/// A frame header's first word carries the transfer's tag above the first write index; the receiver echoes the word
+/// in its ack, so an ack left over from an earlier transfer (a duplicate, or one sent before any frame) cannot be
+/// taken for one of this transfer's. Write indexes stay below 2^40 (a plan holds at most 16 Mi writes).
+const TAG_SHIFT: u32 = 40;
+const INDEX_MASK: u64 = (1 << TAG_SHIFT) - 1;
+
+/// The next transfer's tag: 1 to 2^24 - 1, round and round.
+fn next_tag(tag: u64) -> u64 {
+    (tag % ((1 << (64 - TAG_SHIFT)) - 1)) + 1
 }
 
 /// `transport_detail` of a tcp run: the send and receive paths and how they were chosen.
@@ -203,6 +218,8 @@ impl TcpSource {
             io_timeout: ctx.timeouts.io,
             block_size: cfg.knobs.block_size,
             region_len: offer.region_len,
+            peer: addr,
+            tag: 0,
         })
     }
 
@@ -341,6 +358,8 @@ impl Source for TcpSource {
         // The source's bytes as a raw region: the kernel reads them (writev, vmsplice), Rust code never does.
         let data = mem.host_region().expect("checked when the source connected");
         let frames = frames(writes);
+        self.tag = next_tag(self.tag);
+        let tag = self.tag << TAG_SHIFT;
         // Each writer thread owns its connection's pipe for the transfer (none on the plain-write path).
         let mut pipes = std::mem::take(&mut self.pipes);
         let mut no_pipes: Vec<Option<SplicePipe>> = pipes.iter().map(|_| None).collect();
@@ -359,7 +378,8 @@ impl Source for TcpSource {
                 scope.spawn(move || {
                     for (first, count) in mine {
                         let _ = tx_w.send(Event::Posted(first, count, Instant::now()));
-                        if let Err(e) = send_frame(&mut w, pipe, recv, data, &writes[first..first + count], first) {
+                        let word = tag | first as u64;
+                        if let Err(e) = send_frame(&mut w, pipe, recv, data, &writes[first..first + count], word) {
                             let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
                             return;
                         }
@@ -395,15 +415,14 @@ impl Source for TcpSource {
                         posted[first..first + count].fill(Some(t));
                         first_post = Some(first_post.map_or(t, |f| f.min(t)));
                     }
-                    Event::Acked(first, count, t) => {
-                        let (i, n) = (first as usize, count as usize);
-                        if i.checked_add(n).is_none_or(|end| end > writes.len()) || seen[i..i + n].iter().any(|&s| s) {
+                    Event::Acked(word, count, t) => {
+                        if let Err(why) = outstanding(word, count, tag, &posted, &seen) {
                             self.abort();
-                            bail!("the receiver acknowledged writes {i}..{i}+{n}, which were not outstanding");
+                            bail!("the receiver at {} acknowledged {why}; is it a kvxfer receiver?", self.peer);
                         }
+                        let (i, n) = ((word & INDEX_MASK) as usize, count as usize);
                         for j in i..i + n {
                             seen[j] = true;
-                            // A frame is posted (Posted sent) before its bytes leave, so its ack comes after.
                             (hooks.done)(j, posted[j].unwrap_or(t), t);
                         }
                         acked += n;
@@ -416,11 +435,35 @@ impl Source for TcpSource {
                     }
                 }
             }
-            let first_post = first_post.expect("every stream with writes posts first");
+            // Every ack matched a posted write, so a transfer of any write posted one; a transfer of none took no time.
+            let first_post = first_post.unwrap_or_else(Instant::now);
             Ok(TransferTimes::new(first_post, last.unwrap_or(first_post)))
         });
         self.pipes = pipes;
         result
+    }
+}
+
+/// Whether an ack `(word, count)` names writes of this transfer (`tag`) that were posted and not yet acknowledged;
+/// otherwise what it named, for the error. A frame is posted (its Posted event sent) before its bytes leave, so its
+/// ack is always seen after its Posted event: an ack of a write not posted was sent before the frame it names.
+fn outstanding(word: u64, count: u64, tag: u64, posted: &[Option<Instant>], seen: &[bool]) -> Result<(), String> {
+    let (i, n) = (word & INDEX_MASK, count);
+    if word & !INDEX_MASK != tag {
+        return Err(format!("writes {i}..{i}+{n} of another transfer than this one (a stale or duplicate ack)"));
+    }
+    let range = usize::try_from(i).ok().zip(usize::try_from(n).ok()).and_then(|(i, n)| Some(i..i.checked_add(n)?));
+    match range {
+        Some(r) if n > 0 && r.end <= seen.len() => {
+            if seen[r.clone()].iter().any(|&s| s) {
+                Err(format!("writes {i}..{i}+{n} twice"))
+            } else if posted[r].iter().any(Option::is_none) {
+                Err(format!("writes {i}..{i}+{n} before they were sent"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(format!("writes {i}..{i}+{n}, which this transfer of {} writes does not have", seen.len())),
     }
 }
 
