@@ -43,7 +43,8 @@ pub fn check_report(report: &RepReport, seen: &RepSeen) -> Result<Verdict, Strin
         }
         let open = if zero_ok { '[' } else { '(' };
         Err(format!(
-            "reported a {what} of {ms} ms for a rep the sender saw take {:.3} ms (it must lie in {open}0, {bound:.3}] ms)",
+            "reported a {what} of {} ms for a rep the sender saw take {:.3} ms (it must lie in {open}0, {bound:.3}] ms)",
+            shown(ms),
             seen.wall_ms
         ))
     };
@@ -60,7 +61,7 @@ pub fn check_report(report: &RepReport, seen: &RepSeen) -> Result<Verdict, Strin
     }
     for (what, at) in [("rep start", report.t_rep_start_ms), ("landing", report.t_landed_ms)] {
         if !(at.is_finite() && at >= 0.0) {
-            return Err(format!("reported its {what} at {at} ms on its clock, which no clock reads"));
+            return Err(format!("reported its {what} at {} ms on its clock, which no clock reads", shown(at)));
         }
     }
     match report.mismatched_bytes {
@@ -71,6 +72,15 @@ pub fn check_report(report: &RepReport, seen: &RepSeen) -> Result<Verdict, Strin
         )),
         None if seen.verify => Ok(Verdict::Unchecked),
         _ => Ok(Verdict::Sound),
+    }
+}
+
+/// A number of milliseconds as an error shows it: huge ones in exponent form (1e308, not 309 digits).
+fn shown(ms: f64) -> String {
+    if ms.is_finite() && ms.abs() < 1e12 {
+        format!("{ms}")
+    } else {
+        format!("{ms:e}")
     }
 }
 

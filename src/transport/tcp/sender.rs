@@ -418,7 +418,11 @@ impl Source for TcpSource {
                     Event::Acked(word, count, t) => {
                         if let Err(why) = outstanding(word, count, tag, &posted, &seen) {
                             self.abort();
-                            bail!("the receiver at {} acknowledged {why}; is it a kvxfer receiver?", self.peer);
+                            bail!(
+                                "the receiver at {} (data port {}) acknowledged {why}; is it a kvxfer receiver?",
+                                self.peer.ip(),
+                                self.peer.port()
+                            );
                         }
                         let (i, n) = ((word & INDEX_MASK) as usize, count as usize);
                         for j in i..i + n {
@@ -450,7 +454,11 @@ impl Source for TcpSource {
 fn outstanding(word: u64, count: u64, tag: u64, posted: &[Option<Instant>], seen: &[bool]) -> Result<(), String> {
     let (i, n) = (word & INDEX_MASK, count);
     if word & !INDEX_MASK != tag {
-        return Err(format!("writes {i}..{i}+{n} of another transfer than this one (a stale or duplicate ack)"));
+        return Err(format!(
+            "writes {i}..{i}+{n} of transfer {} during transfer {}: a stale, duplicate or early ack",
+            word >> TAG_SHIFT,
+            tag >> TAG_SHIFT
+        ));
     }
     let range = usize::try_from(i).ok().zip(usize::try_from(n).ok()).and_then(|(i, n)| Some(i..i.checked_add(n)?));
     match range {
@@ -491,4 +499,27 @@ fn forced_reason(p: &PathChoice) -> String {
     };
     let clauses = [clause(p.send_how, "send", p.send.name()), clause(p.recv_how, "receive", p.recv.name())];
     clauses.into_iter().flatten().collect::<Vec<_>>().join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_acks_of_this_transfers_posted_unacked_writes_are_outstanding() {
+        let tag = next_tag(0) << TAG_SHIFT;
+        let t = Some(Instant::now());
+        let (posted, seen) = (vec![t, t, None], vec![true, false, false]);
+        assert_eq!(outstanding(tag | 1, 1, tag, &posted, &seen), Ok(()));
+        let refused = |word: u64, count: u64| outstanding(word, count, tag, &posted, &seen).unwrap_err();
+        assert!(refused(1, 1).contains("of transfer 0 during transfer 1"), "an ack sent before any frame");
+        assert!(refused(next_tag(1) << TAG_SHIFT | 1, 1).contains("stale, duplicate or early"));
+        assert!(refused(tag, 1).contains("twice"));
+        assert!(refused(tag | 2, 1).contains("before they were sent"));
+        assert!(refused(tag | 2, 2).contains("does not have"));
+        assert!(refused(tag | 1, 0).contains("does not have"), "an ack of no writes");
+        assert!(refused(tag | INDEX_MASK, u64::MAX).contains("does not have"));
+        // Tags run 1..2^24 round and round, never 0.
+        assert_eq!(next_tag((1 << 24) - 1), 1);
+    }
 }
