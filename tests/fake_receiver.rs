@@ -326,7 +326,8 @@ fn mismatch_counts_past_the_reps_bytes_are_refused_and_never_wrap_to_verified() 
 #[test]
 fn receiver_times_outside_the_senders_own_are_refused() {
     for ms in [serde_json::json!(-1.0), serde_json::json!(0.0), serde_json::json!(1e308)] {
-        let (out, addr) = send_to(rep_done(serde_json::json!({"transfer_ms": ms})), &["--sizes", "1MiB", "--reps", "2"]);
+        let (out, addr) =
+            send_to(rep_done(serde_json::json!({"transfer_ms": ms})), &["--sizes", "1MiB", "--reps", "2"]);
         out.expect_code(1);
         let line = out.one_error();
         assert!(line.contains(&addr) && line.contains("transfer time") && line.contains("refused"), "{ms}: {line}");

@@ -25,7 +25,7 @@ pub struct TcpSource {
     region_len: u64,
     /// The receiver's data address, for errors that name it.
     peer: SocketAddr,
-    /// This transfer's tag (see [`tag_first`]): never 0, so an ack the receiver sent before any frame matches none.
+    /// This transfer's tag (see [`TAG_SHIFT`]): never 0, so an ack the receiver sent before any frame matches none.
     tag: u64,
 }
 
