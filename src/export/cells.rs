@@ -53,7 +53,11 @@ pub fn case_cells(c: &CaseResult) -> Vec<String> {
             (Some(true), _) => "ok".into(),
             // A bidirectional case's bad bytes are both directions'.
             (Some(false), Some(n)) => {
-                format!("{} bad", n + c.bidir.as_ref().and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0))
+                match n.saturating_add(c.bidir.as_ref().and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0)) {
+                    // No byte found bad, but the receiver counted none of some reps.
+                    0 if c.check.unchecked_reps.is_some() => "unchecked".into(),
+                    bad => format!("{bad} bad"),
+                }
             }
             _ => "-".into(),
         },

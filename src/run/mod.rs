@@ -3,6 +3,7 @@
 pub mod bidir;
 pub mod latency;
 pub mod pace;
+pub mod peer_check;
 pub mod prepare;
 pub mod receiver;
 pub mod replay;

@@ -57,8 +57,11 @@ impl CaseRun {
     /// Fail once any rep of the case (warm-up or measured) saw mismatched bytes under `--verify`.
     pub fn check_verified(&self) -> Result<()> {
         let reps = || self.rec.reps.iter().chain(&self.rec.warmups);
-        let bad: u64 = reps().filter_map(|r| r.mismatched_bytes).sum::<u64>()
-            + reps().filter_map(|r| r.bidir.and_then(|b| b.reverse_mismatched_bytes)).sum::<u64>();
+        // Saturating: counts that add past u64::MAX must not wrap round to "no mismatch".
+        let bad = reps()
+            .flat_map(|r| [r.mismatched_bytes, r.bidir.and_then(|b| b.reverse_mismatched_bytes)])
+            .flatten()
+            .fold(0u64, u64::saturating_add);
         if bad > 0 {
             bail!(
                 "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
@@ -106,6 +109,16 @@ pub struct SenderSession {
     flip_byte: bool,
     /// `--bidir`: the receiver sends back into this target at each rep.
     reverse: Option<super::bidir::ReverseTarget>,
+    /// Whether the warning that a rep's bytes went unchecked under `--verify` was given (once a session).
+    said_unchecked: bool,
+}
+
+/// "the receiver at HOST:PORT", for errors that name the peer.
+fn receiver_at(ch: &ControlChannel) -> String {
+    match ch.peer_addr() {
+        Some(a) => format!("the receiver at {a}"),
+        None => "the receiver".into(),
+    }
 }
 
 fn ms_since(t0: Instant, t: Instant) -> f64 {
@@ -155,6 +168,12 @@ impl SenderSession {
             Msg::Accept { offer, mem, numa } => (offer, mem, numa),
             other => bail!("the receiver answered {} to Config", other.name()),
         };
+        let offered = registry::get(cfg.transport.kind()).offered_region(&offer);
+        if let Err(why) = super::peer_check::check_region(offered, cfg.buffer_bytes()) {
+            let e = anyhow::anyhow!("{} {why}; refused", receiver_at(&ch));
+            ch.send_error(&e);
+            return Err(e);
+        }
         let sender_numa = match super::place_numa(&cfg, ctx, src, &dst_mem) {
             Ok(n) => n,
             Err(e) => {
@@ -209,6 +228,7 @@ impl SenderSession {
             pacing: None,
             flip_byte,
             reverse,
+            said_unchecked: false,
         })
     }
 
@@ -404,6 +424,24 @@ impl SenderSession {
         self.started
     }
 
+    /// Refuse a RepDone that cannot be true of a rep of `size` bytes that took `wall_ms` here (see `peer_check`);
+    /// warn, once a session, when one under `--verify` carries no mismatch count.
+    fn check_report(&mut self, report: &crate::control::RepReport, size: u64, wall_ms: f64) -> Result<()> {
+        let seen = super::peer_check::RepSeen { size_bytes: size, verify: self.cfg.knobs.verify, wall_ms };
+        match super::peer_check::check_report(report, &seen) {
+            Err(why) => bail!("{} {why}; refused", receiver_at(&self.ch)),
+            Ok(super::peer_check::Verdict::Unchecked) if !self.said_unchecked => {
+                self.said_unchecked = true;
+                crate::errln!(
+                    "warning: {} sent no mismatch count for a rep under --verify: its bytes were not checked, and its case is recorded as not verified",
+                    receiver_at(&self.ch)
+                );
+            }
+            Ok(_) => {}
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn run_rep(
         &mut self,
@@ -528,6 +566,7 @@ impl SenderSession {
             other => bail!("the receiver answered {} instead of RepDone", other.name()),
         };
         let t_done = Instant::now();
+        self.check_report(&report, size, ms_since(t0, t_done))?;
         let bidir = self.reverse_landed(case, seq, size, t_ready, times.last_complete, &report)?;
         let mut counters = self.counters.finish();
         crate::observe::counters::merge(&mut counters, report.counters.clone());

@@ -73,8 +73,12 @@ pub struct CaseStats {
 /// What `--verify` found (absent without it); warm-up reps count too.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verification {
+    /// Every byte of every rep (warm-ups too) was checked and none differed.
     pub verified: Option<bool>,
     pub mismatched_bytes: Option<u64>,
+    /// Reps whose receiver sent no mismatch count (none checked their bytes); absent when every rep was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchecked_reps: Option<u64>,
 }
 
 /// What a bidirectional case adds: the reverse transfer's rate and the aggregate's (each rep's both directions'
@@ -98,7 +102,11 @@ impl BidirCase {
         let rate = |f: fn(&crate::run::bidir::BidirRep) -> f64| {
             Summary::of_samples(&b.iter().map(f).collect::<Vec<_>>()).rate()
         };
-        let bad = reps.iter().chain(warmups).filter_map(|r| r.bidir.and_then(|b| b.reverse_mismatched_bytes)).sum();
+        let bad = reps
+            .iter()
+            .chain(warmups)
+            .filter_map(|r| r.bidir.and_then(|b| b.reverse_mismatched_bytes))
+            .fold(0u64, u64::saturating_add);
         Some(BidirCase {
             reverse_gbps: rate(|r| r.reverse_gbps),
             aggregate_gbps: rate(|r| r.aggregate_gbps),
@@ -232,7 +240,10 @@ impl CaseResult {
         let (extras, transport_warnings) = rec.transport_extras();
         let col = |f: fn(&RepRecord) -> f64| Summary::of_samples(&rec.reps.iter().map(f).collect::<Vec<_>>());
         let h = &rec.block_latency_us;
-        let mismatched: u64 = rec.reps.iter().chain(&rec.warmups).filter_map(|r| r.mismatched_bytes).sum();
+        let all = || rec.reps.iter().chain(&rec.warmups);
+        // Saturating: counts past u64::MAX must not wrap round to "verified".
+        let mismatched = all().filter_map(|r| r.mismatched_bytes).fold(0u64, u64::saturating_add);
+        let unchecked = all().filter(|r| r.mismatched_bytes.is_none()).count() as u64;
         let bidir = BidirCase::of(&rec.reps, &rec.warmups, verify);
         let reverse_bad = bidir.as_ref().and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0);
         CaseResult {
@@ -253,8 +264,9 @@ impl CaseResult {
                 }),
             },
             check: Verification {
-                verified: verify.then_some(mismatched == 0 && reverse_bad == 0),
+                verified: verify.then_some(mismatched == 0 && reverse_bad == 0 && unchecked == 0),
                 mismatched_bytes: verify.then_some(mismatched),
+                unchecked_reps: (verify && unchecked > 0).then_some(unchecked),
             },
             bidir,
             shape: TransferShape {

@@ -236,7 +236,7 @@ mod tests {
                 total_ms: s,
                 block_latency_us: None,
             },
-            check: Verification { verified: None, mismatched_bytes: None },
+            check: Verification { verified: None, mismatched_bytes: None, unchecked_reps: None },
             bidir: None,
             shape: TransferShape {
                 block_size: 1 << 20,

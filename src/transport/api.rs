@@ -105,6 +105,13 @@ pub trait Transport: TransportKnobs + ExtrasNotes + Sync {
 
     fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>>;
 
+    /// How many bytes of region a receiver's offer (its [`Target::offer`]) says the sender may write into, where the
+    /// offer says; the sender checks it against what the run writes before it allocates or connects anything. Its
+    /// top-level `region_len`, unless the transport's offer says it otherwise.
+    fn offered_region(&self, offer: &serde_json::Value) -> Option<u64> {
+        offer.get("region_len")?.as_u64()
+    }
+
     fn connect_source(
         &self,
         cfg: &RunConfig,

@@ -72,6 +72,11 @@ impl Transport for Cuda {
         true
     }
 
+    /// Its offer names the buffer's `len`.
+    fn offered_region(&self, offer: &serde_json::Value) -> Option<u64> {
+        offer.get("len")?.as_u64()
+    }
+
     fn open_target(&self, _cfg: &RunConfig, buf: Arc<Buffer>, _ctx: &Context) -> Result<Box<dyn Target>> {
         Ok(Box::new(CudaTarget::open(buf)?))
     }

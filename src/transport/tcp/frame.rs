@@ -37,14 +37,15 @@ pub(super) const SPLICE_MIN_WRITE: u64 = 1 << 20;
 /// Send one frame: header and entries, then every payload through `pipe` without a copy (see `splice`) when the
 /// writes are large, else everything with as few writev calls as the kernel allows. A pipe the kernel refuses is
 /// dropped. Payloads are taken from `data` as raw ranges, never as slices of the buffer. Large frames ask the
-/// receiver to land them along `recv`; small ones always land directly.
+/// receiver to land them along `recv`; small ones always land directly. `first_word` is the header's first word,
+/// which the receiver echoes in its ack: the first write's index (and the transfer's tag, see `sender`).
 pub(super) fn send_frame(
     w: &mut TcpStream,
     pipe: &mut Option<SplicePipe>,
     recv: RecvPath,
     data: HostRegion<'_>,
     writes: &[Write],
-    first: usize,
+    first_word: u64,
 ) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(HEADER_LEN + writes.len() * ENTRY_LEN);
     let total: u64 = writes.iter().map(|w| w.len).sum();
@@ -53,7 +54,7 @@ pub(super) fn send_frame(
     // Streaming stores likewise only pay on long runs of whole cache lines.
     let large = total / writes.len() as u64 >= SPLICE_MIN_WRITE;
     let flags = if large && recv == RecvPath::Bounce { FRAME_BOUNCE } else { 0 };
-    for x in [first as u64, writes.len() as u64 | flags, total] {
+    for x in [first_word, writes.len() as u64 | flags, total] {
         head.extend_from_slice(&x.to_le_bytes());
     }
     for wr in writes {

@@ -2,9 +2,11 @@
 //! `(first write index, count, payload bytes)`, `count` entries `(remote offset, length)`, then the payloads back to
 //! back, each read by the receiver straight into its buffer at its offset. A frame carries one large write, or up to
 //! [`FRAME_PIECES`] small ones (a paged layout's 16 KiB pieces) so per-frame costs (syscalls, acks) are not paid per
-//! piece. Completion is the receiver's 16-byte ack `(first index, count)` of a whole frame. `--streams N` spreads
-//! frames round-robin over N connections. The count word's top bit, [`FRAME_BOUNCE`], asks the receiver to take the
-//! frame's payloads through its bounce buffer (see `bounce`) rather than straight into the region.
+//! piece. Completion is the receiver's 16-byte ack `(first index, count)` of a whole frame, the first word echoed as
+//! the header had it: the sender puts its transfer's tag above the index, so it matches each ack to a frame of the
+//! transfer in progress that was sent and not yet acknowledged. `--streams N` spreads frames round-robin over N
+//! connections. The count word's top bit, [`FRAME_BOUNCE`], asks the receiver to take the frame's payloads through
+//! its bounce buffer (see `bounce`) rather than straight into the region.
 //!
 //! Data connections are separate from the control connection. Each proves it belongs to the session with the key
 //! both ends derived in the control handshake (`control::auth`; the key itself is never sent), so a stranger

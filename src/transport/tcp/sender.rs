@@ -23,6 +23,21 @@ pub struct TcpSource {
     /// What [`Source::prepare`] needs to send calibration frames: the run's block size and the receiver's region.
     block_size: u64,
     region_len: u64,
+    /// The receiver's data address, for errors that name it.
+    peer: SocketAddr,
+    /// This transfer's tag (see [`TAG_SHIFT`]): never 0, so an ack the receiver sent before any frame matches none.
+    tag: u64,
+}
+
+/// A frame header's first word carries the transfer's tag above the first write index; the receiver echoes the word
+/// in its ack, so an ack left over from an earlier transfer (a duplicate, or one sent before any frame) cannot be
+/// taken for one of this transfer's. Write indexes stay below 2^40 (a plan holds at most 16 Mi writes).
+const TAG_SHIFT: u32 = 40;
+const INDEX_MASK: u64 = (1 << TAG_SHIFT) - 1;
+
+/// The next transfer's tag: 1 to 2^24 - 1, round and round.
+fn next_tag(tag: u64) -> u64 {
+    (tag % ((1 << (64 - TAG_SHIFT)) - 1)) + 1
 }
 
 /// `transport_detail` of a tcp run: the send and receive paths and how they were chosen.
@@ -203,6 +218,8 @@ impl TcpSource {
             io_timeout: ctx.timeouts.io,
             block_size: cfg.knobs.block_size,
             region_len: offer.region_len,
+            peer: addr,
+            tag: 0,
         })
     }
 
@@ -341,6 +358,8 @@ impl Source for TcpSource {
         // The source's bytes as a raw region: the kernel reads them (writev, vmsplice), Rust code never does.
         let data = mem.host_region().expect("checked when the source connected");
         let frames = frames(writes);
+        self.tag = next_tag(self.tag);
+        let tag = self.tag << TAG_SHIFT;
         // Each writer thread owns its connection's pipe for the transfer (none on the plain-write path).
         let mut pipes = std::mem::take(&mut self.pipes);
         let mut no_pipes: Vec<Option<SplicePipe>> = pipes.iter().map(|_| None).collect();
@@ -359,7 +378,8 @@ impl Source for TcpSource {
                 scope.spawn(move || {
                     for (first, count) in mine {
                         let _ = tx_w.send(Event::Posted(first, count, Instant::now()));
-                        if let Err(e) = send_frame(&mut w, pipe, recv, data, &writes[first..first + count], first) {
+                        let word = tag | first as u64;
+                        if let Err(e) = send_frame(&mut w, pipe, recv, data, &writes[first..first + count], word) {
                             let _ = tx_w.send(Event::Failed(data_error("the receiver", e)));
                             return;
                         }
@@ -395,15 +415,18 @@ impl Source for TcpSource {
                         posted[first..first + count].fill(Some(t));
                         first_post = Some(first_post.map_or(t, |f| f.min(t)));
                     }
-                    Event::Acked(first, count, t) => {
-                        let (i, n) = (first as usize, count as usize);
-                        if i.checked_add(n).is_none_or(|end| end > writes.len()) || seen[i..i + n].iter().any(|&s| s) {
+                    Event::Acked(word, count, t) => {
+                        if let Err(why) = outstanding(word, count, tag, &posted, &seen) {
                             self.abort();
-                            bail!("the receiver acknowledged writes {i}..{i}+{n}, which were not outstanding");
+                            bail!(
+                                "the receiver at {} (data port {}) acknowledged {why}; is it a kvxfer receiver?",
+                                self.peer.ip(),
+                                self.peer.port()
+                            );
                         }
+                        let (i, n) = ((word & INDEX_MASK) as usize, count as usize);
                         for j in i..i + n {
                             seen[j] = true;
-                            // A frame is posted (Posted sent) before its bytes leave, so its ack comes after.
                             (hooks.done)(j, posted[j].unwrap_or(t), t);
                         }
                         acked += n;
@@ -416,11 +439,39 @@ impl Source for TcpSource {
                     }
                 }
             }
-            let first_post = first_post.expect("every stream with writes posts first");
+            // Every ack matched a posted write, so a transfer of any write posted one; a transfer of none took no time.
+            let first_post = first_post.unwrap_or_else(Instant::now);
             Ok(TransferTimes::new(first_post, last.unwrap_or(first_post)))
         });
         self.pipes = pipes;
         result
+    }
+}
+
+/// Whether an ack `(word, count)` names writes of this transfer (`tag`) that were posted and not yet acknowledged;
+/// otherwise what it named, for the error. A frame is posted (its Posted event sent) before its bytes leave, so its
+/// ack is always seen after its Posted event: an ack of a write not posted was sent before the frame it names.
+fn outstanding(word: u64, count: u64, tag: u64, posted: &[Option<Instant>], seen: &[bool]) -> Result<(), String> {
+    let (i, n) = (word & INDEX_MASK, count);
+    if word & !INDEX_MASK != tag {
+        return Err(format!(
+            "writes {i}..{i}+{n} of transfer {} during transfer {}: a stale, duplicate or early ack",
+            word >> TAG_SHIFT,
+            tag >> TAG_SHIFT
+        ));
+    }
+    let range = usize::try_from(i).ok().zip(usize::try_from(n).ok()).and_then(|(i, n)| Some(i..i.checked_add(n)?));
+    match range {
+        Some(r) if n > 0 && r.end <= seen.len() => {
+            if seen[r.clone()].iter().any(|&s| s) {
+                Err(format!("writes {i}..{i}+{n} twice"))
+            } else if posted[r].iter().any(Option::is_none) {
+                Err(format!("writes {i}..{i}+{n} before they were sent"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(format!("writes {i}..{i}+{n}, which this transfer of {} writes does not have", seen.len())),
     }
 }
 
@@ -448,4 +499,27 @@ fn forced_reason(p: &PathChoice) -> String {
     };
     let clauses = [clause(p.send_how, "send", p.send.name()), clause(p.recv_how, "receive", p.recv.name())];
     clauses.into_iter().flatten().collect::<Vec<_>>().join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_acks_of_this_transfers_posted_unacked_writes_are_outstanding() {
+        let tag = next_tag(0) << TAG_SHIFT;
+        let t = Some(Instant::now());
+        let (posted, seen) = (vec![t, t, None], vec![true, false, false]);
+        assert_eq!(outstanding(tag | 1, 1, tag, &posted, &seen), Ok(()));
+        let refused = |word: u64, count: u64| outstanding(word, count, tag, &posted, &seen).unwrap_err();
+        assert!(refused(1, 1).contains("of transfer 0 during transfer 1"), "an ack sent before any frame");
+        assert!(refused(next_tag(1) << TAG_SHIFT | 1, 1).contains("stale, duplicate or early"));
+        assert!(refused(tag, 1).contains("twice"));
+        assert!(refused(tag | 2, 1).contains("before they were sent"));
+        assert!(refused(tag | 2, 2).contains("does not have"));
+        assert!(refused(tag | 1, 0).contains("does not have"), "an ack of no writes");
+        assert!(refused(tag | INDEX_MASK, u64::MAX).contains("does not have"));
+        // Tags run 1..2^24 round and round, never 0.
+        assert_eq!(next_tag((1 << 24) - 1), 1);
+    }
 }

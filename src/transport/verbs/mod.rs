@@ -112,6 +112,12 @@ impl Transport for Verbs {
         true
     }
 
+    /// Its offer lists each rail's registered pieces of the region: the bytes every rail reaches.
+    fn offered_region(&self, offer: &serde_json::Value) -> Option<u64> {
+        let offer: Offer = serde_json::from_value(offer.clone()).ok()?;
+        offer.rails.iter().map(|r| r.pieces.iter().fold(0u64, |sum, p| sum.saturating_add(p.len))).min()
+    }
+
     fn open_target(&self, cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<Box<dyn Target>> {
         let knobs = cfg.transport.knobs::<VerbsConfig>()?;
         Ok(match knobs.op {
