@@ -71,10 +71,12 @@ pub struct ClusterReplayArgs {
     /// most 4 GiB)
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub region: Option<u64>,
-    /// Set by the parser: --reps and --warmup were given on the command line.
+    /// Set by the parser: --reps and --warmup were given on the command line (both are refused, so not compared).
     #[arg(skip)]
+    #[serde(skip)]
     pub reps_given: bool,
     #[arg(skip)]
+    #[serde(skip)]
     pub warmup_given: bool,
 }
 
