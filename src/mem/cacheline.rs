@@ -18,6 +18,12 @@ pub fn write_back(bytes: &mut [u8]) {
         return;
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(bytes.len() / PER_THREAD_MIN).max(1);
+    if threads == 1 {
+        // Inline: a paged fill writes back each of up to millions of small pieces, and a thread per piece cost
+        // more than the flush (338,400 pieces of 16 KiB took minutes).
+        flush(bytes);
+        return;
+    }
     let per = bytes.len().div_ceil(threads).next_multiple_of(LINE);
     std::thread::scope(|sc| {
         for chunk in bytes.chunks_mut(per) {
