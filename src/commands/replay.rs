@@ -389,10 +389,7 @@ pub(super) fn checked_region(given: Option<u64>, largest: u64, default: impl FnO
 /// the memory check then names what does not fit).
 fn default_region(a: &ReplayArgs, largest: u64) -> u64 {
     let region = largest.min(DEFAULT_MAX_REGION);
-    let ends = [Some(a.src), a.peer.is_none().then_some(a.dst)];
-    let host_buffers = ends.iter().flatten().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
-    let Some(room) = crate::env::memory::headroom(crate::env::sysroot::SysRoot::get()) else { return region };
-    let per = room.bytes / 2 / (host_buffers * u64::from(a.max_inflight)).max(1);
+    let Some(per) = room_per_buffer(a) else { return region };
     let fits = if per == 0 { 0 } else { 1u64 << per.ilog2() };
     if region <= fits {
         return region;
@@ -406,6 +403,15 @@ fn default_region(a: &ReplayArgs, largest: u64) -> u64 {
         format_size(capped)
     );
     capped
+}
+
+/// Bytes each host buffer may take (one per end in host memory and session) for all of them to fit in half of this
+/// host's available memory; None where that is unknown.
+fn room_per_buffer(a: &ReplayArgs) -> Option<u64> {
+    let ends = [Some(a.src), a.peer.is_none().then_some(a.dst)];
+    let host_buffers = ends.iter().flatten().filter(|k| !matches!(k, MemKind::Gpu(_))).count() as u64;
+    let room = crate::env::memory::headroom(crate::env::sysroot::SysRoot::get())?;
+    Some(room.bytes / 2 / (host_buffers * u64::from(a.max_inflight)).max(1))
 }
 
 /// The receiver's region: the run's one case.

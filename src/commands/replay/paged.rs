@@ -41,8 +41,30 @@ pub(super) fn run_config(a: &ReplayArgs, job: &Job) -> Result<RunConfig> {
     };
     let mut run = a.run.clone();
     run.reps = 1;
+    if run.paged.pool_tokens.is_none() {
+        run.paged.pool_tokens = Some(default_pool_tokens(a, largest / job.bytes_per_token, job.bytes_per_token));
+    }
     // The memory check comes after, counting every session's pool at each end.
     Ok(super::common::configure_anywhere(&sizes, &run, &[a.src, a.dst])?.cfg)
+}
+
+/// Without `--pool-tokens`: twice the largest request, as other paged runs default to, but no more than fits every
+/// session's pool at each end in half of this host's available memory (said in a note), and never less than the
+/// largest request (the memory check then refuses what cannot fit).
+fn default_pool_tokens(a: &ReplayArgs, largest_tokens: u64, bytes_per_token: u64) -> u64 {
+    let twice = largest_tokens.saturating_mul(2);
+    let Some(per) = super::room_per_buffer(a) else { return twice };
+    let fits = per / bytes_per_token.max(1);
+    if fits >= twice {
+        return twice;
+    }
+    let tokens = fits.max(largest_tokens);
+    crate::noteln!(
+        "pool: {} per end and session (twice the largest request, {largest_tokens} tokens, does not fit {} session(s) in half of this host's available memory); --pool-tokens to choose",
+        crate::plan::sizes::format_tokens(tokens),
+        a.max_inflight
+    );
+    tokens
 }
 
 /// The pool the driver models for `cfg` (None unless paged), `--decode-ms-per-token` checked; refused where its
