@@ -377,9 +377,30 @@ fn serve_request(
     // pulls: its READ would start at arming, before the request is due.
     let ahead = idle && r.bytes > 0 && due - now < session.io_timeout() / 2 && !session.receiver_pulls();
     let armed = if ahead { Some(arm(session, r.bytes.min(shared.region), seq)?) } else { None };
+    let Some((start, armed)) = start_when_due(session, armed, (due, idle), r.id, shared, limits)? else {
+        return Ok(None);
+    };
+    let moved = if r.bytes == 0 {
+        Moved { pieces: 0, transfer_ms: 0.0, mismatched_bytes: None, landed: start }
+    } else {
+        move_bytes(session, r.bytes, shared.region, seq, armed)?
+    };
+    Ok(Some(record(lane, r, shared, (start, idle), &moved)))
+}
+
+/// Wait for request `id`, due at `due`, when its session is early (`idle`); the instant it starts and its rep armed
+/// ahead (if any), or None when the load halted: interrupted while waiting (the armed rep's bytes are sent, since
+/// its receiver waits for them, so that the session ends cleanly), or started more than `--max-backlog` late.
+fn start_when_due(
+    session: &mut SenderSession,
+    armed: Option<ArmedRep>,
+    (due, idle): (Instant, bool),
+    id: u64,
+    shared: &Shared,
+    limits: &Limits,
+) -> Result<Option<(Instant, Option<ArmedRep>)>> {
     if idle && !sleep_until(due, limits.stop) {
         shared.halt_with(Cutoff::Interrupted);
-        // The receiver waits for the armed rep's bytes: send them, so that the session ends cleanly.
         if let Some(a) = armed {
             session.go(a)?;
         }
@@ -388,15 +409,10 @@ fn serve_request(
     let start = Instant::now();
     let backlog = start.saturating_duration_since(due);
     if backlog > limits.max_backlog {
-        shared.halt_with(Cutoff::Backlog { at_request: r.id, backlog_s: backlog.as_secs_f64() });
+        shared.halt_with(Cutoff::Backlog { at_request: id, backlog_s: backlog.as_secs_f64() });
         return Ok(None);
     }
-    let moved = if r.bytes == 0 {
-        Moved { pieces: 0, transfer_ms: 0.0, mismatched_bytes: None, landed: start }
-    } else {
-        move_bytes(session, r.bytes, shared.region, seq, armed)?
-    };
-    Ok(Some(record(lane, r, shared, (start, idle), &moved)))
+    Ok(Some((start, armed)))
 }
 
 /// The record of request `r`, started at `start` (by a session that sat `idle` waiting for it) and moved as

@@ -7,7 +7,7 @@
 //! after its last byte landed (at once when that is 0). The slots it got travel to the receiver in the rep's
 //! RepStart, so both ends plan, and `--verify` checks, the same destinations. Cached prefix blocks are not held.
 
-use super::{sleep_until, Cutoff, Limits, Moved, RequestRecord, Scheduled, Shared, WAKE_EVERY};
+use super::{Cutoff, Limits, Moved, RequestRecord, Scheduled, Shared, WAKE_EVERY};
 use crate::run::sender::{ArmedRep, SenderSession};
 use anyhow::Result;
 use std::collections::VecDeque;
@@ -192,19 +192,9 @@ pub(super) fn serve_request(
         Ok(a)
     };
     let armed = if ahead { Some(arm(session)?) } else { None };
-    if idle && !sleep_until(due, limits.stop) {
-        shared.halt_with(Cutoff::Interrupted);
-        if let Some(a) = armed {
-            session.go(a)?;
-        }
+    let Some((start, armed)) = super::start_when_due(session, armed, (due, idle), r.id, shared, limits)? else {
         return Ok(None);
-    }
-    let start = Instant::now();
-    let backlog = start.saturating_duration_since(due);
-    if backlog > limits.max_backlog {
-        shared.halt_with(Cutoff::Backlog { at_request: r.id, backlog_s: backlog.as_secs_f64() });
-        return Ok(None);
-    }
+    };
     let moved = if need == 0 {
         Moved { pieces: 0, transfer_ms: 0.0, mismatched_bytes: None, landed: start }
     } else {
