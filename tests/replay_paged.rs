@@ -143,12 +143,40 @@ fn pool_exhaustion_makes_requests_wait_in_order_and_says_so() {
 }
 
 #[test]
+fn an_arrival_model_with_output_lengths_holds_blocks_while_they_decode() {
+    let dir = TempDir::new("replay-paged-output");
+    let model = tiny_model(&dir);
+    // As the trace above: 12 requests of 7 blocks, 10 ms apart, into 14 blocks; each answers with 50 tokens at 2
+    // ms each, so it holds its blocks 100 ms after landing and later requests wait. Without output lengths the
+    // same stream never waits (the blocks free at landing).
+    let gen = ["--arrivals", "constant:100", "--requests", "12", "--prompt-tokens", "fixed:100"];
+    let base = ["replay", "--layout", "paged", "--model-config", &model, "--pool-tokens", "224"];
+    let paged = |extra: &[&str], json: &str| {
+        let args: Vec<&str> =
+            base.iter().chain(&gen).chain(extra).copied().chain(["--warmup-requests", "1", "--json", json]).collect();
+        let out = run(&args);
+        out.expect_code(0);
+        read_json(std::path::Path::new(json))
+    };
+    let held = paged(&["--output-tokens", "fixed:50", "--decode-ms-per-token", "2", "--verify"], &dir.arg("a.json"));
+    let s = &held["replay"]["loads"][0]["summary"]["pool"];
+    assert_eq!(s["high_water_blocks"], 14, "{s}");
+    assert!(s["waited"].as_u64().unwrap() > 0 && num(&s["wait_ms"], "max") > 50.0, "{s}");
+    assert_eq!(held["replay"]["workload"]["output_tokens"], "fixed:50");
+    assert!(requests(&held).iter().all(|q| q["mismatched_bytes"] == 0));
+    let free = paged(&[], &dir.arg("b.json"));
+    assert_eq!(free["replay"]["loads"][0]["summary"]["pool"]["waited"], 0, "blocks free at landing");
+    assert!(free["replay"]["workload"]["output_tokens"].is_null());
+}
+
+#[test]
 fn bad_paged_replays_are_refused_in_one_line() {
     let dir = TempDir::new("replay-paged-bad");
     let model = tiny_model(&dir);
     let trace = trace_file(&dir, 3, 100, 5, 10);
     let base = ["replay", "--layout", "paged", "--model-config", &model, "--json", &dir.arg("r.json")];
     let arrivals = ["--arrivals", "constant:10", "--prompt-tokens", "fixed:100", "--requests", "3"];
+    let prompt_trace = format!("trace:{trace}");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["--trace", &trace, "--pool-tokens", "50"],
@@ -156,7 +184,20 @@ fn bad_paged_replays_are_refused_in_one_line() {
         ),
         (vec!["--trace", &trace, "--decode-ms-per-token", "-1"], "--decode-ms-per-token -1: give the ms"),
         (vec!["--trace", &trace, "--decode-ms-per-token", "NaN"], "--decode-ms-per-token NaN: give the ms"),
-        (arrivals.iter().copied().chain(["--decode-ms-per-token", "1"]).collect(), "no output lengths"),
+        (
+            arrivals.iter().copied().chain(["--decode-ms-per-token", "1"]).collect(),
+            "no output lengths; give --output-tokens",
+        ),
+        (arrivals.iter().copied().chain(["--output-tokens", "fixed:9"]).collect(), "without --decode-ms-per-token"),
+        (
+            arrivals.iter().copied().chain(["--output-tokens", "uniform:9..3", "--decode-ms-per-token", "1"]).collect(),
+            "output tokens \"uniform:9..3\": uniform:9..3 is empty",
+        ),
+        (
+            vec!["--arrivals", "constant:10", "--prompt-tokens", &prompt_trace, "--output-tokens", "fixed:9"],
+            "the trace's rows give each request's output length",
+        ),
+        (vec!["--trace", &trace, "--output-tokens", "fixed:9"], "--output-tokens"),
         (vec!["--trace", &trace, "--layerwise", "--prefill-tokens-per-s", "1000"], "--layerwise moves contiguous"),
         (vec!["--trace", &trace, "--region", "1MiB"], "--region applies to the contiguous layout"),
     ];
@@ -170,6 +211,11 @@ fn bad_paged_replays_are_refused_in_one_line() {
     let out = run(&["replay", "--trace", &trace, "--kv-bytes-per-token", "64", "--decode-ms-per-token", "1"]);
     out.expect_code(2);
     assert!(out.one_error().contains("--decode-ms-per-token applies to --layout paged"), "{}", out.stderr);
+    let contiguous =
+        ["replay", "--kv-bytes-per-token", "64", "--arrivals", "constant:10", "--prompt-tokens", "fixed:9"];
+    let out = run(&contiguous.iter().copied().chain(["--output-tokens", "fixed:9"]).collect::<Vec<_>>());
+    out.expect_code(2);
+    assert!(out.one_error().contains("--output-tokens applies to --layout paged"), "{}", out.stderr);
 }
 
 #[test]

@@ -115,6 +115,7 @@ impl ClusterReplayArgs {
             arrivals: self.arrivals.clone(),
             rates: self.rates.clone(),
             prompt_tokens: self.prompt_tokens.clone(),
+            output_tokens: None,
             seed,
             prefix_cache: self.prefix_cache.clone().unwrap_or_else(|| "off".into()),
             max_inflight: 1,

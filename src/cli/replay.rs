@@ -38,6 +38,10 @@ pub struct ReplayArgs {
     /// Input tokens per request with --arrivals: fixed:N, uniform:A..B, lognormal:MEDIAN,SIGMA or trace:FILE
     #[arg(long, value_name = "DIST", requires = "arrivals", help_heading = "Workload")]
     pub prompt_tokens: Option<String>,
+    /// Output tokens per request with --arrivals (how long a paged replay's requests hold their blocks with
+    /// --decode-ms-per-token): fixed:N, uniform:A..B or lognormal:MEDIAN,SIGMA
+    #[arg(long, value_name = "DIST", requires = "arrivals", help_heading = "Workload")]
+    pub output_tokens: Option<String>,
     /// The decode side's prefix cache, in 512-token blocks (an LRU of the trace's hash_ids): N, unlimited or off
     #[arg(long, value_name = "BLOCKS", default_value = "off", help_heading = "Workload")]
     pub prefix_cache: String,

@@ -40,6 +40,9 @@ pub struct WorkloadArgs {
     /// Input tokens per request with --arrivals: fixed:N, uniform:A..B, lognormal:MEDIAN,SIGMA or trace:FILE
     #[arg(long, value_name = "DIST", requires = "arrivals")]
     pub prompt_tokens: Option<String>,
+    /// Output tokens per request with --arrivals: only a paged replay uses them (no flag of predict's).
+    #[arg(skip)]
+    pub output_tokens: Option<String>,
     /// Seed of the --arrivals model (the same seed as a replay's --seed gives the same requests)
     #[arg(long, default_value_t = DEFAULT_SEED, hide_default_value = true)]
     pub seed: u64,
@@ -64,6 +67,7 @@ impl WorkloadArgs {
             arrivals: a.arrivals.clone(),
             rates: a.rates.clone(),
             prompt_tokens: a.prompt_tokens.clone(),
+            output_tokens: a.output_tokens.clone(),
             seed: a.run.seed,
             prefix_cache: a.prefix_cache.clone(),
             max_inflight: a.max_inflight,

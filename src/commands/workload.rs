@@ -5,7 +5,7 @@ use crate::bail_usage;
 use crate::cli::WorkloadArgs;
 use crate::plan::kv;
 use crate::plan::workload::{
-    self, Arrivals, PrefixCache, PrefixCacheSize, PromptTokens, Request, TraceSummary, Window,
+    self, Arrivals, OutputTokens, PrefixCache, PrefixCacheSize, PromptTokens, Request, TraceSummary, Window,
 };
 use crate::run::replay::Scheduled;
 use anyhow::Result;
@@ -21,7 +21,13 @@ const BUILT_IN_WINDOW: &str = "0s..60s";
 /// Where the requests come from.
 enum Source {
     Trace { name: String, window: Option<String>, speeds: Vec<f64> },
-    Model { arrivals: Arrivals, prompt: PromptTokens, text: (String, String), n: u64, seed: u64, rates: Vec<f64> },
+    Model { arrivals: Arrivals, lengths: Lengths, text: (String, String), n: u64, seed: u64, rates: Vec<f64> },
+}
+
+/// An arrival model's request lengths: each prompt's, and each answer's when known.
+struct Lengths {
+    prompt: PromptTokens,
+    output: Option<(OutputTokens, String)>,
 }
 
 /// A replay's workload, resolved and checked.
@@ -155,6 +161,13 @@ fn model_job(
         bail_usage!("--arrivals needs --prompt-tokens: fixed:N, uniform:A..B, lognormal:MEDIAN,SIGMA or trace:FILE");
     };
     let prompt: PromptTokens = prompt_text.parse()?;
+    let output = match &a.output_tokens {
+        Some(_) if matches!(prompt, PromptTokens::Trace(_)) => bail_usage!(
+            "--output-tokens with --prompt-tokens trace:FILE: the trace's rows give each request's output length; drop one"
+        ),
+        Some(t) => Some((t.parse::<OutputTokens>()?, t.clone())),
+        None => None,
+    };
     let n = a.requests.unwrap_or(100);
     let rates = match &a.rates {
         Some(list) => positive_list("--rates", list)?,
@@ -162,7 +175,7 @@ fn model_job(
     };
     let source = Source::Model {
         arrivals,
-        prompt,
+        lengths: Lengths { prompt, output },
         text: (arrivals_text.to_string(), prompt_text.clone()),
         n,
         seed: a.seed,
@@ -186,6 +199,17 @@ impl Job {
         }
     }
 
+    /// Whether requests say how many tokens they answer with: a trace's rows do, an arrival model's when its
+    /// prompts are drawn from a trace or `--output-tokens` gave a distribution.
+    pub fn has_output_lengths(&self) -> bool {
+        match &self.source {
+            Source::Trace { .. } => true,
+            Source::Model { lengths, .. } => {
+                lengths.output.is_some() || matches!(lengths.prompt, PromptTokens::Trace(_))
+            }
+        }
+    }
+
     /// What a load counts: `speed` (trace seconds per wall second) or `rate` (requests per second).
     pub fn load_unit(&self) -> &'static str {
         match self.source {
@@ -196,10 +220,11 @@ impl Job {
 
     /// The model's requests at `rate` (the same seed gives the same requests).
     fn generated(&self, rate: f64) -> Result<Vec<Request>> {
-        let Source::Model { arrivals, prompt, n, seed, .. } = &self.source else {
+        let Source::Model { arrivals, lengths, n, seed, .. } = &self.source else {
             unreachable!("only an arrival model generates")
         };
-        workload::generate(arrivals.with_rate(rate), prompt, *n, *seed)
+        let output = lengths.output.as_ref().map(|o| &o.0);
+        workload::generate_with(arrivals.with_rate(rate), (&lengths.prompt, output), *n, *seed)
     }
 
     /// Each request at `load`: its arrival and bytes (moved, cached) scheduled.
@@ -269,10 +294,11 @@ impl Job {
                     "prefix_cache": self.prefix,
                 })
             }
-            Source::Model { text, n, seed, .. } => json!({
+            Source::Model { text, n, seed, lengths, .. } => json!({
                 "source": "model",
                 "arrivals": text.0,
                 "prompt_tokens": text.1,
+                "output_tokens": lengths.output.as_ref().map(|o| &o.1),
                 "requests": n,
                 "seed": seed,
                 "bytes_per_token": self.bytes_per_token,

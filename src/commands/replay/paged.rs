@@ -74,6 +74,9 @@ pub(super) fn pool(a: &ReplayArgs, cfg: &RunConfig, job: &Job) -> Result<Option<
         if a.decode_ms_per_token.is_some() {
             bail_usage!("--decode-ms-per-token applies to --layout paged (how long a request holds its blocks)");
         }
+        if a.output_tokens.is_some() {
+            bail_usage!("--output-tokens applies to --layout paged with --decode-ms-per-token (how long a request holds its blocks); a replay moves each prompt's KV once, whatever the answer's length");
+        }
         return Ok(None);
     };
     let decode = a.decode_ms_per_token.unwrap_or(0.0);
@@ -82,8 +85,11 @@ pub(super) fn pool(a: &ReplayArgs, cfg: &RunConfig, job: &Job) -> Result<Option<
             "--decode-ms-per-token {decode}: give the ms a request holds its blocks per output token, 0 or more"
         );
     }
-    if decode > 0.0 && job.load_unit() == "rate" {
-        bail_usage!("--decode-ms-per-token: requests from --arrivals have no output lengths; replay a --trace (its output_length), or drop it");
+    if decode > 0.0 && !job.has_output_lengths() {
+        bail_usage!("--decode-ms-per-token: requests from --arrivals have no output lengths; give --output-tokens (e.g. fixed:256), draw them with --prompt-tokens trace:FILE, or replay a --trace");
+    }
+    if decode == 0.0 && a.output_tokens.is_some() {
+        bail_usage!("--output-tokens: without --decode-ms-per-token a request's blocks free as soon as its last byte lands, so output lengths change nothing; give both or neither");
     }
     if crate::transport::registry::get(cfg.transport.kind()).pulls(&cfg.transport) {
         bail_usage!("--layout paged: a receiver that pulls (--op read, --nixl-op read) cannot place a replay's blocks yet; replay with writes");

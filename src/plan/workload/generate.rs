@@ -111,9 +111,15 @@ pub enum PromptTokens {
 
 impl PromptTokens {
     fn check(&self) -> Result<()> {
+        self.check_as("prompt")
+    }
+
+    /// Refuses an empty range, a zero or too long length, a median or sigma that is not positive; `what` names the
+    /// lengths (prompt, output) in the message.
+    fn check_as(&self, what: &str) -> Result<()> {
         let at_most = |n: u64| {
             if n == 0 || n > MAX_PROMPT_TOKENS {
-                bail_usage!("prompt length {n}: expected 1 to {MAX_PROMPT_TOKENS} tokens");
+                bail_usage!("{what} length {n}: expected 1 to {MAX_PROMPT_TOKENS} tokens");
             }
             Ok(())
         };
@@ -135,27 +141,51 @@ impl std::str::FromStr for PromptTokens {
 
     /// `fixed:N`, `uniform:A..B` (token counts: `512`, `4k`), `lognormal:MEDIAN,SIGMA`, `trace:FILE`.
     fn from_str(text: &str) -> Result<PromptTokens> {
-        let tokens = |t: &str| parse_tokens(t).map_err(|e| usage(format!("prompt tokens {text:?}: {e}")));
+        PromptTokens::parse_as(text, "prompt")
+    }
+}
+
+impl PromptTokens {
+    /// [`PromptTokens::from_str`], its refusals naming `what` lengths they are (prompt, output).
+    fn parse_as(text: &str, what: &str) -> Result<PromptTokens> {
+        let flag = format!("{what} tokens");
+        let tokens = |t: &str| parse_tokens(t).map_err(|e| usage(format!("{flag} {text:?}: {e}")));
         let p = match text.trim().split_once(':') {
             Some(("fixed", n)) => PromptTokens::Fixed(tokens(n)?),
             Some(("uniform", ab)) => match ab.split_once("..") {
                 Some((a, b)) => PromptTokens::Uniform(tokens(a)?, tokens(b)?),
-                None => bail_usage!("prompt tokens {text:?}: uniform takes A..B, e.g. uniform:1k..32k"),
+                None => bail_usage!("{flag} {text:?}: uniform takes A..B, e.g. uniform:1k..32k"),
             },
             Some(("lognormal", rest)) => match rest.split_once(',') {
-                Some((m, s)) => PromptTokens::LogNormal {
-                    median: number(m, text, "prompt tokens")?,
-                    sigma: number(s, text, "prompt tokens")?,
-                },
-                None => bail_usage!("prompt tokens {text:?}: lognormal takes MEDIAN,SIGMA, e.g. lognormal:8192,1"),
+                Some((m, s)) => {
+                    PromptTokens::LogNormal { median: number(m, text, &flag)?, sigma: number(s, text, &flag)? }
+                }
+                None => bail_usage!("{flag} {text:?}: lognormal takes MEDIAN,SIGMA, e.g. lognormal:8192,1"),
             },
             Some(("trace", f)) if !f.trim().is_empty() => PromptTokens::Trace(PathBuf::from(f.trim())),
-            _ => bail_usage!(
-                "prompt tokens {text:?}: expected fixed:N, uniform:A..B, lognormal:MEDIAN,SIGMA or trace:FILE"
-            ),
+            _ => bail_usage!("{flag} {text:?}: expected fixed:N, uniform:A..B, lognormal:MEDIAN,SIGMA or trace:FILE"),
         };
-        p.check().map_err(|e| usage(format!("prompt tokens {text:?}: {e}")))?;
+        p.check_as(what).map_err(|e| usage(format!("{flag} {text:?}: {e}")))?;
         Ok(p)
+    }
+}
+
+/// How many tokens each generated request answers with (`--output-tokens`): a paged replay holds a request's
+/// blocks while it decodes them. Any of the prompt's distributions but `trace:` (whose rows carry both lengths).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputTokens(PromptTokens);
+
+impl std::str::FromStr for OutputTokens {
+    type Err = anyhow::Error;
+
+    /// `fixed:N`, `uniform:A..B`, `lognormal:MEDIAN,SIGMA`.
+    fn from_str(text: &str) -> Result<OutputTokens> {
+        match PromptTokens::parse_as(text, "output")? {
+            PromptTokens::Trace(_) => bail_usage!(
+                "output tokens {text:?}: --prompt-tokens trace:FILE draws each request's input and output lengths from the same row; give fixed:N, uniform:A..B or lognormal:MEDIAN,SIGMA"
+            ),
+            dist => Ok(OutputTokens(dist)),
+        }
     }
 }
 
@@ -164,6 +194,17 @@ impl std::str::FromStr for PromptTokens {
 /// row's with `trace:`, else 0: a replay moves a prompt's KV cache once, at the prefill-to-decode handoff, which the
 /// output length does not change, so none is made up.
 pub fn generate(arrivals: Arrivals, prompt: &PromptTokens, n: u64, seed: u64) -> Result<Vec<Request>> {
+    generate_with(arrivals, (prompt, None), n, seed)
+}
+
+/// [`generate`], each request answering with a length drawn from `output` when given (a third stream of the seed,
+/// so the arrivals and prompts stay those of [`generate`]).
+pub fn generate_with(
+    arrivals: Arrivals,
+    (prompt, output): (&PromptTokens, Option<&OutputTokens>),
+    n: u64,
+    seed: u64,
+) -> Result<Vec<Request>> {
     if n == 0 {
         bail_usage!("generating 0 requests makes nothing to replay; ask for at least 1");
     }
@@ -175,7 +216,14 @@ pub fn generate(arrivals: Arrivals, prompt: &PromptTokens, n: u64, seed: u64) ->
     let times = arrival_times(arrivals, n, ChaCha8Rng::seed_from_u64(seed));
     let mut lengths_rng = ChaCha8Rng::seed_from_u64(seed);
     lengths_rng.set_stream(1);
-    let lengths = lengths(prompt, n, lengths_rng)?;
+    let mut lengths = lengths(prompt, n, lengths_rng)?;
+    if let Some(OutputTokens(dist)) = output {
+        let mut output_rng = ChaCha8Rng::seed_from_u64(seed);
+        output_rng.set_stream(2);
+        for (l, out) in lengths.iter_mut().zip(draw(dist, n, &mut output_rng)) {
+            l.1 = out;
+        }
+    }
     let reqs = times.into_iter().zip(lengths).enumerate().map(|(i, (t, (input, output)))| Request {
         id: i as u64,
         arrival_ms: t,
@@ -210,26 +258,33 @@ fn arrival_times(arrivals: Arrivals, n: u64, mut rng: ChaCha8Rng) -> Vec<f64> {
     out
 }
 
-/// `(input, output)` token counts of `n` prompts.
+/// `(input, output)` token counts of `n` prompts: outputs from the trace's rows with `trace:`, else 0.
 fn lengths(prompt: &PromptTokens, n: u64, mut rng: ChaCha8Rng) -> Result<Vec<(u64, u64)>> {
     Ok(match prompt {
-        PromptTokens::Fixed(t) => (0..n).map(|_| (*t, 0)).collect(),
-        PromptTokens::Uniform(a, b) => {
-            let d = Uniform::new_inclusive(*a, *b).expect("checked: a <= b");
-            (0..n).map(|_| (d.sample(&mut rng), 0)).collect()
-        }
-        PromptTokens::LogNormal { median, sigma } => {
-            let d = LogNormal::new(median.ln(), *sigma).expect("checked: a positive median and sigma");
-            let draw = |x: f64| (x.round() as u64).clamp(1, MAX_PROMPT_TOKENS);
-            (0..n).map(|_| (draw(d.sample(&mut rng)), 0)).collect()
-        }
         PromptTokens::Trace(path) => {
             let rows = read_trace(path, true)?;
             let d = Uniform::new(0, rows.len() as u64).expect("a read trace has requests");
             let row = |i: u64| &rows[i as usize];
             (0..n).map(|_| row(d.sample(&mut rng))).map(|r| (r.input_tokens, r.output_tokens)).collect()
         }
+        dist => draw(dist, n, &mut rng).into_iter().map(|t| (t, 0)).collect(),
     })
+}
+
+/// `n` lengths from a distribution (not `trace:`, which draws rows).
+fn draw(dist: &PromptTokens, n: u64, rng: &mut ChaCha8Rng) -> Vec<u64> {
+    match dist {
+        PromptTokens::Fixed(t) => vec![*t; n as usize],
+        PromptTokens::Uniform(a, b) => {
+            let d = Uniform::new_inclusive(*a, *b).expect("checked: a <= b");
+            (0..n).map(|_| d.sample(rng)).collect()
+        }
+        PromptTokens::LogNormal { median, sigma } => {
+            let d = LogNormal::new(median.ln(), *sigma).expect("checked: a positive median and sigma");
+            (0..n).map(|_| (d.sample(rng).round() as u64).clamp(1, MAX_PROMPT_TOKENS)).collect()
+        }
+        PromptTokens::Trace(_) => unreachable!("a trace's rows are drawn whole, by `lengths`"),
+    }
 }
 
 /// A number of a flag value (`10`, `0.5`), before its range is checked.

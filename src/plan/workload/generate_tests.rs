@@ -133,6 +133,33 @@ fn one_seed_gives_one_sequence_and_another_seed_another() {
     assert_eq!(times(&a), times(&fixed), "the prompt distribution does not move the arrivals");
 }
 
+#[test]
+fn output_lengths_come_from_their_own_stream_and_leave_the_rest_alone() {
+    let p = prompt("lognormal:4096,1");
+    let out: OutputTokens = "uniform:100..300".parse().unwrap();
+    let plain = generate(arrivals("poisson:10"), &p, 2000, 42).unwrap();
+    let with = generate_with(arrivals("poisson:10"), (&p, Some(&out)), 2000, 42).unwrap();
+    assert_eq!(with, generate_with(arrivals("poisson:10"), (&p, Some(&out)), 2000, 42).unwrap(), "seeded");
+    for (a, b) in plain.iter().zip(&with) {
+        assert_eq!((a.arrival_ms.to_bits(), a.input_tokens), (b.arrival_ms.to_bits(), b.input_tokens));
+        assert_eq!(a.output_tokens, 0);
+        assert!((100..=300).contains(&b.output_tokens), "{}", b.output_tokens);
+    }
+    let distinct: std::collections::HashSet<u64> = with.iter().map(|r| r.output_tokens).collect();
+    assert!(distinct.len() > 150, "drawn, not constant: {}", distinct.len());
+    let fixed: OutputTokens = "fixed:7".parse().unwrap();
+    let f = generate_with(arrivals("constant:1"), (&p, Some(&fixed)), 10, 1).unwrap();
+    assert!(f.iter().all(|r| r.output_tokens == 7));
+}
+
+#[test]
+fn output_tokens_are_refused_in_their_own_name() {
+    refused::<OutputTokens>("uniform:9..3", "output tokens \"uniform:9..3\": uniform:9..3 is empty");
+    refused::<OutputTokens>("fixed:0", "output tokens \"fixed:0\"");
+    refused::<OutputTokens>("trace:t.jsonl", "--prompt-tokens trace:FILE draws each request's input and output");
+    refused::<OutputTokens>("lognormal:10,-1", "sigma -1 must be a positive");
+}
+
 /// The exact values of seed 42: a change of generator, distribution code or crate version that would change a
 /// named load shows here, not as a silent shift in results.
 #[test]

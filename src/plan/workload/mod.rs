@@ -11,7 +11,7 @@ mod select;
 mod summary;
 mod trace;
 
-pub use generate::{generate, Arrivals, PromptTokens, MAX_GENERATED, MAX_PROMPT_TOKENS};
+pub use generate::{generate, generate_with, Arrivals, OutputTokens, PromptTokens, MAX_GENERATED, MAX_PROMPT_TOKENS};
 pub use prefix::{PrefixCache, PrefixCacheSize, PrefixHits};
 pub use select::{select, Window};
 pub use summary::{parse_speed, TraceSummary};
