@@ -9,6 +9,7 @@
 #   `kvxfer sweep`'s p50 GB/s of 64 MiB on the same path, measured just before (target: >= 0.95x).
 #   scripts/bench-replay.sh           # 3 s per rate, 100 saturating requests
 #   scripts/bench-replay.sh --quick   # 1 s per rate, 20 requests: proves the script works, figures rough
+#   KVXFER_BIN=$PWD/kvxfer scripts/bench-replay.sh   # a carried binary, on a machine without cargo
 # The machine should be otherwise idle: the lag is a thread's wake-up time, which any other load on the cores delays.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,12 @@ for arg in "$@"; do
     *) echo "bench-replay: unknown argument $arg (--quick)" >&2; exit 2 ;;
   esac
 done
-cargo build --release --quiet
-K=$PWD/target/release/kvxfer
+if [ -n "${KVXFER_BIN:-}" ]; then
+  K=$(realpath "$KVXFER_BIN")
+else
+  cargo build --release --quiet
+  K=$PWD/target/release/kvxfer
+fi
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 # (schedule lag p50 µs, p99 µs, requests that found their session idle, service p50 µs) of a results file.
