@@ -19,6 +19,8 @@ pub struct TimelineFigure {
     repeat: u32,
     saturated: bool,
     latency: LatencyFrom,
+    /// Paged: a request also waits for blocks of the decode side's pool.
+    pooled: bool,
 }
 
 /// The smallest latency the log axis shows.
@@ -55,6 +57,7 @@ impl TimelineFigure {
             repeat: run.repeat,
             saturated: run.summary.saturated,
             latency: replay.latency,
+            pooled: replay.pool.is_some(),
         })
     }
 
@@ -69,7 +72,11 @@ impl TimelineFigure {
                 width: 1,
             },
             LegendEntry {
-                text: "queue: requests arrived, waiting for a free session".into(),
+                text: if self.pooled {
+                    "queue: requests arrived, waiting for a free session or the pool's blocks".into()
+                } else {
+                    "queue: requests arrived, waiting for a free session".into()
+                },
                 colour: c(2),
                 dash: Some(Dash::Solid),
                 marker: None,
