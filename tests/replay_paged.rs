@@ -163,6 +163,10 @@ fn an_arrival_model_with_output_lengths_holds_blocks_while_they_decode() {
     assert_eq!(s["high_water_blocks"], 14, "{s}");
     assert!(s["waited"].as_u64().unwrap() > 0 && num(&s["wait_ms"], "max") > 50.0, "{s}");
     assert_eq!(held["replay"]["workload"]["output_tokens"], "fixed:50");
+    // The prediction runs the same pool: the waits for frees it foresees are most of the measured latency.
+    let predicted = &held["replay"]["pooled"][0]["predicted"];
+    assert_eq!(predicted["basis"], "ceiling and pool", "{predicted}");
+    assert!(num(predicted, "p99_ratio") > 0.5, "{predicted}");
     assert!(requests(&held).iter().all(|q| q["mismatched_bytes"] == 0));
     let free = paged(&[], &dir.arg("b.json"));
     assert_eq!(free["replay"]["loads"][0]["summary"]["pool"]["waited"], 0, "blocks free at landing");

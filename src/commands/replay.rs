@@ -20,9 +20,10 @@ use crate::plan::{RunConfig, SizeCase};
 use crate::run::receiver::ReceiverLimits;
 use crate::run::replay::{self as driver, Layerwise, LoadRun, Mode, PagedPool, PoolUse, RequestRecord, Scheduled};
 use crate::run::sender::SenderSession;
+use crate::stats::queueing::{simulate_pooled, SimPool};
 use crate::stats::replay::{
     knee, load_words, CeilingJson, LatencyFrom, LayerwiseJson, LoadJson, LoadSummary, PooledJson, PredictedJson,
-    ReplayJson,
+    PredictionBasis, ReplayJson,
 };
 use anyhow::{Context as _, Result};
 use std::path::PathBuf;
@@ -455,7 +456,8 @@ pub(super) fn pool(section: &mut ReplayJson, loads: &[f64], schedules: &[Vec<Sch
     section.knee = knee(&points);
 }
 
-/// The load's p50 and p99 as a queueing simulation over the measured ceiling predicts them, and ÷ the measured.
+/// The load's p50 and p99 as a queueing simulation over the measured ceiling (and a paged replay's pool) predicts
+/// them, and ÷ the measured.
 fn predicted(section: &ReplayJson, schedule: &[Scheduled], measured: &LoadSummary) -> Option<PredictedJson> {
     // The simulation has no prefill: it predicts arrival-based latency, which a layer-wise run does not report.
     if section.layerwise.is_some() {
@@ -464,10 +466,15 @@ fn predicted(section: &ReplayJson, schedule: &[Scheduled], measured: &LoadSummar
     let gbps = section.ceiling.as_ref()?.gbps;
     let region = section.region_bytes as f64;
     let curve = crate::stats::queueing::Curve::new(&[(region, region / (gbps * 1e6))])?;
-    let run = crate::stats::queueing::simulate(schedule, section.max_inflight, |b| curve.service_ms(b).0);
+    let pool = section.pool.as_ref().and_then(|p| {
+        let bytes_per_token = p.bytes_per_token?;
+        let (blocks, block_tokens, decode_ms_per_token) = (p.blocks, p.block_tokens, p.decode_ms_per_token);
+        Some(SimPool { blocks, block_tokens, bytes_per_token, decode_ms_per_token })
+    });
+    let run = simulate_pooled(schedule, section.max_inflight, |b| curve.service_ms(b).0, pool);
     let (p, m) = (LoadSummary::of(&run, schedule, None, None).latency_ms?, measured.latency_ms?);
     Some(PredictedJson {
-        basis: "ceiling".into(),
+        basis: if pool.is_some() { PredictionBasis::CeilingAndPool } else { PredictionBasis::Ceiling },
         p50_ms: p.p50,
         p99_ms: p.p99,
         p50_ratio: p.p50 / m.p50,

@@ -153,7 +153,7 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
         "service p50 ms",
         "utilization",
         "SLO met",
-        "",
+        "note",
     ]);
     for p in &replay.pooled {
         t.add_row(cells(p.load, &p.summary));
@@ -162,8 +162,10 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
         Some(l) => format!(", layer-wise ({} layers, prefill at {} tokens/s)", l.layers, l.prefill_tokens_per_s),
         None => String::new(),
     };
+    // A paged replay's region is its pool.
+    let region = if replay.pool.is_some() { "pool of" } else { "region" };
     let mut md = format!(
-        "Latency: {}, {} session(s), region {}{layerwise}.\n\n{t}\n",
+        "Latency: {}, {} session(s), {region} {} per end and session{layerwise}.\n\n{t}\n",
         replay.latency.words(),
         replay.max_inflight,
         crate::plan::sizes::format_size(replay.region_bytes)
@@ -183,8 +185,10 @@ pub fn summary_markdown(replay: &ReplayJson) -> String {
         })
         .collect();
     if !ratios.is_empty() {
+        let basis = replay.pooled.iter().find_map(|p| p.predicted.as_ref().map(|r| r.basis));
+        let from = basis.map_or("the ceiling alone", |b| b.words());
         md.push_str(&format!(
-            "\nPredicted from the ceiling alone (a queueing simulation of the same schedule) ÷ measured: {}.\n",
+            "\nPredicted from {from} (a queueing simulation of the same schedule) ÷ measured: {}.\n",
             ratios.join("; ")
         ));
     }

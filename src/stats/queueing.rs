@@ -2,12 +2,14 @@
 //! time-vs-size curve. Each request's service time is its bytes' transfer time read off the curve (log-log between
 //! measured sizes, as `predict` reads it; above the largest at the ceiling bandwidth, since a request that large
 //! is bandwidth-bound), the requests queue first come first served for `servers` sessions, and latency counts from
-//! the scheduled arrival, as the replay's driver counts it. What it leaves out: the control round trips between a
-//! request's pieces and the driver's own lag, so a measured replay's latency is the prediction's or more.
+//! the scheduled arrival, as the replay's driver counts it. A paged replay's pool is simulated by the driver's own
+//! model of it (`PoolModel`): a request takes its blocks in arrival order once its session is free, waits for frees
+//! when too few are, and holds them until its decode would end. What it leaves out: the control round trips between
+//! a request's pieces and the driver's own lag, so a measured replay's latency is the prediction's or more.
 
 use super::interpolate::{log_log, Basis};
 use super::replay::LoadSummary;
-use crate::run::replay::{LoadRun, RequestRecord, Scheduled};
+use crate::run::replay::{LoadRun, PoolModel, PoolUse, RequestRecord, Scheduled};
 use serde::{Deserialize, Serialize};
 
 /// A measured time-vs-size curve: (bytes, p50 transfer ms) at distinct positive sizes.
@@ -61,45 +63,103 @@ pub struct PredictedLoad {
     pub below_range: u64,
 }
 
+/// A paged replay's pool as the simulation takes it: `blocks` of `block_tokens` tokens of `bytes_per_token` bytes,
+/// each request holding its blocks `decode_ms_per_token` × its output tokens after its last byte landed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimPool {
+    pub blocks: u64,
+    pub block_tokens: u64,
+    pub bytes_per_token: u64,
+    pub decode_ms_per_token: f64,
+}
+
 /// The stream `schedule` (by arrival) served first come first served by `servers` sessions, each request taking
 /// `service_ms(bytes)`: the records a replay would have written, without its schedule lag.
 pub fn simulate(schedule: &[Scheduled], servers: u32, service_ms: impl Fn(u64) -> f64) -> LoadRun {
+    simulate_pooled(schedule, servers, service_ms, None)
+}
+
+/// [`simulate`], each request first taking its blocks of `pool` (when paged).
+pub fn simulate_pooled(
+    schedule: &[Scheduled],
+    servers: u32,
+    service_ms: impl Fn(u64) -> f64,
+    pool: Option<SimPool>,
+) -> LoadRun {
     let mut free_at = vec![0.0f64; servers.max(1) as usize];
+    let mut model = pool.map(|p| PoolModel::new((0..p.blocks).collect()));
+    // Blocks go in arrival order: no request takes its blocks before the one ahead of it has.
+    let mut last_take = 0.0f64;
     let records: Vec<RequestRecord> = schedule
         .iter()
         .map(|r| {
             // FIFO: the next request in arrival order takes whichever session frees first.
             let (lane, free) = free_at.iter().copied().enumerate().min_by(|a, b| a.1.total_cmp(&b.1)).expect("≥ 1");
-            let start = free.max(r.at_ms);
+            let ready = free.max(r.at_ms);
+            let (start, held) = match (pool, model.as_mut()) {
+                (Some(p), Some(m)) => {
+                    let need = (r.bytes / p.bytes_per_token.max(1)).div_ceil(p.block_tokens.max(1));
+                    let (start, slots) = take_blocks(m, need, ready.max(last_take));
+                    last_take = start;
+                    (start, Some((need, slots, p.decode_ms_per_token * r.output_tokens as f64)))
+                }
+                _ => (ready, None),
+            };
             let service = service_ms(r.bytes);
             let end = start + service;
             free_at[lane] = end;
-            RequestRecord {
-                id: r.id,
-                scheduled_ms: r.at_ms,
-                start_ms: start,
-                end_ms: end,
-                queue_ms: start - r.at_ms,
-                service_ms: service,
-                latency_ms: end - r.at_ms,
-                bytes: r.bytes,
-                cached_bytes: r.cached_bytes,
-                pieces: u32::from(r.bytes > 0),
-                lane: lane as u32,
-                lag_ms: None,
-                transfer_ms: service,
-                mismatched_bytes: None,
-                prefill_end_ms: None,
-                after_prefill_ms: None,
-                src: None,
-                dst: None,
-                pool_wait_ms: None,
-                blocks: None,
+            let mut rec = record(r, (start, end), service, lane);
+            if let (Some((need, slots, hold_ms)), Some(m)) = (held, model.as_mut()) {
+                m.free_at(slots, end + hold_ms);
+                (rec.pool_wait_ms, rec.blocks) = (Some(start - ready), Some(need));
             }
+            rec
         })
         .collect();
     let wall_ms = records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
-    LoadRun { records, cutoff: None, not_started: 0, wall_ms, pool: None }
+    let pool = pool.zip(model).map(|(p, m)| PoolUse { blocks: p.blocks, high_water_blocks: m.high_water() });
+    LoadRun { records, cutoff: None, not_started: 0, wall_ms, pool }
+}
+
+/// Take `need` blocks at `ready` ms or, when too few are free, at the first scheduled free after which enough are:
+/// (when, the slots). A request larger than the whole pool (a replay refuses it before the run) takes none.
+fn take_blocks(m: &mut PoolModel, need: u64, ready: f64) -> (f64, Vec<u64>) {
+    let mut t = ready;
+    loop {
+        if let Some(slots) = m.take(need, t) {
+            return (t, slots);
+        }
+        match m.next_due_ms() {
+            Some(next) => t = t.max(next),
+            None => return (t, Vec::new()),
+        }
+    }
+}
+
+/// The record of request `r`, moved over `lane` from `start` to `end` ms.
+fn record(r: &Scheduled, (start, end): (f64, f64), service: f64, lane: usize) -> RequestRecord {
+    RequestRecord {
+        id: r.id,
+        scheduled_ms: r.at_ms,
+        start_ms: start,
+        end_ms: end,
+        queue_ms: start - r.at_ms,
+        service_ms: service,
+        latency_ms: end - r.at_ms,
+        bytes: r.bytes,
+        cached_bytes: r.cached_bytes,
+        pieces: u32::from(r.bytes > 0),
+        lane: lane as u32,
+        lag_ms: None,
+        transfer_ms: service,
+        mismatched_bytes: None,
+        prefill_end_ms: None,
+        after_prefill_ms: None,
+        src: None,
+        dst: None,
+        pool_wait_ms: None,
+        blocks: None,
+    }
 }
 
 /// Each load's predicted summary: `schedules` are (load, its schedule by arrival), `inflight` the sessions. A

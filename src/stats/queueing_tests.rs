@@ -105,3 +105,24 @@ fn requests_off_the_curve_are_counted_and_the_large_ones_take_the_ceiling_bandwi
     assert_eq!(p.summary.requests, 3);
     assert!(Curve::new(&[(0.0, 1.0), (1e6, 0.0)]).is_none());
 }
+
+#[test]
+fn a_pool_makes_requests_wait_for_frees_in_arrival_order() {
+    // 10 blocks of one 1-byte token; each request holds its blocks 10 ms per output token after it lands.
+    let pool = SimPool { blocks: 10, block_tokens: 1, bytes_per_token: 1, decode_ms_per_token: 10.0 };
+    let req = |id: u64, at_ms: f64, bytes: u64| Scheduled { id, at_ms, bytes, cached_bytes: 0, output_tokens: 1 };
+    let schedule = [req(0, 0.0, 6), req(1, 1.0, 6), req(2, 2.0, 2)];
+    let run = simulate_pooled(&schedule, 2, |_| 1.0, Some(pool));
+    let r = &run.records;
+    // 0 takes 6 at 0 and lands at 1, holding them until 11; 1 finds 4 free and waits until 11; 2 has room from
+    // the start but queues behind 1 for its turn.
+    assert_eq!((r[0].start_ms, r[0].pool_wait_ms, r[0].blocks), (0.0, Some(0.0), Some(6)));
+    assert_eq!((r[1].start_ms, r[1].pool_wait_ms), (11.0, Some(10.0)));
+    assert_eq!((r[2].start_ms, r[2].pool_wait_ms, r[2].latency_ms), (11.0, Some(9.0), 10.0));
+    assert_eq!(run.pool.map(|p| (p.blocks, p.high_water_blocks)), Some((10, 8)));
+    // Without decode holding them, blocks free as each request lands: nobody waits past its session.
+    let quick = SimPool { decode_ms_per_token: 0.0, ..pool };
+    let run = simulate_pooled(&schedule, 2, |_| 1.0, Some(quick));
+    assert!(run.records.iter().all(|q| q.pool_wait_ms == Some(0.0)), "{:?}", run.records);
+    assert_eq!(simulate(&schedule, 2, |_| 1.0).records[1].start_ms, 1.0, "no pool: no wait");
+}

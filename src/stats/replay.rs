@@ -239,17 +239,40 @@ pub struct LoadJson {
 pub struct PooledJson {
     pub load: f64,
     pub summary: LoadSummary,
-    /// What a queueing simulation of the same schedule predicts from the path's ceiling alone.
+    /// What a queueing simulation of the same schedule predicts from the path's ceiling (and a paged replay's
+    /// pool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted: Option<PredictedJson>,
+}
+
+/// What a replay's predicted latency accounts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PredictionBasis {
+    /// Each request's bytes at the path's ceiling.
+    #[serde(rename = "ceiling")]
+    Ceiling,
+    /// The ceiling, and the blocks of a paged replay's pool.
+    #[serde(rename = "ceiling and pool")]
+    CeilingAndPool,
+}
+
+impl PredictionBasis {
+    /// What the prediction was made from, in words.
+    pub fn words(self) -> &'static str {
+        match self {
+            PredictionBasis::Ceiling => "the ceiling alone",
+            PredictionBasis::CeilingAndPool => "the ceiling and the pool",
+        }
+    }
 }
 
 /// A load's latency as `predict --trace` would estimate it, beside the measured one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictedJson {
     /// How: `ceiling` (each request's bytes at the ceiling's GB/s, first come first served over the sessions, no
-    /// control round trips or driver lag: a replay should take at least this long).
-    pub basis: String,
+    /// control round trips or driver lag: a replay should take at least this long), or `ceiling and pool` (a paged
+    /// replay's: each request also takes its blocks of the modelled pool first, waiting for frees).
+    pub basis: PredictionBasis,
     pub p50_ms: f64,
     pub p99_ms: f64,
     /// Predicted ÷ measured.
@@ -295,6 +318,10 @@ pub struct PoolJson {
     pub pool_tokens: u64,
     /// A request held its blocks this long per output token after its last byte landed.
     pub decode_ms_per_token: f64,
+    /// KV bytes per token: a request's blocks are its bytes in tokens, in blocks (absent from older files, whose
+    /// predictions then leave the pool out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_token: Option<u64>,
 }
 
 /// Which latency a replay reports as `latency_ms` (its summaries, SLO, knee and figures).

@@ -129,6 +129,7 @@ pub(super) fn describe(p: &PagedConfig, pool: &PagedPool) -> PoolJson {
         block_tokens: p.block_tokens,
         pool_tokens: p.pool_tokens,
         decode_ms_per_token: pool.decode_ms_per_token,
+        bytes_per_token: Some(pool.bytes_per_token),
     }
 }
 
