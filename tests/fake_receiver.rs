@@ -344,3 +344,37 @@ fn an_offered_region_smaller_than_the_run_is_refused_a_huge_one_is_harmless() {
     let (out, _) = send_to(Lies { region_len: Some(u64::MAX), ..Lies::default() }, &["--sizes", "1MiB", "--reps", "2"]);
     out.expect_code(0);
 }
+
+#[test]
+fn a_replay_whose_receiver_checks_nothing_is_not_verified_and_says_so() {
+    let dir = TempDir::new("unchecked-replay");
+    let json = dir.arg("r.json");
+    let (addr, h) = scripted_receiver(rep_done(serde_json::json!({"mismatched_bytes": null, "verify_ms": null})));
+    let out = run(&[
+        "replay",
+        "--peer",
+        &addr,
+        "--arrivals",
+        "constant:50",
+        "--prompt-tokens",
+        "fixed:16",
+        "--kv-bytes-per-token",
+        "1024",
+        "--requests",
+        "4",
+        "--warmup-requests",
+        "1",
+        "--ceiling",
+        "1",
+        "--verify",
+        "--json",
+        &json,
+    ]);
+    h.join().unwrap();
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    out.expect_code(0);
+    assert!(out.stderr.contains(&addr) && out.stderr.contains("not verified"), "{}", out.stderr);
+    let replay = &read_json(&dir.join("r.json"))["replay"];
+    assert_eq!(replay["unchecked_requests"].as_u64(), Some(4), "{replay}");
+    assert!(out.stderr.contains("warning: 4 request(s) came back without the receiver's check"), "{}", out.stderr);
+}

@@ -265,7 +265,7 @@ fn replay(
         crate::outln!("knee: {} ({})", load_words(k.load, job.load_unit()), k.why);
     }
     if outcome.is_ok() {
-        outcome = verified(&section.loads);
+        outcome = verified(&mut section);
     }
     results.complete = outcome.is_ok() && crate::run::pace::stopped_by().is_none();
     results.error = outcome.as_ref().err().map(|e| format!("{e:#}"));
@@ -280,10 +280,18 @@ fn replay(
 }
 
 /// Fail the run when `--verify` found mismatched bytes in any request, as `sweep` fails a case: a replay that
-/// moved wrong bytes must not exit 0 with the count buried in its files.
-pub(super) fn verified(loads: &[LoadJson]) -> Result<()> {
-    let bad: Vec<&RequestRecord> =
-        loads.iter().flat_map(|l| &l.requests).filter(|r| r.mismatched_bytes.is_some_and(|m| m > 0)).collect();
+/// moved wrong bytes must not exit 0 with the count buried in its files. Requests whose bytes the receiver
+/// reported no check of are counted in `unchecked_requests` and said in a warning: the run is not verified in full.
+pub(super) fn verified(section: &mut ReplayJson) -> Result<()> {
+    let requests = || section.loads.iter().flat_map(|l| &l.requests);
+    let unchecked = requests().filter(|r| r.bytes > 0 && r.mismatched_bytes.is_none()).count() as u64;
+    if section.verify_in_latency && unchecked > 0 {
+        crate::errln!(
+            "warning: {unchecked} request(s) came back without the receiver's check of their bytes (no mismatch count): the replay is not verified in full"
+        );
+        section.unchecked_requests = Some(unchecked);
+    }
+    let bad: Vec<&RequestRecord> = requests().filter(|r| r.mismatched_bytes.is_some_and(|m| m > 0)).collect();
     if bad.is_empty() {
         return Ok(());
     }
@@ -320,6 +328,7 @@ fn section(
         layerwise: layerwise.map(|l| LayerwiseJson { layers: l.layers.into(), prefill_tokens_per_s: l.tokens_per_s }),
         cluster: None,
         pool: cfg.paged.as_ref().zip(mode.paged()).map(|(c, p)| paged::describe(c, p)),
+        unchecked_requests: None,
     };
     if let Some(l) = layerwise {
         crate::noteln!(

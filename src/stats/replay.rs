@@ -308,6 +308,10 @@ pub struct ReplayJson {
     /// `--layout paged`: the decode side's pool each request took its blocks from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolJson>,
+    /// `--verify`: requests that moved bytes the receiver reported no check of (its report carried no mismatch
+    /// count), so the run is not verified in full; absent when every one was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchecked_requests: Option<u64>,
 }
 
 /// The replay section's `pool`: how a paged replay's pool was modelled.

@@ -81,6 +81,7 @@ impl Recorder {
             pooled: Vec::new(),
             knee: None,
             pool: None,
+            unchecked_requests: None,
             cluster: Some(ClusterReplayJson {
                 prefill: plan.prefill.clone(),
                 decode: plan.decode.clone(),
@@ -173,7 +174,7 @@ impl Recorder {
 
     /// The end of the run at rank 0: the error (if any) kept in the files, the knee, the side files and figures.
     pub fn finish(mut self, outcome: Result<()>) -> Result<()> {
-        let outcome = outcome.and_then(|()| crate::commands::replay::verified(&self.section.loads));
+        let outcome = outcome.and_then(|()| crate::commands::replay::verified(&mut self.section));
         match &outcome {
             Err(e) => self.results.error = Some(format!("{e:#}")),
             Ok(()) => self.results.complete = true,
