@@ -41,6 +41,28 @@ fn the_receiver_reads_paged_pieces_into_place_verified() {
     }
 }
 
+/// The reader does not spin through a rep: with soft-RoCE its READs complete through this guest's kernel, which a
+/// reader polling the whole rep starved of its core. A spinning process is on a core or waiting for one for the
+/// whole rep; a sleeping one for a small part of it.
+#[test]
+#[ignore = "needs soft-RoCE devices: scripts/test-rxe runs it in a VM (KVXFER_REQUIRE_RXE=1, --include-ignored)"]
+fn the_reader_sleeps_through_a_long_read_instead_of_spinning() {
+    let Some(r) = rxe() else { return };
+    let t = TempDir::new("verbs-read-sleeps");
+    let (_, v) = send_to_serve_once(&r, &t, &["--op", "read", "--sizes", "16MiB", "--qps", "1", "--reps", "3"]);
+    let c = &v["cases"][0];
+    check_case_timed(c, 16 << 20, 3, false, TimedBy::Receiver);
+    for rep in c["reps"].as_array().unwrap() {
+        let p = &rep["counters"]["receiver process"];
+        let busy_us = p["cpu_us"].as_f64().unwrap() + p["run_queue_wait_us"].as_f64().unwrap_or(0.0);
+        let transfer_us = rep["transfer_ms"].as_f64().unwrap() * 1e3;
+        assert!(
+            busy_us < 0.5 * transfer_us,
+            "the reader ran or waited to run {busy_us} µs of a {transfer_us} µs rep: {rep}"
+        );
+    }
+}
+
 /// A byte flipped in the sender's buffer before the receiver READs it (the test-only fault
 /// `KVXFER_TEST_FAULT=flip-byte`) is counted by the reader's --verify, and both ends exit 1.
 #[test]

@@ -1,5 +1,6 @@
 //! Reaping completions: busy-polling by default (lowest latency, one core spinning), or sleeping on a completion
-//! channel (`--cq-mode event`). The work completion array is allocated once, never in the loop.
+//! channel (`--cq-mode event`), or both: spinning for a bounded time, then sleeping ([`Poller::spinning_first`]).
+//! The work completion array is allocated once, never in the loop.
 
 use super::qp::QpSet;
 use anyhow::{bail, Result};
@@ -19,6 +20,8 @@ pub struct Poller {
     cq: NonNull<ibv_cq>,
     channel: Option<(NonNull<ibv_comp_channel>, i32)>,
     armed: bool,
+    /// With a channel: how long to busy-poll before arming it and sleeping.
+    spin: Duration,
     wcs: Vec<ibv_wc>,
     // The queue and channel the raw handles above point into, held so that they outlive this poller whatever the
     // owner's field order (dropped after the fields above, which only copy pointers).
@@ -41,7 +44,22 @@ impl Poller {
         let cq = unsafe { set.cq.cq() };
         // SAFETY: ibv_wc is a plain C struct; all-zero is a valid (empty) value.
         let wcs = vec![unsafe { std::mem::zeroed::<ibv_wc>() }; BATCH];
-        Poller { cq, channel, armed: false, wcs, _cq_owner: set.cq.clone(), _channel_owner: set.channel.clone() }
+        Poller {
+            cq,
+            channel,
+            armed: false,
+            spin: Duration::ZERO,
+            wcs,
+            _cq_owner: set.cq.clone(),
+            _channel_owner: set.channel.clone(),
+        }
+    }
+
+    /// A poller that busy-polls for up to `spin` on each wait, then sleeps on the set's completion channel (the set
+    /// must have one): completions that come sooner are reaped as fast as by polling, and a long wait leaves the
+    /// core to others, such as a software RDMA device's kernel work.
+    pub fn spinning_first(set: &QpSet, spin: Duration) -> Poller {
+        Poller { spin, ..Poller::new(set) }
     }
 
     fn poll_now(&mut self) -> Result<usize> {
@@ -56,18 +74,9 @@ impl Poller {
     /// Completions available now, waiting at most `max` for the first one (busy or sleeping, by mode).
     pub fn wait(&mut self, max: Duration) -> Result<&[ibv_wc]> {
         let n = match self.channel {
-            None => {
-                let deadline = Instant::now() + max;
-                loop {
-                    let n = self.poll_now()?;
-                    if n > 0 || Instant::now() >= deadline {
-                        break n;
-                    }
-                    std::hint::spin_loop();
-                }
-            }
+            None => self.spin_for(max)?,
             Some((channel, fd)) => {
-                let n = self.poll_now()?;
+                let n = self.spin_for(self.spin.min(max))?;
                 if n > 0 {
                     n
                 } else {
@@ -103,5 +112,17 @@ impl Poller {
             }
         };
         Ok(&self.wcs[..n])
+    }
+
+    /// Busy-poll until a completion arrives or `max` passed (one poll at least).
+    fn spin_for(&mut self, max: Duration) -> Result<usize> {
+        let deadline = Instant::now() + max;
+        loop {
+            let n = self.poll_now()?;
+            if n > 0 || Instant::now() >= deadline {
+                return Ok(n);
+            }
+            std::hint::spin_loop();
+        }
     }
 }
