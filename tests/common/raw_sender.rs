@@ -105,6 +105,16 @@ impl RawSender {
             "src_mem": "host", "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]}))
     }
 
+    /// Config of a bidirectional (`--bidir`) tcp run of one stream, and the answer.
+    pub fn send_bidir_config(&mut self, size: u64) -> serde_json::Value {
+        let config = serde_json::json!({
+            "transport": {"name": "tcp", "knobs": {}}, "block_size": size, "streams": 1, "reps": 1,
+            "warmup": 0, "verify": false, "seed": 7, "hugepages": false, "block_size_default": false,
+            "src_mem": "host", "cases": [{"size_bytes": size, "tokens": null, "bytes_per_token": null}]});
+        self.send(serde_json::json!({"type": "config", "config": config, "bidir": true}));
+        self.recv()
+    }
+
     /// Send Config and return the answer.
     pub fn send_config(&mut self, config: serde_json::Value) -> serde_json::Value {
         self.send(serde_json::json!({"type": "config", "config": config}));
