@@ -69,8 +69,8 @@ pub struct DurationRecord {
     /// then falls short of s); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<String>,
-    /// Reps past the first [`KEPT_REPS`]: counted in the intervals, not kept in `reps` nor in the case's
-    /// statistics; absent when none were.
+    /// Reps past the first [`KEPT_REPS`]: counted in the intervals and (their `--verify` counts) in the case's
+    /// verdict, not kept in `reps` nor in the case's statistics; absent when none were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folded: Option<Folded>,
 }
