@@ -18,10 +18,13 @@ fn read_msg(s: &mut TcpStream) -> serde_json::Value {
     serde_json::from_slice(&body).expect("JSON")
 }
 
+/// One frame in one write: a message is never held back behind its own length (Nagle's algorithm would keep it
+/// until the sender's delayed ACK, ~40 ms a message).
 fn write_msg(s: &mut TcpStream, v: serde_json::Value) {
     let body = v.to_string().into_bytes();
-    let _ = s.write_all(&(body.len() as u32).to_be_bytes());
-    let _ = s.write_all(&body);
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let _ = s.write_all(&frame);
 }
 
 /// How a scripted receiver departs from the protocol; the default follows it.
@@ -37,6 +40,8 @@ struct Lies {
     ack_twice: bool,
     /// Keys that replace the honest RepDone's (`mismatched_bytes`, `transfer_ms`...).
     rep_done: serde_json::Map<String, serde_json::Value>,
+    /// `(n, bad)`: mismatched bytes reported in the n-th measured rep (from 0) only, said on the channel once sent.
+    bad_at: Option<(u64, u64, std::sync::mpsc::Sender<()>)>,
 }
 
 /// A receiver that follows the protocol but reports `bad` mismatched bytes in every rep of the second case.
@@ -50,6 +55,7 @@ fn scripted_receiver(lies: Lies) -> (String, JoinHandle<()>) {
     let addr = l.local_addr().unwrap().to_string();
     let h = std::thread::spawn(move || {
         let (mut ctl, _) = l.accept().unwrap();
+        ctl.set_nodelay(true).unwrap();
         let key = handshake(&mut ctl);
         let cfg = read_msg(&mut ctl);
         assert_eq!(cfg["type"], "config", "{cfg}");
@@ -68,6 +74,7 @@ fn scripted_receiver(lies: Lies) -> (String, JoinHandle<()>) {
             return;
         }
         let (data, _) = data_l.accept().unwrap();
+        data.set_nodelay(true).unwrap();
         let bytes = data_sink(data, &key, &lies);
         assert_eq!(read_msg(&mut ctl)["type"], "connect");
         write_msg(&mut ctl, serde_json::json!({"type": "connected"}));
@@ -147,6 +154,7 @@ fn data_sink(mut data: TcpStream, key: &auth::SessionKey, lies: &Lies) -> std::s
 
 /// Answer RepStart, wait for the rep's bytes and answer RepDone, until Finish or the sender's Error.
 fn serve_reps(ctl: &mut TcpStream, bytes: &std::sync::mpsc::Receiver<u64>, lies: &Lies) {
+    let mut measured = 0u64;
     loop {
         let m = read_msg(ctl);
         match m["type"].as_str().unwrap() {
@@ -170,13 +178,21 @@ fn serve_reps(ctl: &mut TcpStream, bytes: &std::sync::mpsc::Receiver<u64>, lies:
                     }
                 }
                 let ms = t.elapsed().as_secs_f64() * 1e3;
-                let bad_here = if case == 1 { lies.bad } else { 0 };
+                let this = (m["warmup"] == false).then(|| {
+                    measured += 1;
+                    measured - 1
+                });
+                let late = lies.bad_at.as_ref().filter(|(n, ..)| this == Some(*n));
+                let bad_here = if case == 1 { lies.bad } else { late.map_or(0, |l| l.1) };
                 let mut done = serde_json::json!({"type": "rep_done", "notify_ms": ms, "t_rep_start_ms": 0.0,
                     "t_landed_ms": ms, "verify_ms": 0.1, "mismatched_bytes": bad_here});
                 for (k, v) in &lies.rep_done {
                     done[k] = v.clone();
                 }
                 write_msg(ctl, done);
+                if let Some((.., said)) = late {
+                    let _ = said.send(());
+                }
             }
             "finish" => {
                 write_msg(ctl, serde_json::json!({"type": "bye"}));
@@ -377,4 +393,29 @@ fn a_replay_whose_receiver_checks_nothing_is_not_verified_and_says_so() {
     let replay = &read_json(&dir.join("r.json"))["replay"];
     assert_eq!(replay["unchecked_requests"].as_u64(), Some(4), "{replay}");
     assert!(out.stderr.contains("warning: 4 request(s) came back without the receiver's check"), "{}", out.stderr);
+}
+
+/// A paced run keeps its first 10,000 measured reps one by one and folds the later ones into statistics: a mismatch
+/// the receiver reports in a folded rep still fails the case's verification and is counted in the results.
+#[test]
+fn a_mismatch_in_a_rep_past_the_kept_ones_still_fails_verification() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let (said, heard) = std::sync::mpsc::channel();
+    let (addr, h) = scripted_receiver(Lies { bad_at: Some((10_005, 5, said)), ..Lies::default() });
+    let dir = TempDir::new("folded-mismatch");
+    let json = dir.arg("r.json");
+    let mut p =
+        Proc::spawn(&["send", "--peer", &addr, "--sizes", "4KiB", "--duration", "inf", "--verify", "--json", &json]);
+    heard.recv_timeout(Duration::from_secs(120)).expect("10,006 measured reps within 2 minutes");
+    kill(Pid::from_raw(p.child.id() as i32), Signal::SIGINT).unwrap();
+    let status = p.wait_timeout(Duration::from_secs(20)).expect("an exit after SIGINT");
+    h.join().unwrap();
+    let stderr = p.stderr.text();
+    assert!(stderr.contains("verification failed: 5 mismatched bytes"), "{stderr}");
+    assert_ne!(status.code(), Some(0), "{stderr}");
+    let case = &read_json(&dir.join("r.json"))["cases"][0];
+    assert!(case["duration"]["folded"]["reps"].as_u64().unwrap() > 0, "{}", case["duration"]);
+    assert_eq!(case["duration"]["folded"]["mismatched_bytes"].as_u64(), Some(5), "{}", case["duration"]);
+    assert_eq!((&case["verified"], case["mismatched_bytes"].as_u64()), (&serde_json::json!(false), Some(5)), "{case}");
 }

@@ -128,11 +128,8 @@ pub fn respond(ch: &mut ControlChannel, cfg: &RunConfig, plan: LatencyPlan, mem:
     loop {
         match ch.recv("PingPongStart or Finish")? {
             Msg::PingPongStart { case, size_bytes, exchanges } => {
-                if cfg.cases.get(case).map(|c| c.size_bytes) != Some(size_bytes) {
-                    bail!("PingPongStart names case {case} of {size_bytes} bytes, which is not in the agreed plan");
-                }
-                if exchanges != plan.exchanges() {
-                    bail!("PingPongStart asks for {exchanges} exchanges, the agreed plan for {}", plan.exchanges());
+                if let Err(why) = super::serve_check::check_ping_pong_start(cfg, &plan, case, size_bytes, exchanges) {
+                    bail!("PingPongStart {why}");
                 }
                 ch.send(&Msg::RepReady)?;
                 for seq in 0..exchanges {

@@ -8,6 +8,7 @@ pub mod prepare;
 pub mod receiver;
 pub mod replay;
 pub mod sender;
+pub mod serve_check;
 
 use crate::control::RepReport;
 use crate::measure::{Fields, Warning};

@@ -69,8 +69,8 @@ pub struct DurationRecord {
     /// then falls short of s); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<String>,
-    /// Reps past the first [`KEPT_REPS`]: counted in the intervals, not kept in `reps` nor in the case's
-    /// statistics; absent when none were.
+    /// Reps past the first [`KEPT_REPS`]: counted in the intervals and (their `--verify` counts) in the case's
+    /// verdict, not kept in `reps` nor in the case's statistics; absent when none were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folded: Option<Folded>,
 }
@@ -83,6 +83,26 @@ pub struct Folded {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// What `--verify` found in them: it counts toward the case's verdict as a kept rep's does.
+    #[serde(flatten)]
+    pub check: FoldedCheck,
+}
+
+/// The `--verify` counts of the reps a case folded (all zero without `--verify`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoldedCheck {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mismatched_bytes: u64,
+    /// Bytes of a bidirectional rep's reverse transfer that differed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reverse_mismatched_bytes: u64,
+    /// Folded reps whose receiver sent no mismatch count: not checked, so the case is not verified.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unchecked_reps: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -122,6 +142,7 @@ pub struct Paced {
     window_counters: Option<Deltas>,
     pub intervals: Vec<IntervalRow>,
     folded: hdrhistogram::Histogram<u64>,
+    folded_check: FoldedCheck,
 }
 
 impl Paced {
@@ -134,6 +155,7 @@ impl Paced {
             window_counters: None,
             intervals: Vec::new(),
             folded: hdrhistogram::Histogram::new(3).expect("3 significant digits is valid"),
+            folded_check: FoldedCheck::default(),
         }
     }
 
@@ -181,9 +203,25 @@ impl Paced {
         (self.elapsed() - self.window_start >= every.as_secs_f64()).then(|| self.close())
     }
 
-    /// Keep `rep` out of the case's reps: only its transfer time is kept, in a histogram.
-    pub fn fold(&mut self, rep: &RepRecord) {
+    /// Keep `rep` out of the case's reps: only its transfer time is kept, in a histogram, and under `--verify`
+    /// (`verify`) what its check found, added (saturating: counts past u64::MAX must not wrap to "verified").
+    pub fn fold(&mut self, rep: &RepRecord, verify: bool) {
         let _ = self.folded.record((rep.transfer_ms * 1e3).round().max(1.0) as u64);
+        if !verify {
+            return;
+        }
+        let c = &mut self.folded_check;
+        match rep.mismatched_bytes {
+            Some(bad) => c.mismatched_bytes = c.mismatched_bytes.saturating_add(bad),
+            None => c.unchecked_reps += 1,
+        }
+        let reverse = rep.bidir.and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0);
+        c.reverse_mismatched_bytes = c.reverse_mismatched_bytes.saturating_add(reverse);
+    }
+
+    /// What `--verify` found in the folded reps.
+    pub fn folded_check(&self) -> FoldedCheck {
+        self.folded_check
     }
 
     /// Close the interval in progress (the case ended): its row when it holds a rep.
@@ -233,6 +271,7 @@ impl Paced {
                 p50_ms: h.value_at_quantile(0.5) as f64 / 1e3,
                 p99_ms: h.value_at_quantile(0.99) as f64 / 1e3,
                 max_ms: h.max() as f64 / 1e3,
+                check: self.folded_check,
             }),
         }
     }
@@ -286,7 +325,7 @@ mod tests {
         p.rep_starts();
         for ms in [1.0, 2.0, 3.0] {
             assert!(p.add(&rep(ms), 1_000_000).is_none(), "no interval closes within 5 s");
-            p.fold(&rep(ms));
+            p.fold(&rep(ms), false);
         }
         let (row, recorded) = p.finish().unwrap();
         assert!(!recorded && p.intervals.is_empty(), "without --interval rows are progress only");

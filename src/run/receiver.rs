@@ -253,10 +253,10 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
         // Between reps the sender may spend a while (filling a verify pattern); the io timeout still bounds it.
         match ch.recv("RepStart or Finish")? {
             Msg::RepStart { case, rep, size_bytes, dst_slots, .. } => {
-                if size_bytes == 0 || size_bytes > buf.len() as u64 {
-                    bail!("RepStart asks for {size_bytes} bytes, outside the agreed buffer of {} bytes", buf.len());
-                }
-                let slotted = dst_slots.map(|s| slotted_dest_spans(ch, cfg, size_bytes, &s)).transpose()?;
+                let tokens =
+                    super::serve_check::check_rep_start(cfg, buf.len() as u64, size_bytes, dst_slots.as_deref())
+                        .map_err(|why| anyhow::anyhow!("{}'s RepStart {why}; refused", sender_at(ch)))?;
+                let slotted = tokens.zip(dst_slots).map(|(t, s)| slotted_dest_spans(cfg, t, &s));
                 target.arm(case, size_bytes)?;
                 if let Some(r) = reverse.as_mut().filter(|_| cfg.knobs.verify) {
                     r.fill(size_bytes, cfg.knobs.seed, super::bidir::reverse_key(pattern_key(case, rep)))?;
@@ -340,23 +340,18 @@ fn land(ch: &mut ControlChannel, target: &mut dyn Target, announced: bool, timeo
     }
 }
 
-/// Where a rep's pieces must land when the sender's RepStart names the receiver's block slots (a paged replay):
-/// refused, naming the sender, unless the run is paged, its receiver does not pull (a pulling target plans its
-/// reads from the case), and the slots fit the size and the pool ([`crate::plan::paged::PagedConfig::check_slots`]).
-fn slotted_dest_spans(ch: &ControlChannel, cfg: &RunConfig, size_bytes: u64, slots: &[u64]) -> Result<Vec<Span>> {
-    let peer = ch.peer_addr().map_or_else(|| "the sender".to_string(), |a| format!("the sender at {a}"));
-    let Some(paged) = &cfg.paged else {
-        bail!("{peer} named block slots in RepStart, but the run's layout is contiguous");
-    };
-    if registry::get(cfg.transport.kind()).pulls(&cfg.transport) {
-        bail!("{peer} named block slots in RepStart, which a receiver that pulls cannot place yet");
-    }
-    let tokens = paged.check_slots(size_bytes, slots).map_err(|e| anyhow::anyhow!("{peer}'s RepStart: {e:#}"))?;
-    if !cfg.knobs.verify {
-        return Ok(Vec::new());
-    }
+/// Where a rep's pieces must land when the sender's RepStart names the receiver's block slots (a paged replay), once
+/// [`super::serve_check::check_rep_start`] found `slots` fit the run and place `tokens`; nothing to check without
+/// `--verify`.
+fn slotted_dest_spans(cfg: &RunConfig, tokens: u64, slots: &[u64]) -> Vec<Span> {
+    let Some(paged) = cfg.paged.as_ref().filter(|_| cfg.knobs.verify) else { return Vec::new() };
     // The receiver knows only its own slots: the plan's source offsets are not used here.
-    Ok(TransferPlan::paged_with_slots(paged, tokens, slots, slots).paged.map(|p| p.dest_spans()).unwrap_or_default())
+    TransferPlan::paged_with_slots(paged, tokens, slots, slots).paged.map(|p| p.dest_spans()).unwrap_or_default()
+}
+
+/// The sender as the receiver's errors name it: by its address where the connection still has one.
+fn sender_at(ch: &ControlChannel) -> String {
+    ch.peer_addr().map_or_else(|| "the sender".to_string(), |a| format!("the sender at {a}"))
 }
 
 /// The destination pieces of case `case` (cached while the sender stays on one case), checked against the size the

@@ -58,10 +58,12 @@ impl CaseRun {
     pub fn check_verified(&self) -> Result<()> {
         let reps = || self.rec.reps.iter().chain(&self.rec.warmups);
         // Saturating: counts that add past u64::MAX must not wrap round to "no mismatch".
+        // Reps past those a paced case keeps count too.
+        let folded = self.rec.paced.as_ref().map(|p| p.folded_check()).unwrap_or_default();
         let bad = reps()
             .flat_map(|r| [r.mismatched_bytes, r.bidir.and_then(|b| b.reverse_mismatched_bytes)])
             .flatten()
-            .fold(0u64, u64::saturating_add);
+            .fold(folded.mismatched_bytes.saturating_add(folded.reverse_mismatched_bytes), u64::saturating_add);
         if bad > 0 {
             bail!(
                 "verification failed: {bad} mismatched bytes at size {} (the results file records which reps)",
@@ -345,7 +347,7 @@ impl SenderSession {
         if run.rec.reps.len() < KEPT_REPS {
             run.rec.reps.push(r);
         } else {
-            p.fold(&r);
+            p.fold(&r, self.cfg.knobs.verify);
         }
         if let Some((row, recorded)) = closed {
             sink.interval(&run.rec, &row, recorded);

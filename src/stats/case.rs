@@ -242,9 +242,14 @@ impl CaseResult {
         let h = &rec.block_latency_us;
         let all = || rec.reps.iter().chain(&rec.warmups);
         // Saturating: counts past u64::MAX must not wrap round to "verified".
-        let mismatched = all().filter_map(|r| r.mismatched_bytes).fold(0u64, u64::saturating_add);
-        let unchecked = all().filter(|r| r.mismatched_bytes.is_none()).count() as u64;
-        let bidir = BidirCase::of(&rec.reps, &rec.warmups, verify);
+        // The reps a paced case folded count as its kept ones do.
+        let folded = rec.paced.as_ref().map(|p| p.folded_check()).unwrap_or_default();
+        let mismatched = all().filter_map(|r| r.mismatched_bytes).fold(folded.mismatched_bytes, u64::saturating_add);
+        let unchecked = all().filter(|r| r.mismatched_bytes.is_none()).count() as u64 + folded.unchecked_reps;
+        let mut bidir = BidirCase::of(&rec.reps, &rec.warmups, verify);
+        if let Some(bad) = bidir.as_mut().and_then(|b| b.reverse_mismatched_bytes.as_mut()) {
+            *bad = bad.saturating_add(folded.reverse_mismatched_bytes);
+        }
         let reverse_bad = bidir.as_ref().and_then(|b| b.reverse_mismatched_bytes).unwrap_or(0);
         CaseResult {
             size_bytes: rec.case.size_bytes,

@@ -12,6 +12,7 @@
 //! both ends derived in the control handshake (`control::auth`; the key itself is never sent), so a stranger
 //! cannot inject bytes into the region.
 
+mod admit;
 mod bounce;
 mod choice;
 mod frame;

@@ -3,14 +3,15 @@
 //! reads a non-blocking socket in a loop, as `sockperf` and `netperf`'s busy modes do, instead of sleeping in the
 //! kernel until the bytes arrive; the results record which.
 
-use super::{data_error, Offer, TcpConfig, HELLO_LEN};
-use crate::control::auth::{data_proof, data_proof_matches, SessionKey};
+use super::admit::DataPort;
+use super::{data_error, Offer, TcpConfig};
+use crate::control::auth::data_proof;
 use crate::plan::latency::LatencyPlan;
 use crate::plan::TransportConfig;
 use crate::transport::api::{Context, PingEnd, PingPong};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// TCP's ping-pong, as the registry hands it out.
@@ -40,13 +41,11 @@ impl PingPong for TcpPingPong {
         ctx: &Context,
     ) -> Result<Box<dyn PingEnd>> {
         cfg.knobs::<TcpConfig>()?;
-        let listener = TcpListener::bind(SocketAddr::new(ctx.local_ip, 0))
-            .with_context(|| format!("cannot open a TCP data port on {}", ctx.local_ip))?;
         let key = ctx.session_key.ok_or_else(|| anyhow!("no session key: the control handshake did not run"))?;
         Ok(Box::new(TcpPingEnd {
             role: "the latency client",
             conn: None,
-            listener: Some((listener, key)),
+            port: Some(DataPort::open(ctx.local_ip, key, 1)?),
             msg: message_buffer(max_size)?,
             busy_poll: plan.busy_poll,
             io_timeout: ctx.timeouts.io,
@@ -73,7 +72,7 @@ impl PingPong for TcpPingPong {
         let mut end = TcpPingEnd {
             role: "the receiver",
             conn: None,
-            listener: None,
+            port: None,
             msg: message_buffer(max_size)?,
             busy_poll: plan.busy_poll,
             io_timeout: ctx.timeouts.io,
@@ -95,8 +94,8 @@ struct TcpPingEnd {
     /// The other end, as errors name it.
     role: &'static str,
     conn: Option<TcpStream>,
-    /// The responder's data port and the session's key, until the initiator has connected and proved itself.
-    listener: Option<(TcpListener, SessionKey)>,
+    /// The responder's data port, until the initiator has connected and proved itself.
+    port: Option<DataPort>,
     msg: Vec<u8>,
     busy_poll: bool,
     io_timeout: Duration,
@@ -152,38 +151,16 @@ impl TcpPingEnd {
 
 impl PingEnd for TcpPingEnd {
     fn hello(&self) -> serde_json::Value {
-        let port = self.listener.as_ref().and_then(|(l, _)| l.local_addr().ok()).map_or(0, |a| a.port());
+        let port = self.port.as_ref().map_or(0, |p| p.port());
         serde_json::to_value(Offer { data_port: port, region_len: self.msg.len() as u64 }).expect("offer serializes")
     }
 
     fn finish(&mut self, _peer: serde_json::Value) -> Result<()> {
-        let Some((listener, key)) = self.listener.take() else { return Ok(()) };
-        // The initiator connected before answering; a connection that does not prove the session is a stranger's,
-        // dropped while the port keeps waiting.
-        let deadline = Instant::now() + self.io_timeout;
-        listener.set_nonblocking(true)?;
-        loop {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    s.set_nonblocking(false)?;
-                    s.set_read_timeout(Some(crate::control::peer::HANDSHAKE_DEADLINE.min(self.io_timeout)))?;
-                    let mut hello = [0u8; HELLO_LEN];
-                    if s.read_exact(&mut hello).is_ok()
-                        && hello[..4] == 0u32.to_le_bytes()
-                        && data_proof_matches(&key, 0, &hello[4..])
-                    {
-                        return self.take(s);
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        bail!("the latency client did not open its TCP data connection within --io-timeout");
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => return Err(e).context("accepting the TCP data connection"),
-            }
-        }
+        // The initiator connected before answering; the port's door has been taking its connection (and turning
+        // strangers away) since it opened.
+        let Some(mut port) = self.port.take() else { return Ok(()) };
+        let mut conns = port.take(Instant::now() + self.io_timeout, self.role)?;
+        self.take(conns.pop().expect("one connection taken"))
     }
 
     fn ping(&mut self, size: usize, seq: u64) -> Result<()> {

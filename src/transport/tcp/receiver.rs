@@ -1,18 +1,18 @@
 //! The receiver's half: a data port, one reader thread per connection writing frames into the region and acking
 //! them, and the armed rep's progress shared with the run.
 
+use super::admit::DataPort;
 use super::bounce::Bounce;
 use super::frame::recv_scatter;
 use super::{
-    data_error, need_host_memory, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_BOUNCE, FRAME_PIECES, HEADER_LEN, HELLO_LEN,
+    data_error, need_host_memory, word, Offer, ACK_LEN, ENTRY_LEN, FRAME_BOUNCE, FRAME_PIECES, HEADER_LEN,
 };
-use crate::control::auth::SessionKey;
 use crate::mem::Buffer;
 use crate::plan::RunConfig;
 use crate::transport::{Context, Target};
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use std::io::{ErrorKind, Read, Write as _};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,8 @@ impl Shared {
 }
 
 pub struct TcpTarget {
-    listener: TcpListener,
-    session: SessionKey,
+    port: DataPort,
     buf: Arc<Buffer>,
-    streams: u32,
     io_timeout: Duration,
     shared: Arc<Shared>,
     conns: Vec<TcpStream>,
@@ -64,15 +62,11 @@ impl TcpTarget {
 
     pub fn open(cfg: &RunConfig, buf: Arc<Buffer>, ctx: &Context) -> Result<TcpTarget> {
         need_host_memory(&buf, "the receiver")?;
-        let listener = TcpListener::bind(SocketAddr::new(ctx.local_ip, 0))
-            .with_context(|| format!("cannot open a TCP data port on {}", ctx.local_ip))?;
+        let key =
+            ctx.session_key.ok_or_else(|| anyhow::anyhow!("no session key: the control handshake did not run"))?;
         Ok(TcpTarget {
-            listener,
-            session: ctx
-                .session_key
-                .ok_or_else(|| anyhow::anyhow!("no session key: the control handshake did not run"))?,
+            port: DataPort::open(ctx.local_ip, key, cfg.knobs.streams)?,
             buf,
-            streams: cfg.knobs.streams,
             io_timeout: ctx.timeouts.io,
             shared: Arc::new(Shared { state: Mutex::new(LandState::default()), cv: Condvar::new() }),
             conns: Vec::new(),
@@ -82,67 +76,15 @@ impl TcpTarget {
 
 impl Target for TcpTarget {
     fn offer(&self) -> serde_json::Value {
-        let port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        serde_json::to_value(Offer { data_port: port, region_len: self.buf.len() as u64 }).expect("offer serializes")
+        serde_json::to_value(Offer { data_port: self.port.port(), region_len: self.buf.len() as u64 }).expect("offer serializes")
     }
 
     fn accept(&mut self, _answer: serde_json::Value) -> Result<()> {
-        // The sender connected its streams before answering; they wait in the backlog, maybe behind strangers. Each
-        // connection is read without blocking until it has shown its stream index and that stream's proof (see
-        // `auth::data_proof`), so a silent or slow stranger costs the real streams nothing; strangers are dropped
-        // and the port keeps waiting.
+        // The sender connected its streams before answering; the port's door has been taking them (and turning
+        // strangers away) since it opened.
         let deadline = Instant::now() + self.io_timeout;
-        self.listener.set_nonblocking(true)?;
-        let mut pending: Vec<(TcpStream, Vec<u8>, Instant)> = Vec::new();
-        let mut taken = vec![false; self.streams as usize];
-        while self.conns.len() < self.streams as usize {
-            let mut progressed = false;
-            match self.listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(true)?;
-                    pending.push((s, Vec::with_capacity(HELLO_LEN), Instant::now()));
-                    progressed = true;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e).context("accepting a TCP data connection"),
-            }
-            let mut i = 0;
-            while i < pending.len() {
-                let (s, got, since) = &mut pending[i];
-                let mut chunk = [0u8; HELLO_LEN];
-                let want = HELLO_LEN - got.len();
-                let verdict = match s.read(&mut chunk[..want]) {
-                    Ok(0) => Some(None), // closed before proving anything
-                    Ok(n) => {
-                        progressed = true;
-                        got.extend_from_slice(&chunk[..n]);
-                        (got.len() == HELLO_LEN)
-                            .then(|| Some(u32::from_le_bytes(got[..4].try_into().expect("4 bytes"))))
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        (since.elapsed() > crate::control::peer::HANDSHAKE_DEADLINE).then_some(None)
-                    }
-                    Err(_) => Some(None),
-                };
-                let Some(verdict) = verdict else {
-                    i += 1;
-                    continue;
-                };
-                let (s, got, _) = pending.swap_remove(i);
-                let Some(index) = verdict else { continue };
-                let fresh = taken.get(index as usize) == Some(&false);
-                if fresh && crate::control::auth::data_proof_matches(&self.session, index, &got[4..]) {
-                    taken[index as usize] = true;
-                    self.start_stream(s)?;
-                }
-                // Anything else is not our sender's: dropped, and the port keeps waiting.
-            }
-            if self.conns.len() < self.streams as usize && !progressed {
-                if Instant::now() > deadline {
-                    bail!("the sender opened {} of {} TCP data connections in time", self.conns.len(), self.streams);
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
+        for s in self.port.take(deadline, "the sender")? {
+            self.start_stream(s)?;
         }
         Ok(())
     }
