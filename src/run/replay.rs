@@ -93,6 +93,33 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// Request `r`, moved over `lane` from `start_ms` to `end_ms` (the load's clock): its times and bytes, with the
+    /// queue, service and latency they make; what the mode adds (pieces, transfer time, lag, checks) left unset.
+    pub fn timed(r: &Scheduled, lane: u32, (start_ms, end_ms): (f64, f64)) -> RequestRecord {
+        RequestRecord {
+            id: r.id,
+            scheduled_ms: r.at_ms,
+            start_ms,
+            end_ms,
+            queue_ms: (start_ms - r.at_ms).max(0.0),
+            service_ms: end_ms - start_ms,
+            latency_ms: (end_ms - r.at_ms).max(0.0),
+            bytes: r.bytes,
+            cached_bytes: r.cached_bytes,
+            pieces: 0,
+            lane,
+            lag_ms: None,
+            transfer_ms: 0.0,
+            mismatched_bytes: None,
+            prefill_end_ms: None,
+            after_prefill_ms: None,
+            src: None,
+            dst: None,
+            pool_wait_ms: None,
+            blocks: None,
+        }
+    }
+
     /// The latency its run reports: after the prefill when layer-wise, else from the scheduled arrival.
     pub fn reported_latency_ms(&self) -> f64 {
         self.after_prefill_ms.unwrap_or(self.latency_ms)
@@ -420,26 +447,11 @@ fn start_when_due(
 fn record(lane: u32, r: &Scheduled, shared: &Shared, (start, idle): (Instant, bool), moved: &Moved) -> RequestRecord {
     let (start_ms, end_ms) = (shared.ms(start), shared.ms(moved.landed.max(start)));
     RequestRecord {
-        id: r.id,
-        scheduled_ms: r.at_ms,
-        start_ms,
-        end_ms,
-        queue_ms: (start_ms - r.at_ms).max(0.0),
-        service_ms: end_ms - start_ms,
-        latency_ms: (end_ms - r.at_ms).max(0.0),
-        bytes: r.bytes,
-        cached_bytes: r.cached_bytes,
         pieces: moved.pieces,
-        lane,
         lag_ms: idle.then(|| (start_ms - r.at_ms).max(0.0)),
         transfer_ms: moved.transfer_ms,
         mismatched_bytes: moved.mismatched_bytes,
-        prefill_end_ms: None,
-        after_prefill_ms: None,
-        src: None,
-        dst: None,
-        pool_wait_ms: None,
-        blocks: None,
+        ..RequestRecord::timed(r, lane, (start_ms, end_ms))
     }
 }
 

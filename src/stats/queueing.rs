@@ -108,7 +108,11 @@ pub fn simulate_pooled(
             let service = service_ms(r.bytes);
             let end = start + service;
             free_at[lane] = end;
-            let mut rec = record(r, (start, end), service, lane);
+            let mut rec = RequestRecord {
+                pieces: u32::from(r.bytes > 0),
+                transfer_ms: service,
+                ..RequestRecord::timed(r, lane as u32, (start, end))
+            };
             if let (Some((need, slots, hold_ms)), Some(m)) = (held, model.as_mut()) {
                 m.free_at(slots, end + hold_ms);
                 (rec.pool_wait_ms, rec.blocks) = (Some(start - ready), Some(need));
@@ -133,32 +137,6 @@ fn take_blocks(m: &mut PoolModel, need: u64, ready: f64) -> (f64, Vec<u64>) {
             Some(next) => t = t.max(next),
             None => return (t, Vec::new()),
         }
-    }
-}
-
-/// The record of request `r`, moved over `lane` from `start` to `end` ms.
-fn record(r: &Scheduled, (start, end): (f64, f64), service: f64, lane: usize) -> RequestRecord {
-    RequestRecord {
-        id: r.id,
-        scheduled_ms: r.at_ms,
-        start_ms: start,
-        end_ms: end,
-        queue_ms: start - r.at_ms,
-        service_ms: service,
-        latency_ms: end - r.at_ms,
-        bytes: r.bytes,
-        cached_bytes: r.cached_bytes,
-        pieces: u32::from(r.bytes > 0),
-        lane: lane as u32,
-        lag_ms: None,
-        transfer_ms: service,
-        mismatched_bytes: None,
-        prefill_end_ms: None,
-        after_prefill_ms: None,
-        src: None,
-        dst: None,
-        pool_wait_ms: None,
-        blocks: None,
     }
 }
 

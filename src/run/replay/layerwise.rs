@@ -150,27 +150,15 @@ fn record(
     let (start_ms, end_ms) = (shared.ms(posted), shared.ms(moved.landed.max(posted)));
     let prefill_end_ms = r.at_ms + lw.prefill_ms(r.bytes);
     RequestRecord {
-        id: r.id,
-        scheduled_ms: r.at_ms,
-        start_ms,
-        end_ms,
         queue_ms: (shared.ms(taken) - r.at_ms).max(0.0),
-        service_ms: end_ms - start_ms,
-        latency_ms: (end_ms - r.at_ms).max(0.0),
-        bytes: r.bytes,
-        cached_bytes: r.cached_bytes,
         pieces: moved.pieces,
-        lane,
         // Its session waited for its first layer: how late the driver woke for it.
         lag_ms: (taken < ready).then(|| (start_ms - shared.ms(ready)).max(0.0)),
         transfer_ms: moved.transfer_ms,
         mismatched_bytes: moved.mismatched_bytes,
         prefill_end_ms: Some(prefill_end_ms),
         after_prefill_ms: Some((end_ms - prefill_end_ms).max(0.0)),
-        src: None,
-        dst: None,
-        pool_wait_ms: None,
-        blocks: None,
+        ..RequestRecord::timed(r, lane, (start_ms, end_ms))
     }
 }
 
