@@ -48,19 +48,9 @@ fn a_reverse_offer_smaller_than_the_run_is_refused_before_serve_connects_to_it()
 /// (A slot given twice: `tests/replay_paged.rs`.)
 #[test]
 fn block_slots_outside_the_pool_or_not_matching_the_size_are_refused_and_serve_keeps_serving() {
-    use kvxfer::plan::paged::Layout;
     let mut serve = Serve::start(&[]);
-    let mut run = kvxfer::cli::RunArgs::default();
-    run.paged.layout = Layout::Paged;
-    run.paged.pool_tokens = Some(64);
-    run.verify = true;
-    let sizes = kvxfer::cli::SizeArgs {
-        tokens: Some(kvxfer::plan::sizes::TokenList(vec![32])),
-        model: Some("qwen3-8b".into()),
-        ..kvxfer::cli::SizeArgs::default()
-    };
+    let (run, cfg) = common::paged::four_block_pool();
     let host = kvxfer::mem::MemKind::Host;
-    let cfg = kvxfer::commands::common::configure_anywhere(&sizes, &run, &[host, host]).unwrap().cfg;
     let timeouts = kvxfer::control::Timeouts { connect: Duration::from_secs(20), io: run.io_timeout };
     let device = kvxfer::transport::DeviceChoice::default();
     // A pool of 64 tokens is 4 blocks of 16; 32 tokens take 2 of them.

@@ -224,19 +224,9 @@ fn bad_paged_replays_are_refused_in_one_line() {
 
 #[test]
 fn a_receiver_refuses_block_slots_that_do_not_fit_naming_the_sender() {
-    use kvxfer::plan::paged::Layout;
     let serve = Serve::start(&["--once"]);
-    let mut run = kvxfer::cli::RunArgs::default();
-    run.paged.layout = Layout::Paged;
-    run.paged.pool_tokens = Some(64);
-    run.verify = true;
-    let sizes = kvxfer::cli::SizeArgs {
-        tokens: Some(kvxfer::plan::sizes::TokenList(vec![32])),
-        model: Some("qwen3-8b".into()),
-        ..kvxfer::cli::SizeArgs::default()
-    };
+    let (run, cfg) = common::paged::four_block_pool();
     let host = kvxfer::mem::MemKind::Host;
-    let cfg = kvxfer::commands::common::configure_anywhere(&sizes, &run, &[host, host]).unwrap().cfg;
     let timeouts = kvxfer::control::Timeouts { connect: run.connect_timeout, io: run.io_timeout };
     let device = kvxfer::transport::DeviceChoice::default();
     let (mut session, _) =

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test crate uses a different subset
 
 pub mod launch;
+pub mod paged;
 pub mod raw_sender;
 
 use std::io::{BufRead, BufReader, Read};
