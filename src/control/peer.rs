@@ -103,6 +103,12 @@ impl ControlChannel {
         self.stream.peer_addr().ok()
     }
 
+    /// The peer as errors name it: `role` ("the sender", "the receiver") at its address, where the connection still
+    /// has one.
+    pub fn peer_named(&self, role: &str) -> String {
+        self.peer_addr().map_or_else(|| role.to_string(), |a| format!("{role} at {a}"))
+    }
+
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.stream.local_addr().ok()
     }

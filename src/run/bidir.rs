@@ -151,12 +151,7 @@ impl ReverseSource {
             other => bail!("the sender sent {} instead of Reverse", other.name()),
         };
         if let Err(why) = super::serve_check::check_reverse_offer(cfg, &offer) {
-            let peer = ch.peer_addr().map_or_else(|| "the sender".to_string(), |a| format!("the sender at {a}"));
-            bail!("{peer}'s Reverse {why}; refused");
-        }
-        if let Err(why) = super::serve_check::check_reverse_offer(cfg, &offer) {
-            let peer = ch.peer_addr().map_or_else(|| "the sender".to_string(), |a| format!("the sender at {a}"));
-            bail!("{peer}'s Reverse {why}; refused");
+            bail!("{}'s Reverse {why}; refused", ch.peer_named("the sender"));
         }
         let transport = registry::get(cfg.transport.kind());
         let ctx = reversed(ctx);

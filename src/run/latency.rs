@@ -129,7 +129,7 @@ pub fn respond(ch: &mut ControlChannel, cfg: &RunConfig, plan: LatencyPlan, mem:
         match ch.recv("PingPongStart or Finish")? {
             Msg::PingPongStart { case, size_bytes, exchanges } => {
                 if let Err(why) = super::serve_check::check_ping_pong_start(cfg, &plan, case, size_bytes, exchanges) {
-                    bail!("PingPongStart {why}");
+                    bail!("{}'s PingPongStart {why}; refused", ch.peer_named("the sender"));
                 }
                 ch.send(&Msg::RepReady)?;
                 for seq in 0..exchanges {

@@ -255,7 +255,7 @@ fn session(ch: &mut ControlChannel, cfg: &RunConfig, limits: &ReceiverLimits, ct
             Msg::RepStart { case, rep, size_bytes, dst_slots, .. } => {
                 let tokens =
                     super::serve_check::check_rep_start(cfg, buf.len() as u64, size_bytes, dst_slots.as_deref())
-                        .map_err(|why| anyhow::anyhow!("{}'s RepStart {why}; refused", sender_at(ch)))?;
+                        .map_err(|why| anyhow::anyhow!("{}'s RepStart {why}; refused", ch.peer_named("the sender")))?;
                 let slotted = tokens.zip(dst_slots).map(|(t, s)| slotted_dest_spans(cfg, t, &s));
                 target.arm(case, size_bytes)?;
                 if let Some(r) = reverse.as_mut().filter(|_| cfg.knobs.verify) {
@@ -347,11 +347,6 @@ fn slotted_dest_spans(cfg: &RunConfig, tokens: u64, slots: &[u64]) -> Vec<Span> 
     let Some(paged) = cfg.paged.as_ref().filter(|_| cfg.knobs.verify) else { return Vec::new() };
     // The receiver knows only its own slots: the plan's source offsets are not used here.
     TransferPlan::paged_with_slots(paged, tokens, slots, slots).paged.map(|p| p.dest_spans()).unwrap_or_default()
-}
-
-/// The sender as the receiver's errors name it: by its address where the connection still has one.
-fn sender_at(ch: &ControlChannel) -> String {
-    ch.peer_addr().map_or_else(|| "the sender".to_string(), |a| format!("the sender at {a}"))
 }
 
 /// The destination pieces of case `case` (cached while the sender stays on one case), checked against the size the

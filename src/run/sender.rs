@@ -117,10 +117,7 @@ pub struct SenderSession {
 
 /// "the receiver at HOST:PORT", for errors that name the peer.
 fn receiver_at(ch: &ControlChannel) -> String {
-    match ch.peer_addr() {
-        Some(a) => format!("the receiver at {a}"),
-        None => "the receiver".into(),
-    }
+    ch.peer_named("the receiver")
 }
 
 fn ms_since(t0: Instant, t: Instant) -> f64 {
