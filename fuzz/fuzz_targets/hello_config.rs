@@ -2,10 +2,11 @@
 //! configuration (one way or both, `--bidir`) against a receiver's limits and the plan limits, before anything is
 //! allocated.
 #![no_main]
-use kvxfer::control::{auth, Msg, Timeouts};
-use kvxfer::run::receiver::{validate_run, ReceiverLimits};
+use kvxfer::control::{auth, Msg};
+use kvxfer::run::receiver::validate_run;
 use libfuzzer_sys::fuzz_target;
-use std::time::Duration;
+
+mod limits;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(msg) = serde_json::from_slice::<Msg>(data) else { return };
@@ -17,19 +18,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(!auth::proof_matches(&[0u8; auth::PROOF_LEN], &proof) || proof.len() == 2 * auth::PROOF_LEN);
         }
         Msg::Config { config, bidir } => {
-            let limits = ReceiverLimits {
-                max_size: Some(1 << 30),
-                max_streams: 64,
-                timeouts: Timeouts { connect: Duration::from_secs(1), io: Duration::from_secs(1) },
-                mem: kvxfer::mem::MemKind::Host,
-                device: Default::default(),
-                shares_process: false,
-                gauge: None,
-            };
-            if validate_run(&config, bidir, &limits).is_ok() {
+            if validate_run(&config, bidir, &limits::serve_limits()).is_ok() {
                 // What passed is within the limits it was checked against: both buffers under --bidir.
                 let held = config.buffer_bytes().saturating_mul(if bidir { 2 } else { 1 });
-                assert!(held <= 1 << 30, "{} (bidir: {bidir})", config.buffer_bytes());
+                assert!(held <= limits::MAX_SIZE, "{} (bidir: {bidir})", config.buffer_bytes());
             }
         }
         _ => {}

@@ -6,12 +6,13 @@
 //! slots inside the buffer, a reverse region that holds the run, a ping-pong of the agreed case and exchanges. No
 //! panic.
 #![no_main]
-use kvxfer::control::{Msg, Timeouts};
+use kvxfer::control::Msg;
 use kvxfer::plan::{RunConfig, TransferPlan};
-use kvxfer::run::receiver::{validate_run, ReceiverLimits};
+use kvxfer::run::receiver::validate_run;
 use kvxfer::run::serve_check::{check_ping_pong_start, check_rep_start, check_reverse_offer};
 use libfuzzer_sys::fuzz_target;
-use std::time::Duration;
+
+mod limits;
 
 /// Slot plans larger than this are checked but not built (a plan of 16 Mi pieces is legal, and slow to fuzz).
 const PLAN_PIECES: u64 = 1 << 14;
@@ -24,16 +25,7 @@ fuzz_target!(|data: &[u8]| {
         Msg::PingPong { config, plan } => (*config, Some(plan), false),
         _ => return,
     };
-    let limits = ReceiverLimits {
-        max_size: Some(1 << 30),
-        max_streams: 64,
-        timeouts: Timeouts { connect: Duration::from_secs(1), io: Duration::from_secs(1) },
-        mem: kvxfer::mem::MemKind::Host,
-        device: Default::default(),
-        shares_process: false,
-        gauge: None,
-    };
-    if validate_run(&cfg, bidir, &limits).is_err() {
+    if validate_run(&cfg, bidir, &limits::serve_limits()).is_err() {
         return;
     }
     let buffer = cfg.buffer_bytes();
