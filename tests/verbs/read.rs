@@ -25,6 +25,9 @@ fn the_receiver_reads_contiguous_reps_verified_with_the_devices_read_depths() {
     let answers = lender["max_qp_rd_atom"].clamp(1, 255);
     let issues = reader["max_qp_init_rd_atom"].clamp(1, 255).min(answers);
     assert_eq!((s["max_rd_atomic"].as_u64(), s["max_dest_rd_atomic"].as_u64()), (Some(issues), Some(answers)), "{s}");
+    // Polling by default, but never through a whole rep: the results say how long it spins before sleeping.
+    let reader = &v["config"]["transport_detail"]["receiver"];
+    assert_eq!(reader["reader_spin_us"].as_u64(), Some(200), "{reader}");
 }
 
 #[test]

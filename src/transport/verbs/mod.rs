@@ -222,6 +222,10 @@ pub struct VerbsReceiverDetail {
     pub reg_gbps: f64,
     pub reg_method: RegMethod,
     pub mr_pieces: usize,
+    /// `--op read`: the reader busy-polls at most this long per wait, then sleeps on its completion channel (0:
+    /// it sleeps at once, `--cq-mode event`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reader_spin_us: Option<u64>,
 }
 
 /// One rail of the receiver: how the sender reaches it.
@@ -476,6 +480,7 @@ impl VerbsSource {
             reg_gbps: reg_gbps(offer.rails.iter().flat_map(|r| &r.pieces).map(|p| p.len).sum(), offer.reg_ms),
             reg_method: offer.reg_method,
             mr_pieces: offer.rails[0].pieces.len(),
+            reader_spin_us: None,
         };
         let max_inline_data = rails[0].set.max_inline_data().ok();
         Ok(VerbsSource {

@@ -48,6 +48,14 @@ fn one_rail(ctx: &Context) -> Result<Option<&str>> {
 /// hardware within a rep of a few hundred microseconds, are reaped as by pure polling.
 const READ_SPIN: Duration = Duration::from_micros(200);
 
+/// How long the reader busy-polls per wait under `mode` before it sleeps on its completion channel.
+fn reader_spin(mode: CqMode) -> Duration {
+    match mode {
+        CqMode::Poll => READ_SPIN,
+        CqMode::Event => Duration::ZERO,
+    }
+}
+
 /// The requester's depth: what this device issues, at most what the sender's queue pairs answer.
 fn initiator_depth(own_limit: i32, responder: u8) -> u8 {
     rd_atom_limit(own_limit).min(responder.max(1))
@@ -89,11 +97,7 @@ impl ReadTarget {
         // The reader's region: local access only, nothing remote may touch it.
         let reg = mr::register(&set.pd, &buf, buf.len() as u64, chunk, mr::Access::of(cfg, false))?;
         set.init(false)?;
-        let spin = match cfg.cq_mode {
-            CqMode::Poll => READ_SPIN,
-            CqMode::Event => Duration::ZERO,
-        };
-        let poller = Poller::spinning_first(&set, spin);
+        let poller = Poller::spinning_first(&set, reader_spin(cfg.cq_mode));
         Ok(ReadTarget {
             poster: Poster::new(cfg, max_sge),
             poller,
@@ -251,6 +255,8 @@ impl LendSource {
             reg_gbps: reg_gbps(remote.pieces.iter().map(|p| p.len).sum(), offer.reg_ms),
             reg_method: offer.reg_method,
             mr_pieces: remote.pieces.len(),
+            // Both ends run the same configuration: this is how the reader waits.
+            reader_spin_us: Some(reader_spin(v.cq_mode).as_micros() as u64),
         };
         let max_inline_data = set.max_inline_data().ok();
         Ok(LendSource {
