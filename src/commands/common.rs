@@ -134,8 +134,8 @@ fn run_config(r: &RunArgs, cases: Vec<SizeCase>, ends: &[MemKind]) -> Result<Run
     if r.streams == 0 || r.streams > 64 {
         bail_usage!("--streams {}: give 1 to 64 parallel connections", r.streams);
     }
-    let block_size = r.block_size.unwrap_or_else(|| registry::get(transport).default_block_size());
     let knobs = transport_knobs(r, transport, src)?;
+    let block_size = r.block_size.unwrap_or_else(|| registry::get(transport).default_block_size(&knobs));
     let cfg = RunConfig {
         transport: knobs,
         knobs: RunKnobs {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 /// One transport, as generic code asks it (the registry holds one of each). What it answers about its knobs follows
 /// from its knobs' type ([`TransportKnobs`], through [`HasKnobs`]); its words about its extras are [`ExtrasNotes`].
 pub trait Transport: TransportKnobs + ExtrasNotes + Sync {
-    /// Bytes per write when the user gives none.
-    fn default_block_size(&self) -> u64;
+    /// Bytes per write when the user gives none, for a run of `cfg`.
+    fn default_block_size(&self, cfg: &TransportConfig) -> u64;
 
     // ------------------------------------------------------------------------------------------------ the host
 

@@ -88,12 +88,15 @@ fn an_in_process_sweep_reads_between_two_devices() {
     let t = TempDir::new("verbs-read-sweep");
     let json = t.arg("s.json");
     let devices = ["-d", &r.b_dev, "--peer-device", &r.a_dev];
-    let args = ["sweep", "--transport", "verbs", "--op", "read", "--sizes", "2MiB", "--reps", "3", "--verify"];
+    let args =
+        ["sweep", "--transport", "verbs", "--op", "read", "--qps", "1", "--sizes", "2MiB", "--reps", "3", "--verify"];
     let out = run(&[&args[..], &devices, &["--ack-timeout", "18", "--json", &json, "--out-dir", &t.arg("")]].concat());
     out.expect_code(0);
     let v = read_json(Path::new(&json));
     check_case_timed(&v["cases"][0], 2 << 20, 3, true, TimedBy::Receiver);
     assert_eq!(v["config"]["transport_detail"]["sender"]["op"], "read");
+    // One queue pair reads 1 MiB at a time when no block size is given (several would read 64 KiB each).
+    assert_eq!(v["config"]["block_size"].as_u64(), Some(1 << 20));
 }
 
 /// Rails (several devices per end) are not striped for READs: refused in one line, before anything moves.

@@ -39,7 +39,7 @@ impl HasKnobs for Cuda {
 }
 
 impl Transport for Cuda {
-    fn default_block_size(&self) -> u64 {
+    fn default_block_size(&self, _cfg: &TransportConfig) -> u64 {
         DEFAULT_BLOCK_SIZE
     }
 

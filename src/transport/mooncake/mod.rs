@@ -37,7 +37,7 @@ impl HasKnobs for Mooncake {
 }
 
 impl Transport for Mooncake {
-    fn default_block_size(&self) -> u64 {
+    fn default_block_size(&self, _cfg: &TransportConfig) -> u64 {
         DEFAULT_BLOCK_SIZE
     }
 

@@ -47,7 +47,7 @@ impl HasKnobs for Nixl {
 }
 
 impl Transport for Nixl {
-    fn default_block_size(&self) -> u64 {
+    fn default_block_size(&self, _cfg: &TransportConfig) -> u64 {
         DEFAULT_BLOCK_SIZE
     }
 

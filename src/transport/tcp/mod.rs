@@ -57,7 +57,7 @@ impl HasKnobs for Tcp {
 }
 
 impl Transport for Tcp {
-    fn default_block_size(&self) -> u64 {
+    fn default_block_size(&self, _cfg: &TransportConfig) -> u64 {
         DEFAULT_BLOCK_SIZE
     }
 

@@ -231,6 +231,15 @@ mod tests {
     }
 
     #[test]
+    fn one_queue_pair_reads_1_mib_at_a_time_by_default_and_every_other_case_64_kib() {
+        use crate::transport::Transport;
+        let block = |op, qps| super::super::Verbs.default_block_size(&TransportConfig::of(&VerbsConfig { op, qps, ..VerbsConfig::default() }));
+        let reads: Vec<u64> = [1, 2, 4, 8].map(|q| block(VerbsOp::Read, q)).to_vec();
+        assert_eq!(reads, [1 << 20, 64 << 10, 64 << 10, 64 << 10]);
+        assert_eq!([1, 4].map(|q| block(VerbsOp::Write, q)), [64 << 10; 2]);
+    }
+
+    #[test]
     fn read_is_written_only_when_chosen_and_refused_where_it_cannot_run() {
         let read = VerbsConfig { op: VerbsOp::Read, ..VerbsConfig::default() };
         let json = serde_json::to_string(&read).unwrap();

@@ -40,6 +40,23 @@ use std::time::{Duration, Instant};
 /// Mooncake's slice size: small enough to spread over queue pairs, large enough to keep the NIC busy.
 pub const DEFAULT_BLOCK_SIZE: u64 = 64 << 10;
 
+/// The size of one RDMA READ over a single queue pair when the user gives no block size. One queue pair's
+/// responder answers its READs one after another and pays for each request, so 64 KiB READs leave it waiting on
+/// that work: on soft-RoCE one queue pair read 64 MiB at 0.64–0.73× ib_read_bw in 64 KiB READs and 1.04–1.07× in
+/// 1 MiB ones (three boots), as perftest itself reads (one READ per message). Several queue pairs answer small
+/// READs side by side, and there 64 KiB read fastest (four: 1.45–1.69× at 64 MiB, against 1.27–1.44× at 256 KiB
+/// and 1.31–1.42× at 1 MiB). See docs/benchmarks.md.
+pub const ONE_QP_READ_SIZE: u64 = 1 << 20;
+
+/// The default size of one RDMA READ over `qps` queue pairs (see [`ONE_QP_READ_SIZE`]).
+pub fn read_block_size(qps: u32) -> u64 {
+    if qps == 1 {
+        ONE_QP_READ_SIZE
+    } else {
+        DEFAULT_BLOCK_SIZE
+    }
+}
+
 /// The verbs transport, as the registry lists it: RDMA WRITEs into a registered region, landing seen by the
 /// receiver in its WRITE_WITH_IMMs; it pins the memory it moves in this process.
 pub struct Verbs;
@@ -49,8 +66,11 @@ impl HasKnobs for Verbs {
 }
 
 impl Transport for Verbs {
-    fn default_block_size(&self) -> u64 {
-        DEFAULT_BLOCK_SIZE
+    fn default_block_size(&self, cfg: &TransportConfig) -> u64 {
+        match cfg.knobs::<VerbsConfig>() {
+            Ok(k) if k.op == VerbsOp::Read => read_block_size(k.qps),
+            _ => DEFAULT_BLOCK_SIZE,
+        }
     }
 
     /// Opening a device checks the library, its name, the port and the GID index at once.
