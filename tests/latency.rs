@@ -5,6 +5,9 @@
 mod common;
 
 use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The `latency_us` quantiles of a case, in the order min, p50, p90, p99, p999, max.
 fn quantiles(case: &serde_json::Value) -> Vec<f64> {
@@ -122,4 +125,74 @@ fn bad_latency_inputs_are_one_line_and_exit_2() {
         assert!(line.contains(says), "{args:?}: {line}");
         assert!(out.stderr.trim().lines().count() == 1, "{args:?}: one line, got:\n{}", out.stderr);
     }
+}
+
+/// The CPUs a process or one of its threads may run on, as /proc writes them (`0-3`); None once it is gone.
+fn cpus_allowed(status: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(status).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|l| l.trim().to_string())
+}
+
+/// Left to the scheduler, the two threads of an in-process ping-pong often share a core and hand each message over
+/// in a context switch, which a run measures or not by chance. The pinger's thread runs on the last of the process's
+/// CPUs and the receiver's on the others, while the run goes on, and the results say so; a process allowed one CPU
+/// keeps both there and records nothing.
+#[test]
+fn the_in_process_ends_run_on_different_cpus_and_the_results_say_which() {
+    let mine = cpus_allowed(Path::new("/proc/self/status")).expect("this test's CPUs");
+    let dir = TempDir::new("latency-cpus");
+    let json = dir.arg("lat.json");
+    if mine.contains([',', '-']) {
+        // Long enough to look at its threads while it runs; stopped once seen.
+        let mut p = Proc::spawn(&["latency", "--sizes", "8", "--iters", "5000000", "--json", &json]);
+        assert!(p.stderr.wait_for("ping-pong: this end on CPU", Duration::from_secs(30)), "{}", p.stderr.text());
+        let note = p.stderr.text();
+        let split = note.lines().find(|l| l.starts_with("ping-pong:")).unwrap().to_string();
+        let tasks = PathBuf::from(format!("/proc/{}/task", p.child.id()));
+        let main = tasks.join(p.child.id().to_string()).join("status");
+        let both_bound = |deadline: Instant| loop {
+            let threads: Vec<String> = std::fs::read_dir(&tasks)
+                .map(|d| d.flatten().filter_map(|t| cpus_allowed(&t.path().join("status"))).collect())
+                .unwrap_or_default();
+            let pinger = cpus_allowed(&main).unwrap_or_default();
+            let responder = threads.iter().find(|c| !c.is_empty() && **c != pinger && **c != mine).cloned();
+            if let Some(responder) = responder.filter(|_| pinger != mine) {
+                return Some((pinger, responder));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::yield_now();
+        };
+        let (pinger, responder) = both_bound(Instant::now() + Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("the two ends were never bound apart ({split}); threads of {tasks:?}"));
+        p.kill();
+        assert_eq!(
+            split,
+            format!(
+                "ping-pong: this end on CPU {pinger}, the receiver on CPU{} {responder} (kept apart)",
+                if responder.contains([',', '-']) { "s" } else { "" }
+            )
+        );
+        assert!(!pinger.contains([',', '-']), "the pinger runs on one CPU: {pinger}");
+        // A run that finishes records the same split in its results.
+        let out = run(&["latency", "--sizes", "8", "--iters", "100", "--json", &json]);
+        out.expect_code(0);
+        let r = read_json(Path::new(&json));
+        assert_eq!(r["config"]["ping_pong_cpus"], serde_json::json!({"pinger": pinger, "responder": responder}));
+    } else {
+        eprintln!("this test may run on CPU {mine} only: the one-CPU case below is all it can check");
+    }
+    let first = mine.split([',', '-']).next().unwrap().to_string();
+    let one = Proc::start(
+        Command::new("taskset")
+            .args(["-c", &first])
+            .arg(bin())
+            .args(["latency", "--sizes", "8", "--iters", "100", "--json", &json]),
+        format!("taskset -c {first} kvxfer latency"),
+    )
+    .finish();
+    one.expect_code(0);
+    assert!(!one.stderr.contains("ping-pong:"), "{}", one.stderr);
+    assert!(read_json(Path::new(&json))["config"].get("ping_pong_cpus").is_none());
 }

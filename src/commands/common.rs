@@ -212,6 +212,7 @@ pub fn results_config(
         numa: None,
         mode: None,
         bidir: None,
+        ping_pong_cpus: None,
     }
 }
 

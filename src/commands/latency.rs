@@ -11,6 +11,7 @@ use crate::env::Env;
 use crate::export::json::{Results, Role};
 use crate::measure::{Fields, Json};
 use crate::mem::MemKind;
+use crate::observe::numa::{split_ping_pong, PingPongEnd};
 use crate::plan::latency::{LatencyPlan, MAX_MESSAGE};
 use crate::plan::sizes::format_size;
 use crate::plan::{RunConfig, RunKnobs, SizeCase};
@@ -139,6 +140,17 @@ fn measure(
     (timeouts, device): (Timeouts, DeviceChoice),
     role: Role,
 ) -> Result<()> {
+    // The receiver this command started answers from a thread of this process, which splits the CPUs alike.
+    let in_process = role == Role::Sweep && !registry::get(a.transport).receiver_in_own_process();
+    let cpus = if in_process { split_ping_pong(PingPongEnd::Pinger)? } else { None };
+    if let Some(c) = &cpus {
+        let several = if c.responder.contains([',', '-']) { "CPUs" } else { "CPU" };
+        crate::noteln!(
+            "ping-pong: this end on CPU {}, the receiver on {several} {} (kept apart)",
+            c.pinger,
+            c.responder
+        );
+    }
     let mut ch = ControlChannel::connect(peer, timeouts)?;
     let receiver_host = client_hello(&mut ch, token)?;
     let (Some(peer_addr), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
@@ -158,6 +170,7 @@ fn measure(
     let detail = serde_json::json!({ "sender": session.describe() });
     let mut config = super::common::results_config(&cfg, None, shown_peer, role, session.dst_mem.clone(), detail);
     config.mode = Some("latency".into());
+    config.ping_pong_cpus = cpus;
     let mut results = Results::new(label, &Env::capture(), config);
     crate::outln!("{}", header());
     let outcome = (0..cfg.cases.len()).try_for_each(|case| {

@@ -92,6 +92,10 @@ pub struct ConfigJson {
     /// one-way runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bidir: Option<bool>,
+    /// `kvxfer latency` against the receiver it started: the CPUs each end's thread was kept on. Absent when the
+    /// ends ran apart (`--peer`, a receiver in a process of its own) or the process had one CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping_pong_cpus: Option<crate::observe::numa::PingPongCpus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

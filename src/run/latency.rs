@@ -118,6 +118,9 @@ impl LatencySession {
 pub fn respond(ch: &mut ControlChannel, cfg: &RunConfig, plan: LatencyPlan, mem: MemKind, ctx: &Context) -> Result<()> {
     let pp = ping_pong_of(cfg)?;
     pp.check(&plan)?;
+    if ctx.shares_process {
+        crate::observe::numa::split_ping_pong(crate::observe::numa::PingPongEnd::Responder)?;
+    }
     let mut end = pp.open_responder(&cfg.transport, &plan, max_size(cfg), mem, ctx)?;
     ch.send(&Msg::Accept { offer: end.hello(), mem: mem.to_string(), numa: None })?;
     match ch.recv("Connect")? {
