@@ -84,12 +84,16 @@ impl LatencySession {
         }
         let size = size_bytes as usize;
         let mut half_rtt_ns = Vec::with_capacity(self.plan.iters as usize);
+        // One clock read per exchange, each closing one and opening the next (as perftest's timestamps): on a
+        // host whose clock is slow to read (a VM's emulated HPET: about a µs) a second read would be measured too.
+        let mut opened = Instant::now();
         let outcome = (0..exchanges).try_for_each(|seq| {
-            let t0 = Instant::now();
             self.end.ping(size, seq)?;
+            let closed = Instant::now();
             if seq >= u64::from(self.plan.warmup_iters) {
-                half_rtt_ns.push(t0.elapsed().as_nanos() as f64 / 2.0);
+                half_rtt_ns.push((closed - opened).as_nanos() as f64 / 2.0);
             }
+            opened = closed;
             Ok::<(), anyhow::Error>(())
         });
         if let Err(e) = outcome {

@@ -292,7 +292,9 @@ impl VerbsPingEnd {
 
     /// Spin on the completion queue until message `seq`'s receive completion, then post a receive in its place.
     fn await_completion(&mut self, seq: u64) -> Result<()> {
-        let deadline = Instant::now() + self.io_timeout;
+        // The clock is read only once the wait has spun a while: a message that is already on its way is awaited
+        // without it, as perftest awaits one.
+        let mut deadline = None;
         let mut spins = 0u32;
         loop {
             if let Some(imm) = self.arrived.take() {
@@ -303,7 +305,7 @@ impl VerbsPingEnd {
             }
             self.reap()?;
             spins = spins.wrapping_add(1);
-            if spins % SPINS_PER_LOOK == 0 && Instant::now() > deadline {
+            if spins % SPINS_PER_LOOK == 0 && past(&mut deadline, self.io_timeout) {
                 bail!(
                     "{} sent no message within --io-timeout ({:.0} s); did it stop?",
                     self.peer,
@@ -316,7 +318,7 @@ impl VerbsPingEnd {
     /// Spin until message `seq` of `size` bytes has landed (its mark in the last byte), then clear the mark.
     fn await_mark(&mut self, size: usize, seq: u64) -> Result<()> {
         let (want, at) = (mark(seq), self.recv_at(size - 1));
-        let deadline = Instant::now() + self.io_timeout;
+        let mut deadline = None;
         let mut spins = 0u32;
         loop {
             // SAFETY: `at` lies inside the receive buffer, which the NIC writes: a volatile load of one byte, no
@@ -331,7 +333,7 @@ impl VerbsPingEnd {
             spins = spins.wrapping_add(1);
             if spins % SPINS_PER_LOOK == 0 {
                 self.reap()?;
-                if Instant::now() > deadline {
+                if past(&mut deadline, self.io_timeout) {
                     bail!(
                         "{} sent no message within --io-timeout ({:.0} s); did it stop?",
                         self.peer,
@@ -377,10 +379,10 @@ impl VerbsPingEnd {
 
     /// Wait, when the send queue is nearly full, until a signaled write completes.
     fn make_room(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.io_timeout;
+        let mut deadline = None;
         while self.posted - self.completed >= u64::from(SEND_WR) - SIGNAL_EVERY {
             self.reap()?;
-            if Instant::now() > deadline {
+            if past(&mut deadline, self.io_timeout) {
                 bail!("no RDMA completion within --io-timeout; {} or the path stopped answering", self.peer);
             }
         }
@@ -393,6 +395,12 @@ impl VerbsPingEnd {
         }
         Ok(())
     }
+}
+
+/// Whether a wait that first looked at the clock now (setting `deadline` then) has run `timeout` past it.
+fn past(deadline: &mut Option<Instant>, timeout: Duration) -> bool {
+    let now = Instant::now();
+    now > *deadline.get_or_insert(now + timeout)
 }
 
 impl PingEnd for VerbsPingEnd {
