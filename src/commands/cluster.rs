@@ -464,7 +464,7 @@ impl Collector {
         }
         if let Some(dir) = &self.figures.dir {
             let lines = crate::export::plot::parse_lines(&self.figures.lines)?;
-            crate::export::plot::draw_cluster(&self.results, dir, &lines)?;
+            crate::export::plot::draw_cluster(&self.results, &mut crate::export::plot::Sink::Dir(dir), &lines)?;
         }
         outcome
     }

@@ -211,7 +211,7 @@ impl Recorder {
             return Ok(());
         }
         let lines = export::plot::parse_lines(&self.figures.lines)?;
-        export::plot::draw_series(&self.results.figure_series(), dir, &lines)
+        export::plot::draw_series(&self.results.figure_series(), &mut export::plot::Sink::Dir(dir), &lines)
     }
 }
 

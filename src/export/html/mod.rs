@@ -1,0 +1,47 @@
+//! `--html PAGE`: one self-contained page of runs — data, script and style inline, nothing fetched when it is
+//! viewed. Warnings come first, then each run's identity (label, start, version, command line with any token
+//! hidden, the environment's fingerprint), the cases as a sortable and filterable table, and the figures.
+//!
+//! The figures are the ones `--fig` draws, rendered by plotters' SVG backend from the same figure descriptions
+//! (one plot model, PNG/SVG/page renderers), except the cluster heatmap: the page draws it itself from the same
+//! cells, one `<rect>` per link carrying its numbers, so pointing at a link names it (see `heatmap`). Every string
+//! that came from a results file goes through [`esc`]; plotters escapes the text it writes.
+
+mod heatmap;
+mod page;
+mod tables;
+
+use super::json::Results;
+use super::plot::PageFigure;
+use anyhow::Result;
+
+pub use page::esc;
+
+/// Everything one page shows.
+pub struct PageInput<'a> {
+    /// Each run with the name its series carries in the figures.
+    pub runs: Vec<(String, &'a Results)>,
+    /// Warnings about the runs taken together (different environments, different transport choices).
+    pub warnings: Vec<String>,
+    /// The figures, as `--fig` would draw them.
+    pub figures: Vec<PageFigure>,
+    /// The transports' words about their extras, for the notes under each run.
+    pub extras: &'static dyn crate::measure::ExtrasNotes,
+}
+
+/// The whole page.
+pub fn render(input: &PageInput) -> Result<String> {
+    let mut body = String::new();
+    body.push_str(&page::warnings(&input.runs, &input.warnings));
+    for (name, r) in &input.runs {
+        body.push_str(&page::identity(name, r, input.extras));
+    }
+    body.push_str(&tables::cases(&input.runs)?);
+    for (_, r) in &input.runs {
+        if let Some(cl) = &r.cluster {
+            body.push_str(&heatmap::section(r, cl));
+        }
+    }
+    body.push_str(&page::figures(&input.figures));
+    Ok(page::shell("kvxfer report", &body))
+}
