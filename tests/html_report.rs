@@ -24,16 +24,18 @@ const PROBE: &str = r##"
   var all = function (sel) { return Array.prototype.slice.call(document.querySelectorAll(sel)); };
   var box = function (e) { var b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
   var text = function (e) { return e.textContent; };
-  var out = { scripts: document.scripts.length };
+  var out = { scripts: all("script:not([type])").length, data_blocks: all('script[type="application/json"]').length };
+  out.same = all("ul.same li").map(function (li) { return [li.getAttribute("data-col"), li.querySelector("span").textContent]; });
   out.labels = all('dd[data-key="label"]').map(text);
   out.warnings = all("#warnings li").map(text);
   out.figures = all("figure.fig").map(function (f) { return [f.getAttribute("data-stem"), f.querySelectorAll("svg").length]; });
-  var cells = all("rect.cell");
+  var cells = all("rect[data-src]");
   out.cells = cells.length;
   out.min_side = cells.reduce(function (m, c) { var b = c.getBoundingClientRect(); return Math.min(m, b.width, b.height); }, 1e9);
   out.col_ticks = all(".heatmap-svg .cols text").map(box);
   out.row_ticks = all(".heatmap-svg .rows text").map(box);
   out.hosts = all(".heatmap-svg .hosts text").map(text);
+  out.host_ticks = all(".heatmap-svg .hosts text").map(box);
   if (cells.length) {
     var c = cells[Math.floor(cells.length / 2)];
     c.dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
@@ -153,6 +155,7 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
     // The label is text: shown as written, escaped in the markup, and no script came with it.
     assert_eq!(strings(&f["labels"]), [HOSTILE]);
     assert_eq!(f["scripts"], 2, "the page's script and the probe, nothing else");
+    assert_eq!(f["data_blocks"], 1, "the table's rows");
     assert!(got.dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(strings(&f["warnings"]).is_empty(), "{:?}", f["warnings"]);
 
@@ -167,19 +170,33 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
         assert!(stems.contains(&(want.to_string(), 1)), "{want} missing: {stems:?}");
     }
 
-    // The table is the CSV file, cell for cell, and its p50 is the results file's.
+    // The table is the CSV file, cell for cell (a column with one value said once above it), and its p50 is the
+    // results file's.
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     let mut reader = csv::ReaderBuilder::new().comment(Some(b'#')).from_reader(csv_text.as_bytes());
     let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
-    assert_eq!(strings(&f["header"]), header);
     let rows: Vec<Vec<String>> = reader.records().map(|r| r.unwrap().iter().map(String::from).collect()).collect();
+    let shown_header = strings(&f["header"]);
     let shown: Vec<Vec<String>> = f["rows"].as_array().unwrap().iter().map(strings).collect();
-    assert_eq!(shown, rows);
+    assert_eq!(shown.len(), rows.len());
+    let same: Vec<Vec<String>> = f["same"].as_array().unwrap().iter().map(strings).collect();
+    for (k, name) in header.iter().enumerate() {
+        match shown_header.iter().position(|h| h == name) {
+            Some(col) => {
+                let column: Vec<&String> = shown.iter().map(|r| &r[col]).collect();
+                assert_eq!(column, rows.iter().map(|r| &r[k]).collect::<Vec<_>>(), "{name}");
+            }
+            None if rows[0][k].is_empty() => assert!(rows.iter().all(|r| r[k].is_empty()), "{name}"),
+            None => {
+                assert!(rows.iter().all(|r| r[k] == rows[0][k]), "{name} varies but is not shown");
+                assert!(same.contains(&vec![name.clone(), rows[0][k].clone()]), "{name}: {same:?}");
+            }
+        }
+    }
+    assert!(same.contains(&vec!["label".to_string(), HOSTILE.to_string()]), "{same:?}");
     let r = read_json(&json);
-    let (size_col, p50_col) = (
-        header.iter().position(|h| h == "size_bytes").unwrap(),
-        header.iter().position(|h| h == "transfer_ms_p50").unwrap(),
-    );
+    let size_col = shown_header.iter().position(|h| h == "size_bytes").unwrap();
+    let p50_col = shown_header.iter().position(|h| h == "transfer_ms_p50").unwrap();
     for c in r["cases"].as_array().unwrap() {
         let row = shown.iter().find(|row| row[size_col] == c["size_bytes"].to_string()).expect("a row per case");
         let dom: f64 = row[p50_col].parse().unwrap();
@@ -239,13 +256,14 @@ fn check_heatmap(page: &Path, d: &TempDir, r: &Value) -> Value {
     assert_eq!(hover["shown"], true);
     let (src, dst) = (hover["src"].as_str().unwrap(), hover["dst"].as_str().unwrap());
     let tip = hover["tip"].as_str().unwrap();
-    assert!(tip.starts_with(&format!("{src} → {dst}: p50 {} GB/s", hover["p50"].as_str().unwrap())), "{tip}");
-    let rank_of = |name: &str| name.split('@').next().unwrap().parse::<u64>().unwrap();
+    let p50 = hover["p50"].as_str().unwrap();
+    assert!(tip.starts_with(&format!("{src}@")) && tip.contains(&format!(" → {dst}@")), "{src}→{dst}: {tip}");
+    assert!(tip.contains(&format!(": p50 {p50} GB/s")), "{tip}");
     let case = r["cases"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["src"]["rank"] == rank_of(src) && c["dst"]["rank"] == rank_of(dst))
+        .find(|c| c["src"]["rank"].to_string() == src && c["dst"]["rank"].to_string() == dst)
         .expect("the hovered link is in the file");
     let p50: f64 = hover["p50"].as_str().unwrap().parse().unwrap();
     assert!((p50 - case["gbps"]["p50"].as_f64().unwrap()).abs() < 1e-3, "{p50} vs {}", case["gbps"]);
@@ -284,7 +302,10 @@ fn a_64_rank_cluster_page_stays_readable_and_small_and_a_hover_names_the_link() 
     std::fs::write(&hjson, serde_json::to_vec(&hosts).unwrap()).unwrap();
     report(&[&hjson], &hpage);
     let found = check_heatmap(&hpage, &d, &hosts);
-    assert_eq!(strings(&found["hosts"]).len(), 8, "{:?}", found["hosts"]);
+    let hosts = strings(&found["hosts"]);
+    assert_eq!(hosts.len(), 8, "{hosts:?}");
+    assert!(hosts.iter().all(|h| h.starts_with("node-")), "{hosts:?}");
+    apart(&found["host_ticks"], 0, "host names");
 }
 
 #[test]
@@ -307,6 +328,12 @@ fn every_results_file_in_results_renders_a_page_that_loads_without_console_error
         report(&[&f], &page);
         let found = load(&page, &d).found;
         assert_eq!(found["scripts"], 2, "{}", f.display());
+        assert!(
+            found["figures"].as_array().unwrap().iter().all(|f| f[1] == 1),
+            "{}: {:?}",
+            f.display(),
+            found["figures"]
+        );
         pages += 1;
     }
     assert!(pages >= 10, "only {pages} results files");

@@ -90,7 +90,14 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
         out.push_str(&format!("<dt>{k}</dt><dd data-key=\"{k}\">{}</dd>\n", esc(&v)));
     }
     out.push_str("</dl>\n");
-    let notes = crate::export::cells::notes(&r.cases, extras);
+    // Past the bound where a cluster run's console shows its summary, so does the page: thousands of flows
+    // would give thousands of notes, each also in its row's `outlier` cell.
+    let many = r.cluster.is_some() && !crate::export::cluster::full(crate::stats::cluster::link_count(&r.cases));
+    let notes = if many {
+        vec![crate::export::cells::warning_summary(&r.cases)]
+    } else {
+        crate::export::cells::notes(&r.cases, extras)
+    };
     if !notes.is_empty() {
         out.push_str("<ul class=\"notes\">\n");
         for n in notes {

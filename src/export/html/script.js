@@ -9,6 +9,17 @@
     return /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t) ? parseFloat(t) : NaN;
   }
 
+  // Tables whose rows come as data (a 64-rank run has thousands): built here, as text, never as markup.
+  each(document.querySelectorAll("table[data-source]"), function (table) {
+    var data = JSON.parse(document.getElementById(table.getAttribute("data-source")).textContent);
+    var body = table.tBodies[0];
+    data.rows.forEach(function (row) {
+      var tr = document.createElement("tr");
+      row.forEach(function (v) { var td = document.createElement("td"); td.textContent = v; tr.appendChild(td); });
+      body.appendChild(tr);
+    });
+  });
+
   each(document.querySelectorAll("table.sortable"), function (table) {
     var heads = table.tHead.rows[0].cells;
     each(heads, function (th, col) {
@@ -44,12 +55,14 @@
   var tip = document.getElementById("tip");
   function tipText(c) {
     var d = function (k) { return c.getAttribute("data-" + k); };
+    var names = JSON.parse(c.ownerSVGElement.getAttribute("data-names"));
     var marks = d("marks") ? " [" + d("marks") + "]" : "";
-    return d("src") + " \u2192 " + d("dst") + ": p50 " + d("p50") + " GB/s (min " + d("min") + ", max " +
-      d("max") + "), " + d("reps") + " reps" + marks + "; counters: " + d("verdict");
+    return names[+d("src")] + " \u2192 " + names[+d("dst")] + ": p50 " + d("p50") + " GB/s (min " + d("min") +
+      ", max " + d("max") + "), " + d("reps") + " reps" + marks + "; counters: " +
+      (d("verdict") || "no counter stands out");
   }
   document.addEventListener("mouseover", function (e) {
-    var c = e.target.closest ? e.target.closest("rect.cell") : null;
+    var c = e.target.closest ? e.target.closest("rect[data-src]") : null;
     if (!c) { tip.hidden = true; return; }
     tip.textContent = tipText(c);
     var box = c.getBoundingClientRect();

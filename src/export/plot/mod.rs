@@ -180,12 +180,15 @@ pub fn draw_cluster(results: &Results, sink: &mut Sink, lines: &[RefLine]) -> Re
         crate::errln!("figures: none drawn, no flow completed");
         return Ok(());
     };
-    let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
-    let hosts = cl.ranks.iter().map(|e| e.host.clone()).collect();
-    let median = crate::stats::cluster::SizeMedian::at_size(&results.cases, size_bytes);
-    let heatmap = heatmap::HeatmapFigure { size_bytes, cells, names, hosts, median };
-    for f in save(&heatmap, sink, "cluster-heatmap")? {
-        crate::errln!("figure: {}", f.display());
+    // A page draws its own heatmap from the same cells, one element per link so a reader can point at it.
+    if let Sink::Dir(_) = sink {
+        let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
+        let hosts = cl.ranks.iter().map(|e| e.host.clone()).collect();
+        let median = crate::stats::cluster::SizeMedian::at_size(&results.cases, size_bytes);
+        let heatmap = heatmap::HeatmapFigure { size_bytes, cells, names, hosts, median };
+        for f in save(&heatmap, sink, "cluster-heatmap")? {
+            crate::errln!("figure: {}", f.display());
+        }
     }
     let mut links: Vec<(usize, usize)> = Vec::new();
     for f in results.cases.iter().filter_map(|c| c.cluster.as_ref()) {
