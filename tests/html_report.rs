@@ -198,7 +198,10 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
     let size_col = shown_header.iter().position(|h| h == "size_bytes").unwrap();
     let p50_col = shown_header.iter().position(|h| h == "transfer_ms_p50").unwrap();
     for c in r["cases"].as_array().unwrap() {
-        let row = shown.iter().find(|row| row[size_col] == c["size_bytes"].to_string()).expect("a row per case");
+        let row = shown
+            .iter()
+            .find(|row| row[size_col].parse::<u64>().ok() == c["size_bytes"].as_u64())
+            .expect("a row per case");
         let dom: f64 = row[p50_col].parse().unwrap();
         assert!((dom - c["transfer_ms"]["p50"].as_f64().unwrap()).abs() < 1e-4, "{row:?} vs {c}");
     }
@@ -263,7 +266,7 @@ fn check_heatmap(page: &Path, d: &TempDir, r: &Value) -> Value {
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["src"]["rank"].to_string() == src && c["dst"]["rank"].to_string() == dst)
+        .find(|c| c["src"]["rank"].as_u64() == src.parse().ok() && c["dst"]["rank"].as_u64() == dst.parse().ok())
         .expect("the hovered link is in the file");
     let p50: f64 = hover["p50"].as_str().unwrap().parse().unwrap();
     assert!((p50 - case["gbps"]["p50"].as_f64().unwrap()).abs() < 1e-3, "{p50} vs {}", case["gbps"]);

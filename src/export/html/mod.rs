@@ -1,6 +1,6 @@
 //! `--html PAGE`: one self-contained page of runs — data, script and style inline, nothing fetched when it is
 //! viewed. Warnings come first, then each run's identity (label, start, version, command line with any token
-//! hidden, the environment's fingerprint), the cases as a sortable and filterable table, and the figures.
+//! hidden, the environment's fingerprint), the figures, and the cases as a sortable and filterable table.
 //!
 //! The figures are the ones `--fig` draws, rendered by plotters' SVG backend from the same figure descriptions
 //! (one plot model, PNG/SVG/page renderers), except the cluster heatmap: the page draws it itself from the same
@@ -36,12 +36,13 @@ pub fn render(input: &PageInput) -> Result<String> {
     for (name, r) in &input.runs {
         body.push_str(&page::identity(name, r, input.extras));
     }
-    body.push_str(&tables::cases(&input.runs)?);
+    // The figures before the table: a cluster run's table has a row per link, thousands at 64 ranks.
     for (_, r) in &input.runs {
         if let Some(cl) = &r.cluster {
             body.push_str(&heatmap::section(r, cl));
         }
     }
     body.push_str(&page::figures(&input.figures));
+    body.push_str(&tables::cases(&input.runs)?);
     Ok(page::shell("kvxfer report", &body))
 }

@@ -136,3 +136,25 @@ pub fn figures(figures: &[PageFigure]) -> String {
     out.push_str("</section>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_character_that_could_open_markup_is_escaped() {
+        assert_eq!(
+            esc("<script>a & 'b' \"c\"</script>"),
+            "&lt;script&gt;a &amp; &#39;b&#39; &quot;c&quot;&lt;/script&gt;"
+        );
+        assert_eq!(esc("0@host→1 µs"), "0@host→1 µs");
+    }
+
+    #[test]
+    fn a_figure_is_inlined_without_its_namespace_address() {
+        let svg = "<svg width=\"10\" height=\"10\" viewBox=\"0 0 10 10\" xmlns=\"http://www.w3.org/2000/svg\">\n</svg>";
+        let page = figures(&[PageFigure { stem: "a<b".into(), svg: svg.into() }]);
+        assert!(!page.contains("http"), "{page}");
+        assert!(page.contains("data-stem=\"a&lt;b\""), "{page}");
+    }
+}

@@ -37,7 +37,10 @@ pub fn cases(runs: &[(String, &Results)]) -> Result<String> {
         }
         out.push_str("</ul>\n");
     }
-    let shown: Vec<usize> = (0..header.len()).filter(|k| !same.contains(k)).collect();
+    // A flow's link names its row: its columns first.
+    let link = |k: &usize| !["src_rank", "src_host", "dst_rank", "dst_host"].contains(&header[*k].as_str());
+    let mut shown: Vec<usize> = (0..header.len()).filter(|k| !same.contains(k)).collect();
+    shown.sort_by_key(link);
     let data = serde_json::json!({
         "rows": rows.iter().map(|r| shown.iter().map(|k| r.get(*k).cloned().unwrap_or_default()).collect::<Vec<_>>()).collect::<Vec<_>>(),
     });
