@@ -341,3 +341,25 @@ fn every_results_file_in_results_renders_a_page_that_loads_without_console_error
     }
     assert!(pages >= 10, "only {pages} results files");
 }
+
+#[test]
+fn a_latency_run_and_a_sweep_share_one_page_each_with_its_own_figures() {
+    let d = TempDir::new("html-overlay");
+    let (lat, sweep, page) = (d.join("lat.json"), d.join("sweep.json"), d.join("both.html"));
+    let mut cmd = kvxfer();
+    cmd.args(["latency", "--sizes", "8,4KiB", "--iters", "200", "--warmup-iters", "10", "--label", "tcp latency"]);
+    Proc::start(cmd.arg("--json").arg(&lat), "kvxfer latency".into()).finish().expect_code(0);
+    let mut cmd = kvxfer();
+    cmd.args(["sweep", "--sizes", "256KiB,1MiB", "--reps", "3", "--label", "a sweep"]);
+    Proc::start(cmd.arg("--json").arg(&sweep), "kvxfer sweep".into()).finish().expect_code(0);
+    report(&[&lat, &sweep], &page);
+    let f = load(&page, &d).found;
+    assert_eq!(strings(&f["labels"]), ["tcp latency", "a sweep"]);
+    let stems: Vec<String> =
+        f["figures"].as_array().unwrap().iter().map(|p| p[0].as_str().unwrap().to_string()).collect();
+    for want in ["latency-vs-size", "latency-cdf", "time-vs-size", "bandwidth-vs-size", "reps-bandwidth"] {
+        assert!(stems.iter().any(|s| s == want), "{want} missing: {stems:?}");
+    }
+    let cases = |p: &Path| read_json(p)["cases"].as_array().unwrap().len();
+    assert_eq!(f["rows"].as_array().unwrap().len(), cases(&lat) + cases(&sweep));
+}
