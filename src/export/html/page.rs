@@ -98,7 +98,12 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
     } else {
         crate::export::cells::notes(&r.cases, extras)
     };
-    if !notes.is_empty() {
+    // A replay's numbers are its loads', as the console prints them; it has no cases to note.
+    if let Some(replay) = r.replay.as_ref().filter(|_| r.cases.is_empty()) {
+        let summary = crate::export::replay::summary_markdown(replay);
+        out.push_str(&format!("<pre class=\"replay\">{}</pre>\n", esc(summary.trim_end())));
+    }
+    if !notes.is_empty() && !r.cases.is_empty() {
         out.push_str("<ul class=\"notes\">\n");
         for n in notes {
             out.push_str(&format!("<li>{}</li>\n", esc(&n)));
