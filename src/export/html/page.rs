@@ -75,7 +75,8 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
         .and_then(|v| v.as_array())
         .map(|a| a.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect())
         .unwrap_or_default();
-    let command = crate::env::scrub_token(args).join(" ");
+    let scrubbed = crate::env::scrub_token(args);
+    let command = scrubbed.join(" ");
     let rows = [
         ("label", r.label.clone()),
         ("started", r.started_at.clone()),
@@ -110,7 +111,11 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
         }
         out.push_str("</ul>\n");
     }
-    let fingerprint = serde_json::to_string_pretty(env).unwrap_or_default();
+    let mut shown = env.clone();
+    if let Some(line) = shown.get_mut("command_line") {
+        *line = serde_json::json!(scrubbed);
+    }
+    let fingerprint = serde_json::to_string_pretty(&shown).unwrap_or_default();
     out.push_str(&format!(
         "<details><summary>Environment fingerprint</summary><pre class=\"env\">{}</pre></details>\n</section>\n",
         esc(&fingerprint)
@@ -153,6 +158,22 @@ mod tests {
             "&lt;script&gt;a &amp; &#39;b&#39; &quot;c&quot;&lt;/script&gt;"
         );
         assert_eq!(esc("0@host→1 µs"), "0@host→1 µs");
+    }
+
+    struct NoExtras;
+    impl ExtrasNotes for NoExtras {}
+
+    #[test]
+    fn a_runs_identity_hides_any_token_and_keeps_its_label_as_text() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/tcp-loopback.json");
+        let mut r = Results::read(&path).unwrap();
+        r.label = "<b>x</b>".into();
+        r.env["command_line"] =
+            serde_json::json!(["kvxfer", "send", "--token", "s3cret", "--token=s3cret2", "--peer", "h:1"]);
+        let html = identity("run", &r, &NoExtras);
+        assert!(!html.contains("s3cret"), "{html}");
+        assert!(html.contains("kvxfer send --token (hidden) --token=(hidden) --peer h:1"), "{html}");
+        assert!(html.contains("&lt;b&gt;x&lt;/b&gt;") && !html.contains("<b>x"), "{html}");
     }
 
     #[test]
