@@ -1,4 +1,4 @@
-//! `kvxfer report … --html PAGE` opened in a real headless Chromium, network off: pages of a real loopback sweep
+//! `kvxfer report … --html PAGE` (and a run's own `--html`) opened in a real headless Chromium, network off: pages of a real loopback sweep
 //! (labelled with a script tag), of a real 64-rank loopback cluster run, of an interrupted run, and of every
 //! results file in results/. The test's own script, appended to a copy of each page, points at a heatmap cell,
 //! clicks a table header, measures boxes, and writes what it found as JSON into `<pre id="test-out">`; Chromium
@@ -145,8 +145,11 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
     let (json, csv, page) = (d.join("run.json"), d.join("run.csv"), d.join("run.html"));
     let args = ["sweep", "--sizes", "64KiB,1MiB,4MiB", "--reps", "3", "--label", HOSTILE];
     let mut cmd = kvxfer();
-    cmd.args(args).arg("--json").arg(&json).arg("--csv").arg(&csv);
+    let live = d.join("live.html");
+    cmd.args(args).arg("--json").arg(&json).arg("--csv").arg(&csv).arg("--html").arg(&live);
     Proc::start(&mut cmd, "kvxfer sweep".into()).finish().expect_code(0);
+    // The page the run wrote at its end shows what the report's page shows.
+    let at_end = load(&live, &d).found;
     let bytes = report(&[&json], &page);
     assert!(bytes.len() < PAGE_LIMIT);
     let got = load(&page, &d);
@@ -204,6 +207,10 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
             .expect("a row per case");
         let dom: f64 = row[p50_col].parse().unwrap();
         assert!((dom - c["transfer_ms"]["p50"].as_f64().unwrap()).abs() < 1e-4, "{row:?} vs {c}");
+    }
+
+    for key in ["labels", "header", "rows", "same"] {
+        assert_eq!(at_end[key], f[key], "{key}: the run's own page differs from the report's");
     }
 
     // A header click sorts by that column, numerically, and a second click reverses it.
@@ -278,7 +285,7 @@ fn a_64_rank_cluster_page_stays_readable_and_small_and_a_hover_names_the_link() 
     let d = TempDir::new("html-cluster");
     let json = d.join("pairs.json");
     let port = free_port();
-    let outputs = vec!["--json".to_string(), d.arg("pairs.json")];
+    let outputs = vec!["--json".to_string(), d.arg("pairs.json"), "--html".to_string(), d.arg("live.html")];
     let procs: Vec<Proc> = (0..RANKS).map(|r| rank(r, port, if r == 0 { &outputs } else { &[] })).collect();
     for mut p in procs {
         let status = p.wait_timeout(Duration::from_secs(600));
@@ -289,6 +296,7 @@ fn a_64_rank_cluster_page_stays_readable_and_small_and_a_hover_names_the_link() 
     let bytes = report(&[&json], &page);
     assert!(bytes.len() <= PAGE_LIMIT, "{} bytes", bytes.len());
     check_heatmap(&page, &d, &r);
+    check_heatmap(&d.join("live.html"), &d, &r);
 
     // The same run as if on 8 hosts of 8 ranks: each host's block is named and the labels still keep apart.
     let mut hosts = r.clone();

@@ -385,9 +385,6 @@ pub struct ReportArgs {
     /// Write CSV here (- for stdout); with several files, the side-by-side table goes to FILE's .compare.csv
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Write one self-contained HTML page here: warnings, each run's identity, the cases (sortable), the figures
-    #[arg(long, value_name = "PAGE")]
-    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub fig: FigArgs,
 }

@@ -16,7 +16,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         }
     }
     exports.check_writable()?;
-    if let Some(page) = &a.html {
+    if let Some(page) = &a.fig.html {
         export::check_writable("--html", page)?;
     }
     let lines = export::plot::parse_lines(&a.fig.lines)?;
@@ -56,7 +56,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     if let Some(dir) = &a.fig.fig {
         draw(&all, &a.files, &lines, &mut Sink::Dir(dir))?;
     }
-    if let Some(page) = &a.html {
+    if let Some(page) = &a.fig.html {
         let mut sink = Sink::Page(Vec::new());
         draw(&all, &a.files, &lines, &mut sink)?;
         let Sink::Page(figures) = sink else { unreachable!("the sink made just above") };

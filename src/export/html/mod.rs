@@ -29,6 +29,28 @@ pub struct PageInput<'a> {
     pub extras: &'static dyn crate::measure::ExtrasNotes,
 }
 
+/// The page of one run, written at its end by `send`, `sweep` and `cluster --html PAGE`: its figures as `--fig`
+/// draws them (a cluster run's per-link series and the page's own heatmap), and the page written whole.
+pub fn write_run(
+    page: &std::path::Path,
+    results: &Results,
+    lines: &[super::plot::RefLine],
+    extras: &'static dyn crate::measure::ExtrasNotes,
+) -> Result<()> {
+    let mut sink = super::plot::Sink::Page(Vec::new());
+    if results.cluster.is_some() {
+        super::plot::draw_cluster(results, &mut sink, lines)?;
+    } else {
+        super::plot::draw_series(&results.figure_series(), &mut sink, lines)?;
+    }
+    let super::plot::Sink::Page(figures) = sink else { unreachable!("the sink made just above") };
+    let name = if results.label.trim().is_empty() { "run".to_string() } else { results.label.clone() };
+    let input = PageInput { runs: vec![(name, results)], warnings: Vec::new(), figures, extras };
+    super::write_atomic(page, render(&input)?.as_bytes())?;
+    crate::errln!("page: {}", page.display());
+    Ok(())
+}
+
 /// The whole page.
 pub fn render(input: &PageInput) -> Result<String> {
     let mut body = String::new();
