@@ -100,7 +100,7 @@ pub fn load_average(root: &sysroot::SysRoot) -> Option<[f64; 3]> {
 }
 
 /// The command line with the value of `--token` replaced: results files travel, the secret must not.
-fn scrub_token(args: impl IntoIterator<Item = String>) -> Vec<String> {
+pub fn scrub_token(args: impl IntoIterator<Item = String>) -> Vec<String> {
     let mut out = Vec::new();
     let mut hide_next = false;
     for a in args {

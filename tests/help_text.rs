@@ -42,7 +42,7 @@ fn sweep_help_puts_each_flag_under_its_own_heading() {
     for f in ["--reps", "--warmup", "--transport", "--verify", "--prepare", "--connect-timeout", "--io-timeout"] {
         assert!(run.contains(&f), "{f} is not under Run: {h:#?}");
     }
-    assert_eq!(under(&h, "Output"), ["--json", "--csv", "--md", "--events", "--fig", "--line", "--out-dir"]);
+    assert_eq!(under(&h, "Output"), ["--json", "--csv", "--md", "--events", "--fig", "--line", "--html", "--out-dir"]);
     assert_eq!(
         under(&h, "KV layout"),
         ["--layout", "--block-tokens", "--pool-tokens", "--coalesce", "--dst-placement"]

@@ -408,7 +408,7 @@ fn sweep_flags() -> Vec<(String, bool)> {
 /// struct of the program), and every output flag is not.
 #[test]
 fn every_parameter_flag_with_a_sweep_file_is_refused_by_its_own_name() {
-    let outputs = ["--json", "--csv", "--md", "--events", "--fig", "--line", "--out-dir", "--label"];
+    let outputs = ["--json", "--csv", "--md", "--events", "--fig", "--line", "--html", "--out-dir", "--label"];
     let others = ["--help", "--set", "--resume", "--plan", "--here", "--estimate-from", "--max-input-size"];
     let flags = sweep_flags();
     assert!(flags.len() > 40 && flags.iter().any(|(f, _)| f == "--reps"), "{flags:?}");
@@ -438,7 +438,19 @@ fn every_parameter_flag_with_a_sweep_file_is_refused_by_its_own_name() {
     // The output flags are taken (--plan: checked, nothing measured).
     let t = TempDir::new("sweep-output-flags");
     let figs = t.arg("figs");
-    let out = run(&["sweep", SMOKE, "--plan", "--fig", &figs, "--line", "X=1", "--csv", &t.arg("x.csv")]);
+    let out = run(&[
+        "sweep",
+        SMOKE,
+        "--plan",
+        "--fig",
+        &figs,
+        "--line",
+        "X=1",
+        "--csv",
+        &t.arg("x.csv"),
+        "--html",
+        &t.arg("p.html"),
+    ]);
     out.expect_code(0);
     assert!(out.stdout.contains("sweep smoke: 6 cases"), "{}", out.stdout);
 }

@@ -47,10 +47,13 @@ pub struct FigArgs {
     /// A reference line on the bandwidth figure, LABEL=GBPS; repeatable: --line "NIC 25 GB/s=25"
     #[arg(long = "line", value_name = "LABEL=GBPS", requires = "fig")]
     pub lines: Vec<String>,
+    /// Write one self-contained HTML page here: warnings, the run's identity, its figures, the cases (sortable)
+    #[arg(long, value_name = "PAGE")]
+    pub html: Option<PathBuf>,
 }
 
 impl FigArgs {
     pub fn figures(&self) -> Figures {
-        Figures { dir: self.fig.clone(), lines: self.lines.clone() }
+        Figures { dir: self.fig.clone(), lines: self.lines.clone(), html: self.html.clone() }
     }
 }

@@ -98,6 +98,7 @@ const FILE_FLAGS: &[&str] = &[
     "events",
     "fig",
     "lines",
+    "html",
     "out_dir",
     "label",
     "max_input_size",

@@ -462,9 +462,13 @@ impl Collector {
         for (format, p) in self.exports.files() {
             crate::errln!("{}: {}", format.what(), p.display());
         }
+        if let Some(page) = &self.figures.html {
+            let lines = crate::export::plot::parse_lines(&self.figures.lines)?;
+            crate::export::html::write_run(page, &self.results, &lines, crate::transport::registry::NOTES)?;
+        }
         if let Some(dir) = &self.figures.dir {
             let lines = crate::export::plot::parse_lines(&self.figures.lines)?;
-            crate::export::plot::draw_cluster(&self.results, dir, &lines)?;
+            crate::export::plot::draw_cluster(&self.results, &mut crate::export::plot::Sink::Dir(dir), &lines)?;
         }
         outcome
     }

@@ -185,7 +185,11 @@ fn measure(
     results.error = outcome.as_ref().err().map(|e| format!("{e:#}"));
     save(a, &results)?;
     if let (Some(dir), false) = (&a.fig, results.cases.is_empty()) {
-        crate::export::plot::draw_series(&[(results.label.clone(), results)], dir, &[])?;
+        crate::export::plot::draw_series(
+            &[(results.label.clone(), results)],
+            &mut crate::export::plot::Sink::Dir(dir),
+            &[],
+        )?;
     }
     outcome
 }

@@ -274,7 +274,7 @@ fn replay(
     crate::errln!("results: {}", json.display());
     write_side_files(a, &section)?;
     if let Some(dir) = &a.fig {
-        crate::export::plot::draw_replays(&[(String::new(), &section)], dir)?;
+        crate::export::plot::draw_replays(&[(String::new(), &section)], &mut crate::export::plot::Sink::Dir(dir))?;
     }
     outcome
 }

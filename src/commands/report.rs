@@ -1,7 +1,7 @@
 //! `kvxfer report`: re-render tables from saved results files.
 
 use crate::cli::ReportArgs;
-use crate::export::{self, compare::series_of, json::Results, ExportManager, Format, Target};
+use crate::export::{self, compare::series_of, json::Results, plot::Sink, ExportManager, Format, Target};
 use crate::output::{compare, table};
 use crate::transport::registry::NOTES;
 use anyhow::Result;
@@ -16,6 +16,9 @@ pub fn run(a: ReportArgs) -> Result<()> {
         }
     }
     exports.check_writable()?;
+    if let Some(page) = &a.fig.html {
+        export::check_writable("--html", page)?;
+    }
     let lines = export::plot::parse_lines(&a.fig.lines)?;
     if let Some(dir) = &a.fig.fig {
         export::plot::prepare_dir(dir)?;
@@ -24,12 +27,16 @@ pub fn run(a: ReportArgs) -> Result<()> {
     let parts = series_of(&all);
     let several = parts.len() > 1;
     // Runs on hosts whose NIC firmware, MTU or IOMMU mode differ compare the environments as much as the runs.
+    let mut warnings = Vec::new();
     for (r, f) in all.iter().zip(&a.files).skip(1) {
         for d in crate::env::differences(&all[0].env, &r.env) {
-            crate::errln!("warning: {} and {} ran in different environments: {d}", a.files[0].display(), f.display());
+            warnings.push(format!("{} and {} ran in different environments: {d}", a.files[0].display(), f.display()));
         }
     }
-    warn_transport_choices(&all, &a.files);
+    warnings.extend(transport_choices(&all, &a.files));
+    for w in &warnings {
+        crate::errln!("warning: {w}");
+    }
     let stdout_taken = [&a.md, &a.csv].iter().any(|p| p.as_deref() == Some(Path::new("-")));
     if !stdout_taken {
         print_tables(&all, &parts);
@@ -46,12 +53,29 @@ pub fn run(a: ReportArgs) -> Result<()> {
     if let Some(side) = &side {
         crate::errln!("{}: {}", Format::CompareCsv.what(), side.display());
     }
-    let Some(dir) = &a.fig.fig else { return Ok(()) };
+    if let Some(dir) = &a.fig.fig {
+        draw(&all, &a.files, &lines, &mut Sink::Dir(dir))?;
+    }
+    if let Some(page) = &a.fig.html {
+        let mut sink = Sink::Page(Vec::new());
+        draw(&all, &a.files, &lines, &mut sink)?;
+        let Sink::Page(figures) = sink else { unreachable!("the sink made just above") };
+        let runs = series_names(&all, &a.files).into_iter().zip(&all).collect();
+        let text = export::html::render(&export::html::PageInput { runs, warnings, figures, extras: NOTES })?;
+        export::write_atomic(page, text.as_bytes())?;
+        crate::errln!("page: {}", page.display());
+    }
+    Ok(())
+}
+
+/// Every figure of these runs into `sink`, as `--fig` draws them: a replay's own, a lone cluster run's heatmap
+/// and per-link series, the others' series overlaid.
+fn draw(all: &[Results], files: &[PathBuf], lines: &[export::plot::RefLine], sink: &mut Sink) -> Result<()> {
     // A replay has figures of its own, drawn from its `replay` section; the other files draw as they always do.
-    let (replays, others): (Vec<_>, Vec<_>) = all.iter().zip(&a.files).partition(|(r, _)| replay_of(r).is_some());
+    let (replays, others): (Vec<_>, Vec<_>) = all.iter().zip(files).partition(|(r, _)| replay_of(r).is_some());
     if !replays.is_empty() {
         let named: Vec<_> = replays.iter().filter_map(|(r, f)| Some((file_stem(f), replay_of(r)?))).collect();
-        export::plot::draw_replays(&named, dir)?;
+        export::plot::draw_replays(&named, sink)?;
         if others.is_empty() {
             return Ok(());
         }
@@ -60,13 +84,13 @@ pub fn run(a: ReportArgs) -> Result<()> {
     if let [one] = all.as_slice() {
         if one.cluster.is_some() {
             // A cluster run: its heatmap and one series per link, as `kvxfer cluster --fig` draws them.
-            return export::plot::draw_cluster(one, dir, &lines);
+            return export::plot::draw_cluster(one, sink, lines);
         }
     }
     // One file: its configurations by case name; several: each series keeps its run's name in front.
     let split = figure_split(&all, &files);
     let short = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { Vec::new() };
-    export::plot::draw_series(if short.is_empty() { &split } else { &short }, dir, &lines)
+    export::plot::draw_series(if short.is_empty() { &split } else { &short }, sink, lines)
 }
 
 /// The replay section of a replay's results file (which has no cases of its own).
@@ -79,15 +103,16 @@ fn file_stem(f: &Path) -> String {
 }
 
 /// A transport that chose differently between the runs compared (a tcp path picked by calibration, say), or
-/// between the sessions of one sweep file, makes their numbers differ for that reason alone: say so.
-fn warn_transport_choices(all: &[Results], files: &[PathBuf]) {
+/// between the sessions of one sweep file, makes their numbers differ for that reason alone: the warnings saying so.
+fn transport_choices(all: &[Results], files: &[PathBuf]) -> Vec<String> {
+    let mut out = Vec::new();
     for (r, f) in all.iter().zip(files).skip(1) {
         for d in crate::env::transport_differences(&all[0].config.transport_detail, &r.config.transport_detail) {
-            crate::errln!(
-                "warning: {} and {} ran with different transport choices: {d}; their numbers differ by that too",
+            out.push(format!(
+                "{} and {} ran with different transport choices: {d}; their numbers differ by that too",
                 files[0].display(),
                 f.display()
-            );
+            ));
         }
     }
     for (r, f) in all.iter().zip(files) {
@@ -95,15 +120,16 @@ fn warn_transport_choices(all: &[Results], files: &[PathBuf]) {
         let Some((first, rest)) = sessions.split_first() else { continue };
         for s in rest {
             for d in crate::env::transport_differences(&first.transport_detail, &s.transport_detail) {
-                crate::errln!(
-                    "warning: {}: the sessions of cases {:?} and {:?} ran with different transport choices: {d}; their numbers differ by that too",
+                out.push(format!(
+                    "{}: the sessions of cases {:?} and {:?} ran with different transport choices: {d}; their numbers differ by that too",
                     f.display(),
                     first.case_ids,
                     s.case_ids
-                );
+                ));
             }
         }
     }
+    out
 }
 
 /// Each run's boxed table and notes on the console, and the side-by-side table of several series.

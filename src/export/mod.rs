@@ -11,6 +11,7 @@ pub mod compare;
 pub mod csv;
 pub mod events;
 pub mod files;
+pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod outputs;

@@ -27,4 +27,6 @@ pub struct Figures {
     pub dir: Option<PathBuf>,
     /// Reference lines on the bandwidth figure, each `LABEL=GBPS`.
     pub lines: Vec<String>,
+    /// One self-contained HTML page of the run (see `export::html`).
+    pub html: Option<PathBuf>,
 }

@@ -48,6 +48,9 @@ impl Recorder {
         if let Some(dir) = &out.figures.dir {
             export::plot::prepare_dir(dir)?;
         }
+        if let Some(page) = &out.figures.html {
+            export::check_writable("--html", page)?;
+        }
         Ok(())
     }
 
@@ -203,15 +206,19 @@ impl Recorder {
         interrupt::mark(&mut self.results, &signal, done, self.cases_total, Some(measuring), None);
     }
 
-    /// `--fig`: draw the completed sizes (even of a run that stopped early) from the results in memory.
+    /// `--fig` and `--html`: draw the completed sizes (even of a run that stopped early) from the results in
+    /// memory; the page is written even with none, and says so.
     fn write_figures(&self) -> Result<()> {
+        let lines = export::plot::parse_lines(&self.figures.lines)?;
+        if let Some(page) = &self.figures.html {
+            export::html::write_run(page, &self.results, &lines, NOTES)?;
+        }
         let Some(dir) = &self.figures.dir else { return Ok(()) };
         if self.results.cases.is_empty() {
             crate::errln!("figures: none drawn, no size completed");
             return Ok(());
         }
-        let lines = export::plot::parse_lines(&self.figures.lines)?;
-        export::plot::draw_series(&self.results.figure_series(), dir, &lines)
+        export::plot::draw_series(&self.results.figure_series(), &mut export::plot::Sink::Dir(dir), &lines)
     }
 }
 

@@ -194,7 +194,10 @@ impl Recorder {
             crate::export::write_atomic(p, md.as_bytes())?;
         }
         if let Some(dir) = &self.fig {
-            crate::export::plot::draw_replays(&[(String::new(), &self.section)], dir)?;
+            crate::export::plot::draw_replays(
+                &[(String::new(), &self.section)],
+                &mut crate::export::plot::Sink::Dir(dir),
+            )?;
         }
         outcome
     }

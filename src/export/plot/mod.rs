@@ -101,30 +101,32 @@ pub fn prepare_dir(dir: &Path) -> Result<()> {
         .map_err(|e| crate::error::usage(format!("--fig {}: cannot create the directory: {e}", dir.display())))
 }
 
-/// Draw every figure of these runs (named, in order) into `dir`; returns the files written. Latency runs have
+/// Draw every figure of these runs (named, in order) into `sink`; returns the files written. Latency runs have
 /// their own figures, drawn beside the others' when a report names both.
-pub fn write_figures(runs: &[(String, &Results)], dir: &Path, lines: &[RefLine]) -> Result<Vec<PathBuf>> {
+pub fn write_figures(runs: &[(String, &Results)], sink: &mut Sink, lines: &[RefLine]) -> Result<Vec<PathBuf>> {
     style::register();
     let drawn: Vec<&(String, &Results)> = runs.iter().filter(|(_, r)| !r.cases.is_empty()).collect();
     if drawn.is_empty() {
+        // A page says so in its own words; a directory of no figures is a mistake worth a usage error.
+        let Sink::Dir(dir) = sink else { return Ok(Vec::new()) };
         crate::bail_usage!("--fig {}: no run has a completed size to draw", dir.display());
     }
     let (latency_runs, transfer_runs): (Vec<_>, Vec<_>) = drawn.into_iter().partition(|(_, r)| latency::is_latency(r));
     let mut written = Vec::new();
     let transfer_runs = styled(&transfer_runs);
     if !transfer_runs.is_empty() {
-        written.extend(save(&time::TimeFigure::new(&transfer_runs), dir, "time-vs-size")?);
-        written.extend(save(&bandwidth::BandwidthFigure::new(&transfer_runs, lines), dir, "bandwidth-vs-size")?);
-        written.extend(save(&reps::RepsFigure::new(&transfer_runs), dir, "reps-bandwidth")?);
+        written.extend(save(&time::TimeFigure::new(&transfer_runs), sink, "time-vs-size")?);
+        written.extend(save(&bandwidth::BandwidthFigure::new(&transfer_runs, lines), sink, "bandwidth-vs-size")?);
+        written.extend(save(&reps::RepsFigure::new(&transfer_runs), sink, "reps-bandwidth")?);
         if let Some(fig) = intervals::IntervalsFigure::new(&transfer_runs) {
-            written.extend(save(&fig, dir, "bandwidth-over-time")?);
+            written.extend(save(&fig, sink, "bandwidth-over-time")?);
         }
     }
     let latency_runs = styled(&latency_runs);
     if !latency_runs.is_empty() {
-        written.extend(save(&latency::LatencySizeFigure::new(&latency_runs), dir, "latency-vs-size")?);
+        written.extend(save(&latency::LatencySizeFigure::new(&latency_runs), sink, "latency-vs-size")?);
         if let Some(fig) = latency::latency_cdf(&latency_runs) {
-            written.extend(save(&fig, dir, "latency-cdf")?);
+            written.extend(save(&fig, sink, "latency-cdf")?);
         }
     }
     Ok(written)
@@ -144,9 +146,9 @@ fn styled<'a>(runs: &[&'a (String, &'a Results)]) -> Vec<Run<'a>> {
 }
 
 /// `--fig`: draw the series (named, in order) into `dir` and name every file written on stderr.
-pub fn draw_series(series: &[(String, Results)], dir: &Path, lines: &[RefLine]) -> Result<()> {
+pub fn draw_series(series: &[(String, Results)], sink: &mut Sink, lines: &[RefLine]) -> Result<()> {
     let named: Vec<(String, &Results)> = series.iter().map(|(n, r)| (n.clone(), r)).collect();
-    for f in write_figures(&named, dir, lines)? {
+    for f in write_figures(&named, sink, lines)? {
         crate::errln!("figure: {}", f.display());
     }
     Ok(())
@@ -154,14 +156,14 @@ pub fn draw_series(series: &[(String, Results)], dir: &Path, lines: &[RefLine]) 
 
 /// `--fig` of replays (named, in order): each one's figures, named by their file's stem in front when there are
 /// several, and every file written named on stderr.
-pub fn draw_replays(replays: &[(String, &crate::stats::replay::ReplayJson)], dir: &Path) -> Result<()> {
+pub fn draw_replays(replays: &[(String, &crate::stats::replay::ReplayJson)], sink: &mut Sink) -> Result<()> {
     style::register();
     let mut written = Vec::new();
     for (name, r) in replays {
         let prefix = if replays.len() > 1 { format!("{name}-") } else { String::new() };
-        written.extend(replay::write(r, dir, &prefix)?);
+        written.extend(replay::write(r, sink, &prefix)?);
     }
-    if written.is_empty() {
+    if written.is_empty() && matches!(sink, Sink::Dir(_)) {
         crate::errln!("figures: none drawn, no load of the replay moved a request");
     }
     for f in written {
@@ -171,19 +173,22 @@ pub fn draw_replays(replays: &[(String, &crate::stats::replay::ReplayJson)], dir
 }
 
 /// `--fig` of a cluster run: the heatmap of its links, and the per-link figures (one series per `src→dst`).
-pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<()> {
-    let Some(cl) = &results.cluster else { return draw_series(&results.figure_series(), dir, lines) };
+pub fn draw_cluster(results: &Results, sink: &mut Sink, lines: &[RefLine]) -> Result<()> {
+    let Some(cl) = &results.cluster else { return draw_series(&results.figure_series(), sink, lines) };
     style::register();
     let Some((size_bytes, cells)) = super::cluster::matrix_cells(results, cl.world_size) else {
         crate::errln!("figures: none drawn, no flow completed");
         return Ok(());
     };
-    let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
-    let hosts = cl.ranks.iter().map(|e| e.host.clone()).collect();
-    let median = crate::stats::cluster::SizeMedian::at_size(&results.cases, size_bytes);
-    let heatmap = heatmap::HeatmapFigure { size_bytes, cells, names, hosts, median };
-    for f in save(&heatmap, dir, "cluster-heatmap")? {
-        crate::errln!("figure: {}", f.display());
+    // A page draws its own heatmap from the same cells, one element per link so a reader can point at it.
+    if let Sink::Dir(_) = sink {
+        let names = cl.ranks.iter().map(super::cluster::rank_name).collect();
+        let hosts = cl.ranks.iter().map(|e| e.host.clone()).collect();
+        let median = crate::stats::cluster::SizeMedian::at_size(&results.cases, size_bytes);
+        let heatmap = heatmap::HeatmapFigure { size_bytes, cells, names, hosts, median };
+        for f in save(&heatmap, sink, "cluster-heatmap")? {
+            crate::errln!("figure: {}", f.display());
+        }
     }
     let mut links: Vec<(usize, usize)> = Vec::new();
     for f in results.cases.iter().filter_map(|c| c.cluster.as_ref()) {
@@ -213,7 +218,20 @@ pub fn draw_cluster(results: &Results, dir: &Path, lines: &[RefLine]) -> Result<
             (format!("{s}→{d}"), r)
         })
         .collect();
-    draw_series(&series, dir, lines)
+    draw_series(&series, sink, lines)
+}
+
+/// Where figures go: PNG and SVG files in a directory (`--fig`), or SVG text kept for a page (`--html`), so the
+/// page and the files draw from one description of each figure.
+pub enum Sink<'a> {
+    Dir(&'a Path),
+    Page(Vec<PageFigure>),
+}
+
+/// One figure as a page inlines it: its file stem (`bandwidth-vs-size`) and its SVG.
+pub struct PageFigure {
+    pub stem: String,
+    pub svg: String,
 }
 
 /// A figure that draws on any plotters backend, so one description gives both PNG and SVG. Its labels on the plot
@@ -248,9 +266,18 @@ fn settle(fig: &impl Figure) -> Vec<labels::Note> {
     }
 }
 
-/// Render `fig` as `dir/stem.png` and `dir/stem.svg`, each written whole or not at all.
-fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
+/// Render `fig` into `sink`: as `dir/stem.png` and `dir/stem.svg`, each written whole or not at all (returned), or
+/// as SVG text kept for a page (nothing returned).
+fn save(fig: &impl Figure, sink: &mut Sink, stem: &str) -> Result<Vec<PathBuf>> {
     let notes = settle(fig);
+    let dir = match sink {
+        Sink::Dir(dir) => *dir,
+        Sink::Page(figures) => {
+            let svg = svg_text(fig, notes).map_err(|e| anyhow::anyhow!("drawing the figure {stem}: {e}"))?;
+            figures.push(PageFigure { stem: stem.to_string(), svg });
+            return Ok(Vec::new());
+        }
+    };
     let png = dir.join(format!("{stem}.png"));
     // Drawn in memory and encoded here, so writing it fails as any results file does: one line naming the file
     // and the system's reason (a full disk), never the image library's nested error values.
@@ -274,17 +301,25 @@ fn save(fig: &impl Figure, dir: &Path, stem: &str) -> Result<[PathBuf; 2]> {
     crate::export::write_atomic(&png, &encoded)?;
 
     let svg = dir.join(format!("{stem}.svg"));
+    let text = svg_text(fig, notes).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+    crate::export::write_atomic(&svg, text.as_bytes())?;
+    Ok(vec![png, svg])
+}
+
+/// `fig` as SVG text, with the labels that found no place on the plot in its legend (`notes`).
+fn svg_text(fig: &impl Figure, notes: Vec<labels::Note>) -> Result<String, String> {
     let mut text = String::new();
     {
-        let backend =
-            raster::TextFix::new(SVGBackend::with_string(&mut text, (w, h)), style::FONT_BYTES, raster::TextMode::Svg);
+        let backend = raster::TextFix::new(
+            SVGBackend::with_string(&mut text, fig.size()),
+            style::FONT_BYTES,
+            raster::TextMode::Svg,
+        );
         let root = backend.into_drawing_area();
-        fig.draw(&root, &mut Labels::with_notes(notes))
-            .map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
-        root.present().map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+        fig.draw(&root, &mut Labels::with_notes(notes)).map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
     }
-    crate::export::write_atomic(&svg, text.as_bytes())?;
-    Ok([png, svg])
+    Ok(text)
 }
 
 /// White background, the title, and the legend band (`legend`, then the notes of labels not placed on the plot);

@@ -17,21 +17,21 @@ use crate::stats::replay::{LatencyFrom, LoadSummary, ReplayJson};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-/// Draw every replay figure of `replay` into `dir`, each file's name after `prefix`; returns the files written
+/// Draw every replay figure of `replay` into `sink`, each file's name after `prefix`; returns the files written
 /// (none when no load moved a request).
-pub fn write(replay: &ReplayJson, dir: &Path, prefix: &str) -> anyhow::Result<Vec<PathBuf>> {
+pub fn write(replay: &ReplayJson, sink: &mut super::Sink, prefix: &str) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     if let Some(fig) = latency_cdf(replay) {
-        written.extend(super::save(&fig, dir, &format!("{prefix}replay-latency-cdf"))?);
+        written.extend(super::save(&fig, sink, &format!("{prefix}replay-latency-cdf"))?);
     }
     if let Some(fig) = LoadFigure::new(replay) {
-        written.extend(super::save(&fig, dir, &format!("{prefix}replay-latency-vs-load"))?);
+        written.extend(super::save(&fig, sink, &format!("{prefix}replay-latency-vs-load"))?);
     }
     for load in loads(replay) {
         if let Some(fig) = super::replay_timeline::TimelineFigure::new(replay, load) {
-            written.extend(super::save(&fig, dir, &format!("{prefix}replay-timeline-{load}"))?);
+            written.extend(super::save(&fig, sink, &format!("{prefix}replay-timeline-{load}"))?);
         }
     }
     Ok(written)

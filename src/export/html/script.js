@@ -1,0 +1,83 @@
+// The page's own script: sorting and filtering tables, the heatmap's tooltip and zoom. No library, nothing fetched.
+(function () {
+  "use strict";
+  var each = function (list, f) { Array.prototype.forEach.call(list, f); };
+
+  // A cell's number when it is one ("12.5", "1e-3"), else NaN: numbers sort as numbers, the rest as text.
+  function number(text) {
+    var t = text.trim();
+    return /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t) ? parseFloat(t) : NaN;
+  }
+
+  // Tables whose rows come as data (a 64-rank run has thousands): built here, as text, never as markup.
+  each(document.querySelectorAll("table[data-source]"), function (table) {
+    var data = JSON.parse(document.getElementById(table.getAttribute("data-source")).textContent);
+    var body = table.tBodies[0];
+    data.rows.forEach(function (row) {
+      var tr = document.createElement("tr");
+      row.forEach(function (v) { var td = document.createElement("td"); td.textContent = v; tr.appendChild(td); });
+      body.appendChild(tr);
+    });
+  });
+
+  each(document.querySelectorAll("table.sortable"), function (table) {
+    var heads = table.tHead.rows[0].cells;
+    each(heads, function (th, col) {
+      th.addEventListener("click", function () {
+        var up = th.getAttribute("data-sort") !== "asc";
+        each(heads, function (h) { h.removeAttribute("data-sort"); });
+        th.setAttribute("data-sort", up ? "asc" : "desc");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = a.cells[col].textContent, y = b.cells[col].textContent;
+          var nx = number(x), ny = number(y), r;
+          if (!isNaN(nx) && !isNaN(ny)) r = nx - ny;
+          else if (isNaN(nx) !== isNaN(ny)) r = isNaN(nx) ? 1 : -1;
+          else r = x.localeCompare(y);
+          return up ? r : -r;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+  });
+
+  each(document.querySelectorAll("input.filter"), function (box) {
+    var table = document.getElementById(box.getAttribute("data-table"));
+    box.addEventListener("input", function () {
+      var q = box.value.toLowerCase();
+      each(table.tBodies[0].rows, function (row) {
+        row.hidden = q !== "" && row.textContent.toLowerCase().indexOf(q) < 0;
+      });
+    });
+  });
+
+  var tip = document.getElementById("tip");
+  function tipText(c) {
+    var d = function (k) { return c.getAttribute("data-" + k); };
+    var names = JSON.parse(c.ownerSVGElement.getAttribute("data-names"));
+    var marks = d("marks") ? " [" + d("marks") + "]" : "";
+    return names[+d("src")] + " \u2192 " + names[+d("dst")] + ": p50 " + d("p50") + " GB/s (min " + d("min") +
+      ", max " + d("max") + "), " + d("reps") + " reps" + marks + "; counters: " +
+      (d("verdict") || "no counter stands out");
+  }
+  document.addEventListener("mouseover", function (e) {
+    var c = e.target.closest ? e.target.closest("rect[data-src]") : null;
+    if (!c) { tip.hidden = true; return; }
+    tip.textContent = tipText(c);
+    var box = c.getBoundingClientRect();
+    tip.style.left = (window.scrollX + box.right + 8) + "px";
+    tip.style.top = (window.scrollY + box.top) + "px";
+    tip.hidden = false;
+  });
+
+  each(document.querySelectorAll("section.heatmap"), function (section) {
+    var svg = section.querySelector("svg"), zoom = section.querySelector("input.zoom");
+    if (!svg || !zoom) return;
+    var w = +svg.getAttribute("width"), h = +svg.getAttribute("height");
+    zoom.addEventListener("input", function () {
+      svg.setAttribute("width", Math.round(w * zoom.value));
+      svg.setAttribute("height", Math.round(h * zoom.value));
+    });
+  });
+})();

@@ -1,0 +1,373 @@
+//! `kvxfer report … --html PAGE` (and a run's own `--html`) opened in a real headless Chromium, network off: pages of a real loopback sweep
+//! (labelled with a script tag), of a real 64-rank loopback cluster run, of an interrupted run, and of every
+//! results file in results/. The test's own script, appended to a copy of each page, points at a heatmap cell,
+//! clicks a table header, measures boxes, and writes what it found as JSON into `<pre id="test-out">`; Chromium
+//! dumps the DOM after the scripts ran and the test reads that JSON back. Chromium missing fails the test (scripts/
+//! setup --test installs it).
+
+mod common;
+
+use common::launch::clean;
+use common::{free_port, kvxfer, read_json, Out, Proc, TempDir};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The limit the page of a 64-rank run must stay under.
+const PAGE_LIMIT: usize = 2 << 20;
+const HOSTILE: &str = "<script>alert(1)</script>";
+
+/// What the probe reports (appended to a copy of the page, run after the page's own script).
+const PROBE: &str = r##"
+(function () {
+  var all = function (sel) { return Array.prototype.slice.call(document.querySelectorAll(sel)); };
+  var box = function (e) { var b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+  var text = function (e) { return e.textContent; };
+  var out = { scripts: all("script:not([type])").length, data_blocks: all('script[type="application/json"]').length };
+  out.same = all("ul.same li").map(function (li) { return [li.getAttribute("data-col"), li.querySelector("span").textContent]; });
+  out.labels = all('dd[data-key="label"]').map(text);
+  out.warnings = all("#warnings li").map(text);
+  out.figures = all("figure.fig").map(function (f) { return [f.getAttribute("data-stem"), f.querySelectorAll("svg").length]; });
+  var cells = all("rect[data-src]");
+  out.cells = cells.length;
+  out.min_side = cells.reduce(function (m, c) { var b = c.getBoundingClientRect(); return Math.min(m, b.width, b.height); }, 1e9);
+  out.col_ticks = all(".heatmap-svg .cols text").map(box);
+  out.row_ticks = all(".heatmap-svg .rows text").map(box);
+  out.hosts = all(".heatmap-svg .hosts text").map(text);
+  out.host_ticks = all(".heatmap-svg .hosts text").map(box);
+  if (cells.length) {
+    var c = cells[Math.floor(cells.length / 2)];
+    c.dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+    var tip = document.getElementById("tip");
+    out.hover = { src: c.getAttribute("data-src"), dst: c.getAttribute("data-dst"), p50: c.getAttribute("data-p50"),
+      tip: tip.textContent, shown: !tip.hidden };
+  }
+  var table = document.getElementById("cases-table");
+  if (table) {
+    out.header = all("#cases-table th").map(text);
+    var rows = function () { return all("#cases-table tbody tr").map(function (r) { return Array.prototype.map.call(r.cells, text); }); };
+    out.rows = rows().length <= 200 ? rows() : [];
+    var th = document.querySelector('#cases-table th[data-col="transfer_ms_p50"]');
+    var col = out.header.indexOf("transfer_ms_p50");
+    th.click();
+    out.sorted_up = rows().map(function (r) { return r[col]; });
+    th.click();
+    out.sorted_down = rows().map(function (r) { return r[col]; });
+  }
+  var pre = document.createElement("pre");
+  pre.id = "test-out";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+"##;
+
+/// Chromium, or a failure saying how to get it.
+fn chromium() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("chromium")).find(|c| c.is_file()));
+    found.unwrap_or_else(|| panic!("chromium is not installed: run scripts/setup --test (it installs chromium)"))
+}
+
+/// What one load of a page showed: the probe's findings and the dumped DOM.
+struct Loaded {
+    found: Value,
+    dom: String,
+}
+
+/// Open a copy of `page` with the probe appended in headless Chromium, with every host name unresolvable; fail on
+/// any console message or uncaught exception (the page itself logs nothing).
+fn load(page: &Path, scratch: &TempDir) -> Loaded {
+    let html = std::fs::read_to_string(page).expect("the page");
+    let copy = page.with_extension("probe.html");
+    std::fs::write(&copy, format!("{html}<script>{PROBE}</script>\n")).unwrap();
+    let profile = scratch.join(&format!("chromium-{}", page.file_stem().unwrap().to_string_lossy()));
+    let mut cmd = Command::new(chromium());
+    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"])
+        .args(["--host-resolver-rules=MAP * ~NOTFOUND", "--no-first-run", "--window-size=1400,1000"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", copy.display()));
+    let out = Proc::start(&mut cmd, format!("chromium --dump-dom {}", copy.display())).finish();
+    assert_eq!(out.code, Some(0), "chromium failed on {}:\n{}", page.display(), out.stderr);
+    let console: Vec<&str> = out.stderr.lines().filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught")).collect();
+    assert!(console.is_empty(), "{}: console messages:\n{}", page.display(), console.join("\n"));
+    let dom = out.stdout;
+    let json = dom
+        .split_once("<pre id=\"test-out\">")
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .map(|(j, _)| j.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+        .unwrap_or_else(|| panic!("{}: the probe wrote nothing (a script failed?):\n{}", page.display(), out.stderr));
+    Loaded { found: serde_json::from_str(&json).expect("the probe's JSON"), dom }
+}
+
+/// `kvxfer report FILES --html PAGE`, which must succeed; returns the page's bytes.
+fn report(files: &[&Path], page: &Path) -> Vec<u8> {
+    let mut cmd = kvxfer();
+    cmd.arg("report").args(files).arg("--html").arg(page);
+    let out = Proc::start(&mut cmd, format!("kvxfer report {files:?} --html")).finish();
+    out.expect_code(0);
+    let bytes = std::fs::read(page).expect("the page was written");
+    let text = String::from_utf8_lossy(&bytes);
+    // Nothing to fetch at view time: no address at all in the page.
+    for scheme in ["http://", "https://", "//cdn", " src=\"", " href=\""] {
+        assert!(!text.contains(scheme), "{}: the page names {scheme}", page.display());
+    }
+    bytes
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    strings(v).iter().map(|s| s.parse().unwrap()).collect()
+}
+
+/// No two boxes overlap, along `axis` (0: left–right, 1: top–bottom), in order along it.
+fn apart(boxes: &Value, axis: usize, what: &str) {
+    let mut b: Vec<Vec<f64>> = boxes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect())
+        .collect();
+    assert!(b.len() >= 2, "{what}: {} labels", b.len());
+    b.sort_by(|x, y| x[axis].total_cmp(&y[axis]));
+    for w in b.windows(2) {
+        assert!(w[1][axis] >= w[0][axis + 2], "{what}: label boxes {:?} and {:?} overlap", w[0], w[1]);
+    }
+}
+
+#[test]
+fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_an_interrupted_run_says_so() {
+    let d = TempDir::new("html-sweep");
+    let (json, csv, page) = (d.join("run.json"), d.join("run.csv"), d.join("run.html"));
+    let args = ["sweep", "--sizes", "64KiB,1MiB,4MiB", "--reps", "3", "--label", HOSTILE];
+    let mut cmd = kvxfer();
+    let live = d.join("live.html");
+    cmd.args(args).arg("--json").arg(&json).arg("--csv").arg(&csv).arg("--html").arg(&live);
+    Proc::start(&mut cmd, "kvxfer sweep".into()).finish().expect_code(0);
+    // The page the run wrote at its end shows what the report's page shows.
+    let at_end = load(&live, &d).found;
+    let bytes = report(&[&json], &page);
+    assert!(bytes.len() < PAGE_LIMIT);
+    let got = load(&page, &d);
+    let f = &got.found;
+
+    // The label is text: shown as written, escaped in the markup, and no script came with it.
+    assert_eq!(strings(&f["labels"]), [HOSTILE]);
+    assert_eq!(f["scripts"], 2, "the page's script and the probe, nothing else");
+    assert_eq!(f["data_blocks"], 1, "the table's rows");
+    assert!(got.dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(strings(&f["warnings"]).is_empty(), "{:?}", f["warnings"]);
+
+    // The figures --fig draws, each an SVG in the page.
+    let stems: Vec<(String, u64)> = f["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().to_string(), p[1].as_u64().unwrap()))
+        .collect();
+    for want in ["time-vs-size", "bandwidth-vs-size", "reps-bandwidth"] {
+        assert!(stems.contains(&(want.to_string(), 1)), "{want} missing: {stems:?}");
+    }
+
+    // The table is the CSV file, cell for cell (a column with one value said once above it), and its p50 is the
+    // results file's.
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    let mut reader = csv::ReaderBuilder::new().comment(Some(b'#')).from_reader(csv_text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let rows: Vec<Vec<String>> = reader.records().map(|r| r.unwrap().iter().map(String::from).collect()).collect();
+    let shown_header = strings(&f["header"]);
+    let shown: Vec<Vec<String>> = f["rows"].as_array().unwrap().iter().map(strings).collect();
+    assert_eq!(shown.len(), rows.len());
+    let same: Vec<Vec<String>> = f["same"].as_array().unwrap().iter().map(strings).collect();
+    for (k, name) in header.iter().enumerate() {
+        match shown_header.iter().position(|h| h == name) {
+            Some(col) => {
+                let column: Vec<&String> = shown.iter().map(|r| &r[col]).collect();
+                assert_eq!(column, rows.iter().map(|r| &r[k]).collect::<Vec<_>>(), "{name}");
+            }
+            None if rows[0][k].is_empty() => assert!(rows.iter().all(|r| r[k].is_empty()), "{name}"),
+            None => {
+                assert!(rows.iter().all(|r| r[k] == rows[0][k]), "{name} varies but is not shown");
+                assert!(same.contains(&vec![name.clone(), rows[0][k].clone()]), "{name}: {same:?}");
+            }
+        }
+    }
+    assert!(same.contains(&vec!["label".to_string(), HOSTILE.to_string()]), "{same:?}");
+    let r = read_json(&json);
+    let size_col = shown_header.iter().position(|h| h == "size_bytes").unwrap();
+    let p50_col = shown_header.iter().position(|h| h == "transfer_ms_p50").unwrap();
+    for c in r["cases"].as_array().unwrap() {
+        let row = shown
+            .iter()
+            .find(|row| row[size_col].parse::<u64>().ok() == c["size_bytes"].as_u64())
+            .expect("a row per case");
+        let dom: f64 = row[p50_col].parse().unwrap();
+        assert!((dom - c["transfer_ms"]["p50"].as_f64().unwrap()).abs() < 1e-4, "{row:?} vs {c}");
+    }
+
+    for key in ["labels", "header", "rows", "same"] {
+        assert_eq!(at_end[key], f[key], "{key}: the run's own page differs from the report's");
+    }
+
+    // A header click sorts by that column, numerically, and a second click reverses it.
+    let up = numbers(&f["sorted_up"]);
+    assert_eq!(up.len(), 3);
+    assert!(up.windows(2).all(|w| w[0] <= w[1]), "{up:?}");
+    let down = numbers(&f["sorted_down"]);
+    assert!(down.windows(2).all(|w| w[0] >= w[1]), "{down:?}");
+
+    // An interrupted run that completed nothing: its page says so, and loads.
+    let mut empty = r.clone();
+    empty["cases"] = Value::Array(Vec::new());
+    empty["complete"] = Value::Bool(false);
+    empty["error"] = Value::String("the receiver went away".into());
+    let (ejson, epage) = (d.join("empty.json"), d.join("empty.html"));
+    std::fs::write(&ejson, serde_json::to_vec_pretty(&empty).unwrap()).unwrap();
+    report(&[&ejson], &epage);
+    let warnings = strings(&load(&epage, &d).found["warnings"]);
+    assert!(warnings.iter().any(|w| w.contains("INCOMPLETE") && w.contains("the receiver went away")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("no completed measurement")), "{warnings:?}");
+
+    // A page that cannot be written is a usage error naming the flag, before anything is read.
+    let out: Out =
+        Proc::start(kvxfer().arg("report").arg(&json).args(["--html", "/nonexistent-dir/p.html"]), "bad".into())
+            .finish();
+    out.expect_code(2);
+    assert!(out.stderr.contains("--html"), "{}", out.stderr);
+}
+
+const RANKS: usize = 64;
+
+/// Rank `r` of a loopback cluster run under `pairs`, as light as the page's check allows.
+fn rank(r: usize, port: u16, extra: &[String]) -> Proc {
+    let mut cmd = clean(Command::new(common::bin()));
+    cmd.args(["cluster", "--pattern", "pairs", "--sizes", "256KiB", "--reps", "2", "--warmup", "0"]);
+    cmd.args(["--step-timeout", "5m", "--rendezvous-timeout", "5m"]).args(extra);
+    cmd.args(["--coordinator", &format!("127.0.0.1:{port}")]);
+    cmd.env("KVXFER_RANK", r.to_string()).env("KVXFER_WORLD_SIZE", RANKS.to_string());
+    cmd.env_remove("KVXFER_TOKEN");
+    Proc::start(&mut cmd, format!("kvxfer cluster rank {r}"))
+}
+
+/// The heatmap of `page` as loaded: every link a cell of at least 4 px, tick labels apart, and a hover naming
+/// the cell's link with the results file's p50.
+fn check_heatmap(page: &Path, d: &TempDir, r: &Value) -> Value {
+    let found = load(page, d).found;
+    assert_eq!(found["cells"], RANKS * (RANKS - 1));
+    let side = found["min_side"].as_f64().unwrap();
+    assert!(side >= 4.0, "cells of {side} px");
+    apart(&found["col_ticks"], 0, "column ticks");
+    apart(&found["row_ticks"], 1, "row ticks");
+    let hover = &found["hover"];
+    assert_eq!(hover["shown"], true);
+    let (src, dst) = (hover["src"].as_str().unwrap(), hover["dst"].as_str().unwrap());
+    let tip = hover["tip"].as_str().unwrap();
+    let p50 = hover["p50"].as_str().unwrap();
+    assert!(tip.starts_with(&format!("{src}@")) && tip.contains(&format!(" → {dst}@")), "{src}→{dst}: {tip}");
+    assert!(tip.contains(&format!(": p50 {p50} GB/s")), "{tip}");
+    let case = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["src"]["rank"].as_u64() == src.parse().ok() && c["dst"]["rank"].as_u64() == dst.parse().ok())
+        .expect("the hovered link is in the file");
+    let p50: f64 = hover["p50"].as_str().unwrap().parse().unwrap();
+    assert!((p50 - case["gbps"]["p50"].as_f64().unwrap()).abs() < 1e-3, "{p50} vs {}", case["gbps"]);
+    found
+}
+
+#[test]
+fn a_64_rank_cluster_page_stays_readable_and_small_and_a_hover_names_the_link() {
+    let d = TempDir::new("html-cluster");
+    let json = d.join("pairs.json");
+    let port = free_port();
+    let outputs = vec!["--json".to_string(), d.arg("pairs.json"), "--html".to_string(), d.arg("live.html")];
+    let procs: Vec<Proc> = (0..RANKS).map(|r| rank(r, port, if r == 0 { &outputs } else { &[] })).collect();
+    for mut p in procs {
+        let status = p.wait_timeout(Duration::from_secs(600));
+        assert!(status.is_some_and(|s| s.success()), "{} failed:\n{}", p.what, p.stderr.text());
+    }
+    let r = read_json(&json);
+    let page = d.join("pairs.html");
+    let bytes = report(&[&json], &page);
+    assert!(bytes.len() <= PAGE_LIMIT, "{} bytes", bytes.len());
+    check_heatmap(&page, &d, &r);
+    check_heatmap(&d.join("live.html"), &d, &r);
+
+    // The same run as if on 8 hosts of 8 ranks: each host's block is named and the labels still keep apart.
+    let mut hosts = r.clone();
+    let name = |rank: &Value| format!("node-{}.cluster", rank.as_u64().unwrap() / 8);
+    for e in hosts["cluster"]["ranks"].as_array_mut().unwrap() {
+        e["host"] = Value::String(name(&e["rank"]));
+    }
+    for c in hosts["cases"].as_array_mut().unwrap() {
+        for end in ["src", "dst"] {
+            c[end]["host"] = Value::String(name(&c[end]["rank"]));
+        }
+    }
+    let (hjson, hpage) = (d.join("hosts.json"), d.join("hosts.html"));
+    std::fs::write(&hjson, serde_json::to_vec(&hosts).unwrap()).unwrap();
+    report(&[&hjson], &hpage);
+    let found = check_heatmap(&hpage, &d, &hosts);
+    let hosts = strings(&found["hosts"]);
+    assert_eq!(hosts.len(), 8, "{hosts:?}");
+    assert!(hosts.iter().all(|h| h.starts_with("node-")), "{hosts:?}");
+    apart(&found["host_ticks"], 0, "host names");
+}
+
+#[test]
+fn every_results_file_in_results_renders_a_page_that_loads_without_console_errors() {
+    let d = TempDir::new("html-results");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let mut pages = 0;
+    for f in files {
+        // results/ also keeps other tools' JSON (torch's bidir runs), which is no kvxfer results file.
+        if read_json(&f).get("schema").is_none() {
+            continue;
+        }
+        let page = d.join(&format!("{}.html", f.file_stem().unwrap().to_string_lossy()));
+        report(&[&f], &page);
+        let found = load(&page, &d).found;
+        assert_eq!(found["scripts"], 2, "{}", f.display());
+        assert!(
+            found["figures"].as_array().unwrap().iter().all(|f| f[1] == 1),
+            "{}: {:?}",
+            f.display(),
+            found["figures"]
+        );
+        pages += 1;
+    }
+    assert!(pages >= 10, "only {pages} results files");
+}
+
+#[test]
+fn a_latency_run_and_a_sweep_share_one_page_each_with_its_own_figures() {
+    let d = TempDir::new("html-overlay");
+    let (lat, sweep, page) = (d.join("lat.json"), d.join("sweep.json"), d.join("both.html"));
+    let mut cmd = kvxfer();
+    cmd.args(["latency", "--sizes", "8,4KiB", "--iters", "200", "--warmup-iters", "10", "--label", "tcp latency"]);
+    Proc::start(cmd.arg("--json").arg(&lat), "kvxfer latency".into()).finish().expect_code(0);
+    let mut cmd = kvxfer();
+    cmd.args(["sweep", "--sizes", "256KiB,1MiB", "--reps", "3", "--label", "a sweep"]);
+    Proc::start(cmd.arg("--json").arg(&sweep), "kvxfer sweep".into()).finish().expect_code(0);
+    report(&[&lat, &sweep], &page);
+    let f = load(&page, &d).found;
+    assert_eq!(strings(&f["labels"]), ["tcp latency", "a sweep"]);
+    let stems: Vec<String> =
+        f["figures"].as_array().unwrap().iter().map(|p| p[0].as_str().unwrap().to_string()).collect();
+    for want in ["latency-vs-size", "latency-cdf", "time-vs-size", "bandwidth-vs-size", "reps-bandwidth"] {
+        assert!(stems.iter().any(|s| s == want), "{want} missing: {stems:?}");
+    }
+    let cases = |p: &Path| read_json(p)["cases"].as_array().unwrap().len();
+    assert_eq!(f["rows"].as_array().unwrap().len(), cases(&lat) + cases(&sweep));
+}
