@@ -35,8 +35,8 @@ pub fn shell(title: &str, body: &str) -> String {
     )
 }
 
-/// What a reader must know before any number: runs that did not finish or have nothing to show, and the
-/// warnings about the runs taken together. An empty list says there is none.
+/// What a reader must know before any number: runs that did not finish or have nothing to show, how many of each
+/// run's cases carry warnings, and the warnings about the runs taken together. An empty list says there is none.
 pub fn warnings(runs: &[(String, &Results)], across: &[String]) -> String {
     let mut items: Vec<String> = Vec::new();
     for (name, r) in runs {
@@ -48,6 +48,11 @@ pub fn warnings(runs: &[(String, &Results)], across: &[String]) -> String {
         let moved = !r.cases.is_empty() || r.replay.as_ref().is_some_and(|p| !p.loads.is_empty());
         if !moved {
             items.push(format!("{name}: this run has no completed measurement; there is nothing to draw"));
+        }
+        // The cases' own warnings (noise, few reps, a busy host) are counted here; each is told under its run.
+        if r.cases.iter().any(|c| !c.derived.warnings.is_empty()) {
+            let summary = crate::export::cells::warning_summary(&r.cases);
+            items.push(format!("{name}: {}", summary.trim_start_matches("⚠ ")));
         }
     }
     items.extend(across.iter().cloned());
@@ -80,7 +85,7 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
     let rows = [
         ("label", r.label.clone()),
         ("started", r.started_at.clone()),
-        ("kvxfer", format!("{} ({})", r.kvxfer_version, text("git_describe"))),
+        ("kvxfer", version(&r.kvxfer_version, &text("git_describe"))),
         ("command", command),
         ("transport", r.config.transport.to_string()),
         ("host", format!("{} — {} — {} — {} CPUs", text("hostname"), text("os"), text("kernel"), cpus(env))),
@@ -121,6 +126,15 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
         esc(&fingerprint)
     ));
     out
+}
+
+/// "0.1.0 (e586a36)", or the version alone where the file names no commit (files written before it did).
+fn version(version: &str, commit: &str) -> String {
+    if commit.is_empty() {
+        version.to_string()
+    } else {
+        format!("{version} ({commit})")
+    }
 }
 
 fn cpus(env: &serde_json::Value) -> String {
