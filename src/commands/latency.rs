@@ -143,14 +143,6 @@ fn measure(
     // The receiver this command started answers from a thread of this process, which splits the CPUs alike.
     let in_process = role == Role::Sweep && !registry::get(a.transport).receiver_in_own_process();
     let cpus = if in_process { split_ping_pong(PingPongEnd::Pinger)? } else { None };
-    if let Some(c) = &cpus {
-        let several = if c.responder.contains([',', '-']) { "CPUs" } else { "CPU" };
-        crate::noteln!(
-            "ping-pong: this end on CPU {}, the receiver on {several} {} (kept apart)",
-            c.pinger,
-            c.responder
-        );
-    }
     let mut ch = ControlChannel::connect(peer, timeouts)?;
     let receiver_host = client_hello(&mut ch, token)?;
     let (Some(peer_addr), Some(local)) = (ch.peer_addr(), ch.local_addr()) else {
@@ -165,6 +157,15 @@ fn measure(
         session_key: ch.session_key(),
     };
     let mut session = LatencySession::establish(ch, cfg.clone(), plan, &ctx)?;
+    // Said once both ends are up: a refusal while connecting stays the one line on stderr.
+    if let Some(c) = &cpus {
+        let several = if c.responder.contains([',', '-']) { "CPUs" } else { "CPU" };
+        crate::noteln!(
+            "ping-pong: this end on CPU {}, the receiver on {several} {} (kept apart)",
+            c.pinger,
+            c.responder
+        );
+    }
     let label = a.label.clone().unwrap_or_else(|| format!("{} latency → {receiver_host}", cfg.transport.kind()));
     let shown_peer = if role == Role::Sweep { "loopback" } else { peer };
     let detail = serde_json::json!({ "sender": session.describe() });
