@@ -55,6 +55,36 @@ const PROBE: &str = r##"
     th.click();
     out.sorted_down = rows().map(function (r) { return r[col]; });
   }
+  // Each figure's hover targets: how many, how many sit on a circle plotters drew (within a pixel), their words,
+  // and what the tooltip says when the first is pointed at.
+  out.points = all("figure.fig").map(function (f) {
+    var targets = Array.prototype.slice.call(f.querySelectorAll("g.hover circle"));
+    var marks = Array.prototype.slice.call(f.querySelectorAll("svg circle")).filter(function (c) { return !c.closest("g.hover"); });
+    var near = function (a, b, k) { return Math.abs(+a.getAttribute(k) - +b.getAttribute(k)) <= 1; };
+    var on = targets.filter(function (t) { return marks.some(function (m) { return near(m, t, "cx") && near(m, t, "cy"); }); });
+    var shown = null;
+    if (targets.length) {
+      targets[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+      shown = document.getElementById("tip").hidden ? null : document.getElementById("tip").textContent;
+    }
+    return { stem: f.getAttribute("data-stem"), targets: targets.length, on_marker: on.length,
+      words: targets.map(function (t) { return t.getAttribute("data-tip"); }), shown: shown };
+  });
+  // A drag across the first figure's middle half zooms into it; a double click zooms back out.
+  var fig = document.querySelector("figure.fig svg");
+  if (fig) {
+    var r = fig.getBoundingClientRect();
+    var mouse = function (type, fx, fy) {
+      fig.dispatchEvent(new MouseEvent(type, { bubbles: true, button: 0, clientX: r.left + fx * r.width, clientY: r.top + fy * r.height }));
+    };
+    out.viewbox = fig.getAttribute("viewBox");
+    mouse("mousedown", 0.25, 0.25);
+    mouse("mousemove", 0.75, 0.75);
+    mouse("mouseup", 0.75, 0.75);
+    out.zoomed = fig.getAttribute("viewBox");
+    mouse("dblclick", 0.5, 0.5);
+    out.unzoomed = fig.getAttribute("viewBox");
+  }
   var pre = document.createElement("pre");
   pre.id = "test-out";
   pre.textContent = JSON.stringify(out);
@@ -184,6 +214,8 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
         assert!(stems.contains(&(want.to_string(), 1)), "{want} missing: {stems:?}");
     }
 
+    check_points(f, &read_json(&json));
+
     // The table is the CSV file, cell for cell (a column with one value said once above it), and its p50 is the
     // results file's.
     let csv_text = std::fs::read_to_string(&csv).unwrap();
@@ -249,6 +281,43 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
             .finish();
     out.expect_code(2);
     assert!(out.stderr.contains("--html"), "{}", out.stderr);
+}
+
+/// The figures' points as a reader points at them: one target on each p50 and max marker of the bandwidth
+/// figure, on each p50 of the time figure and on each rep of the strip plot, every one on a marker plotters drew,
+/// saying the results file's numbers; the tooltip shows a target's words; a drag zooms, a double click undoes it.
+fn check_points(f: &Value, r: &Value) {
+    let cases = r["cases"].as_array().unwrap();
+    let reps: usize = cases.iter().map(|c| c["reps"].as_array().unwrap().len()).sum();
+    let points = f["points"].as_array().unwrap();
+    let of = |stem: &str| points.iter().find(|p| p["stem"] == stem).unwrap_or_else(|| panic!("{stem}: {points:?}"));
+    for (stem, n) in [("bandwidth-vs-size", 2 * cases.len()), ("time-vs-size", cases.len()), ("reps-bandwidth", reps)] {
+        let p = of(stem);
+        assert_eq!(p["targets"], n, "{stem}: {p}");
+        assert_eq!(p["on_marker"], n, "{stem}: a target off its marker: {p}");
+        assert_eq!(p["shown"], p["words"][0], "{stem}: the tooltip");
+    }
+    // A p50 target names its size and says the file's p50, to the digits shown.
+    let words = strings(&of("bandwidth-vs-size")["words"]);
+    for c in cases {
+        let gbps = c["gbps"]["p50"].as_f64().unwrap();
+        let size = c["size_bytes"].as_u64().unwrap();
+        let name = if size >= 1 << 20 { format!("{} MiB", size >> 20) } else { format!("{} KiB", size >> 10) };
+        let said = words
+            .iter()
+            .filter(|w| w.contains(&format!("· {name}")) && w.contains(": p50 "))
+            .map(|w| w.split(": p50 ").nth(1).unwrap().split(' ').next().unwrap().parse::<f64>().unwrap())
+            .collect::<Vec<_>>();
+        assert_eq!(said.len(), 1, "{name}: {words:?}");
+        assert!((said[0] - gbps).abs() <= gbps * 0.006, "{name}: page says {} GB/s, file {gbps}", said[0]);
+    }
+    let view = |k: &str| -> Vec<f64> { f[k].as_str().unwrap().split(' ').map(|v| v.parse().unwrap()).collect() };
+    let (full, zoomed) = (view("viewbox"), view("zoomed"));
+    assert_eq!(view("unzoomed"), full);
+    for (i, share) in [0.25, 0.25, 0.5, 0.5].into_iter().enumerate() {
+        let want = share * full[2 + i % 2];
+        assert!((zoomed[i] - want).abs() <= 2.0, "zoomed to {zoomed:?} from {full:?}");
+    }
 }
 
 const RANKS: usize = 64;
@@ -381,4 +450,14 @@ fn a_latency_run_and_a_sweep_share_one_page_each_with_its_own_figures() {
     }
     let cases = |p: &Path| read_json(p)["cases"].as_array().unwrap().len();
     assert_eq!(f["rows"].as_array().unwrap().len(), cases(&lat) + cases(&sweep));
+    // The latency figures' points: p50 and p99 of each size, each curve's p50 and p99 marks, in µs.
+    let points = f["points"].as_array().unwrap();
+    for (stem, n) in [("latency-vs-size", 2 * cases(&lat)), ("latency-cdf", 2 * cases(&lat))] {
+        let p = points.iter().find(|p| p["stem"] == stem).unwrap();
+        assert_eq!(p["targets"], n, "{stem}: {p}");
+        assert!(
+            strings(&p["words"]).iter().all(|w| w.contains(" µs") && (w.contains("p50") || w.contains("p99"))),
+            "{stem}: {p}"
+        );
+    }
 }

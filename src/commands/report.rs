@@ -57,9 +57,8 @@ pub fn run(a: ReportArgs) -> Result<()> {
         draw(&all, &a.files, &lines, &mut Sink::Dir(dir))?;
     }
     if let Some(page) = &a.fig.html {
-        let mut sink = Sink::Page(Vec::new());
-        draw(&all, &a.files, &lines, &mut sink)?;
-        let Sink::Page(figures) = sink else { unreachable!("the sink made just above") };
+        let mut figures = Vec::new();
+        draw(&all, &a.files, &lines, &mut Sink::Page(&mut figures))?;
         let runs = series_names(&all, &a.files).into_iter().zip(&all).collect();
         let text = export::html::render(&export::html::PageInput { runs, warnings, figures, extras: NOTES })?;
         export::write_atomic(page, text.as_bytes())?;

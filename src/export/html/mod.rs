@@ -37,13 +37,13 @@ pub fn write_run(
     lines: &[super::plot::RefLine],
     extras: &'static dyn crate::measure::ExtrasNotes,
 ) -> Result<()> {
-    let mut sink = super::plot::Sink::Page(Vec::new());
+    let mut figures = Vec::new();
+    let mut sink = super::plot::Sink::Page(&mut figures);
     if results.cluster.is_some() {
         super::plot::draw_cluster(results, &mut sink, lines)?;
     } else {
         super::plot::draw_series(&results.figure_series(), &mut sink, lines)?;
     }
-    let super::plot::Sink::Page(figures) = sink else { unreachable!("the sink made just above") };
     let name = if results.label.trim().is_empty() { "run".to_string() } else { results.label.clone() };
     let input = PageInput { runs: vec![(name, results)], warnings: Vec::new(), figures, extras };
     super::write_atomic(page, render(&input)?.as_bytes())?;

@@ -141,21 +141,36 @@ fn cpus(env: &serde_json::Value) -> String {
     env.get("cpus").map(|v| v.to_string()).unwrap_or_default()
 }
 
-/// The figures, each inline as plotters wrote it (it escapes its text). The SVG namespace attribute is dropped:
-/// HTML knows `<svg>` without it, and the page then names no address at all.
+/// The figures, each inline as plotters wrote it (it escapes its text), with a transparent target over each of
+/// its points that carries the point's words (`data-tip`, shown on hover by the script; drag on a figure zooms
+/// into the box, a double click zooms out). The SVG namespace attribute is dropped: HTML knows `<svg>` without
+/// it, and the page then names no address at all.
 pub fn figures(figures: &[PageFigure]) -> String {
     if figures.is_empty() {
         return String::new();
     }
-    let mut out = String::from("<section id=\"figures\">\n<h2>Figures</h2>\n");
+    let mut out = String::from(
+        "<section id=\"figures\">\n<h2>Figures</h2>\n<p class=\"hint\">Point at a marker for its numbers; drag across \
+         a figure to zoom into that box, double-click to zoom out.</p>\n",
+    );
     for f in figures {
         let svg = f.svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1);
-        let svg = svg.trim_start_matches(|c| c != '<');
-        out.push_str(&format!(
-            "<figure class=\"fig\" data-stem=\"{}\">\n{svg}\n<figcaption>{}</figcaption>\n</figure>\n",
-            esc(&f.stem),
-            esc(&f.stem)
-        ));
+        let svg = svg.trim_start_matches(|c| c != '<').trim_end();
+        let (head, tail) = svg.rsplit_once("</svg>").unwrap_or((svg, ""));
+        out.push_str(&format!("<figure class=\"fig\" data-stem=\"{}\">\n{head}", esc(&f.stem)));
+        if !f.hover.is_empty() {
+            out.push_str("<g class=\"hover\">\n");
+            for p in &f.hover {
+                out.push_str(&format!(
+                    "<circle cx=\"{}\" cy=\"{}\" r=\"7\" data-tip=\"{}\"/>\n",
+                    p.x,
+                    p.y,
+                    esc(&p.text)
+                ));
+            }
+            out.push_str("</g>\n");
+        }
+        out.push_str(&format!("</svg>{tail}\n<figcaption>{}</figcaption>\n</figure>\n", esc(&f.stem)));
     }
     out.push_str("</section>\n");
     out
@@ -193,8 +208,12 @@ mod tests {
     #[test]
     fn a_figure_is_inlined_without_its_namespace_address() {
         let svg = "<svg width=\"10\" height=\"10\" viewBox=\"0 0 10 10\" xmlns=\"http://www.w3.org/2000/svg\">\n</svg>";
-        let page = figures(&[PageFigure { stem: "a<b".into(), svg: svg.into() }]);
+        let hover = vec![crate::export::plot::HoverPoint { x: 3, y: 4, text: "<script>".into() }];
+        let page = figures(&[PageFigure { stem: "a<b".into(), svg: svg.into(), hover }]);
         assert!(!page.contains("http"), "{page}");
         assert!(page.contains("data-stem=\"a&lt;b\""), "{page}");
+        // The point's target goes inside the figure's SVG, its words as text.
+        let target = page.find("<circle cx=\"3\" cy=\"4\" r=\"7\" data-tip=\"&lt;script&gt;\"/>").expect(&page);
+        assert!(target < page.find("</svg>").unwrap(), "{page}");
     }
 }

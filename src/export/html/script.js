@@ -1,4 +1,4 @@
-// The page's own script: sorting and filtering tables, the heatmap's tooltip and zoom. No library, nothing fetched.
+// The page's own script: sorting and filtering tables, the points' and the heatmap's tooltips, zoom. No library, nothing fetched.
 (function () {
   "use strict";
   var each = function (list, f) { Array.prototype.forEach.call(list, f); };
@@ -62,9 +62,9 @@
       (d("verdict") || "no counter stands out");
   }
   document.addEventListener("mouseover", function (e) {
-    var c = e.target.closest ? e.target.closest("rect[data-src]") : null;
+    var c = e.target.closest ? e.target.closest("rect[data-src], [data-tip]") : null;
     if (!c) { tip.hidden = true; return; }
-    tip.textContent = tipText(c);
+    tip.textContent = c.hasAttribute("data-tip") ? c.getAttribute("data-tip") : tipText(c);
     var box = c.getBoundingClientRect();
     tip.style.left = (window.scrollX + box.right + 8) + "px";
     tip.style.top = (window.scrollY + box.top) + "px";
@@ -79,5 +79,46 @@
       svg.setAttribute("width", Math.round(w * zoom.value));
       svg.setAttribute("height", Math.round(h * zoom.value));
     });
+  });
+
+  // A figure zooms into the box dragged across it (its viewBox narrowed; the text scales with it, as a
+  // magnifier's would) and back out on a double click.
+  each(document.querySelectorAll("figure.fig svg"), function (svg) {
+    var full = svg.getAttribute("viewBox") ||
+      "0 0 " + svg.getAttribute("width") + " " + svg.getAttribute("height");
+    svg.setAttribute("viewBox", full);
+    var start = null, band = null;
+    function at(e) {
+      var p = svg.createSVGPoint();
+      p.x = e.clientX; p.y = e.clientY;
+      return p.matrixTransform(svg.getScreenCTM().inverse());
+    }
+    function box(p) {
+      return { x: Math.min(start.x, p.x), y: Math.min(start.y, p.y),
+               w: Math.abs(p.x - start.x), h: Math.abs(p.y - start.y) };
+    }
+    svg.addEventListener("mousedown", function (e) {
+      if (e.button !== 0) return;
+      start = at(e);
+      band = document.createElementNS(svg.namespaceURI, "rect");
+      band.setAttribute("class", "zoom-band");
+      svg.appendChild(band);
+      e.preventDefault();
+    });
+    svg.addEventListener("mousemove", function (e) {
+      if (!start) return;
+      var b = box(at(e));
+      band.setAttribute("x", b.x); band.setAttribute("y", b.y);
+      band.setAttribute("width", b.w); band.setAttribute("height", b.h);
+    });
+    window.addEventListener("mouseup", function (e) {
+      if (!start) return;
+      var b = box(at(e));
+      // A click is not a drag: a box of a few pixels would zoom into nothing.
+      if (b.w > 4 && b.h > 4) svg.setAttribute("viewBox", [b.x, b.y, b.w, b.h].join(" "));
+      svg.removeChild(band);
+      start = band = null;
+    });
+    svg.addEventListener("dblclick", function () { svg.setAttribute("viewBox", full); });
   });
 })();

@@ -94,13 +94,16 @@ impl BandwidthFigure<'_> {
             let max: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.gbps.max)).collect();
             let p50: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.gbps.p50)).collect();
             style::path(plot, max.clone(), Dash::Solid, r.style.colour.stroke_width(1))?;
-            for p in max {
+            for (p, c) in max.into_iter().zip(&cases) {
                 plot.draw(&style::marker(p, r.style.marker, 4, r.style.colour, false))?;
+                let text = format!("{}: max {} GB/s", super::hover::case_name(&r.name, c), format_gbps(p.1));
+                labels.hover(plot, &p, text);
             }
             style::path(plot, p50.clone(), r.style.dash, r.style.colour.stroke_width(3))?;
             labels.block_line(plot, &p50);
-            for p in p50 {
+            for (p, c) in p50.into_iter().zip(&cases) {
                 plot.draw(&style::marker(p, r.style.marker, 5, r.style.colour, true))?;
+                labels.hover(plot, &p, super::hover::case(&r.name, c));
             }
         }
         for r in self.runs {

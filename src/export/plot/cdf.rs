@@ -46,6 +46,8 @@ pub struct CdfFigure {
     /// The legend's last line, saying what the markers are.
     pub note: String,
     pub x_label: fn(&f64) -> String,
+    /// The x values' unit, as a point's words on a page name it.
+    pub unit: &'static str,
     pub curves: Vec<CdfCurve>,
 }
 
@@ -105,8 +107,9 @@ impl Figure for CdfFigure {
                 below = y;
             }
             style::path(plot, steps, c.style.dash, c.style.colour.stroke_width(2))?;
-            for &m in &c.marks {
+            for (&m, q) in c.marks.iter().zip(["p50", "p99"]) {
                 plot.draw(&style::marker(m, c.style.marker, 5, c.style.colour, true))?;
+                labels.hover(plot, &m, format!("{}: {q} {} {}", c.name, super::hover::sig(m.0), self.unit));
             }
         }
         Ok(())

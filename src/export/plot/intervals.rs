@@ -1,9 +1,11 @@
 //! `bandwidth-over-time`: a paced run's GB/s per interval (`--duration … --interval …`), one series per run and
 //! size, so periodic and phase-change slowdowns show as steps or saw-teeth a per-size summary would average away.
 
+use super::hover::sig;
 use super::style::{self, text, AXIS_PX, GRID, TICK_PX};
 use super::{Drawn, Figure, Labels, Run};
 use crate::plan::sizes::format_size;
+use crate::stats::modes::format_gbps;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -81,6 +83,10 @@ impl Figure for IntervalsFigure {
                 for &p in &s.points {
                     plot.draw(&style::marker(p, s.style.marker, 4, s.style.colour, true))?;
                 }
+            }
+            for &p in &s.points {
+                let text = format!("{}: {} GB/s in the interval ending at {} s", s.name, format_gbps(p.1), sig(p.0));
+                labels.hover(plot, &p, text);
             }
         }
         Ok(())

@@ -58,12 +58,22 @@ impl Rect {
 /// Space kept clear around every label, in pixels.
 const GAP: i32 = 2;
 
-/// The labels of one drawing of a figure: the notes its legend shows, and the labels placed or dropped so far.
+/// A point a page's reader can point at: where it is in the figure's pixels, and what it is in words.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoverPoint {
+    pub x: i32,
+    pub y: i32,
+    pub text: String,
+}
+
+/// The labels of one drawing of a figure: the notes its legend shows, the labels placed or dropped so far, and the
+/// words of its points (which a page shows on hover; files have no use for them).
 #[derive(Default)]
 pub struct Labels {
     given: Vec<Note>,
     dropped: Vec<Note>,
     placed: Vec<Rect>,
+    hover: Vec<HoverPoint>,
 }
 
 impl Labels {
@@ -75,6 +85,22 @@ impl Labels {
     /// The notes of labels dropped in this drawing that its legend did not already carry.
     pub fn new_notes(&self) -> Vec<Note> {
         self.dropped.iter().filter(|n| !self.given.contains(n)).cloned().collect()
+    }
+
+    /// Say what the point at `at` (in the plot's coordinates) is, for a reader pointing at it on a page.
+    pub fn hover<DB: DrawingBackend, CT: CoordTranslate>(
+        &mut self,
+        plot: &DrawingArea<DB, CT>,
+        at: &CT::From,
+        text: String,
+    ) {
+        let (x, y) = plot.map_coordinate(at);
+        self.hover.push(HoverPoint { x, y, text });
+    }
+
+    /// The points said so far, in drawing order.
+    pub fn into_hover(self) -> Vec<HoverPoint> {
+        self.hover
     }
 
     /// The legend's note lines: one per (what, colour), its `at`s joined.

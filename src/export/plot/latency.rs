@@ -96,6 +96,20 @@ impl Figure for LatencySizeFigure<'_> {
                 for p in p50 {
                     plot.draw(&style::marker(p, r.style.marker, 5, r.style.colour, true))?;
                 }
+                let us = |v: f64| super::hover::ms(v / 1e3);
+                for (s, q) in &cases {
+                    let text = format!(
+                        "{} · {}: p50 {}, p99 {} (min {}, max {})",
+                        r.name,
+                        format_size(*s as u64),
+                        us(q.p50),
+                        us(q.p99),
+                        us(q.min),
+                        us(q.max)
+                    );
+                    labels.hover(plot, &(*s, q.p50), text.clone());
+                    labels.hover(plot, &(*s, q.p99), text);
+                }
             }
             Ok(())
         })
@@ -130,6 +144,7 @@ pub fn latency_cdf(runs: &[Run]) -> Option<CdfFigure> {
         y_desc: "share of exchanges at or below",
         note: "markers: each curve's p50 and p99".into(),
         x_label: us_label,
+        unit: "µs",
         curves,
     })
 }

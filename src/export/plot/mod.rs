@@ -21,6 +21,7 @@ mod bandwidth;
 mod cdf;
 mod chart;
 mod heatmap;
+mod hover;
 mod intervals;
 mod labels;
 mod latency;
@@ -35,6 +36,7 @@ use crate::export::json::Results;
 use crate::stats::{ceiling, Ceiling};
 use anyhow::Result;
 use image::ImageEncoder;
+pub use labels::HoverPoint;
 use labels::Labels;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -225,13 +227,15 @@ pub fn draw_cluster(results: &Results, sink: &mut Sink, lines: &[RefLine]) -> Re
 /// page and the files draw from one description of each figure.
 pub enum Sink<'a> {
     Dir(&'a Path),
-    Page(Vec<PageFigure>),
+    Page(&'a mut Vec<PageFigure>),
 }
 
-/// One figure as a page inlines it: its file stem (`bandwidth-vs-size`) and its SVG.
+/// One figure as a page inlines it: its file stem (`bandwidth-vs-size`), its SVG, and its points' words in the
+/// SVG's pixels, for the page to show on hover.
 pub struct PageFigure {
     pub stem: String,
     pub svg: String,
+    pub hover: Vec<labels::HoverPoint>,
 }
 
 /// A figure that draws on any plotters backend, so one description gives both PNG and SVG. Its labels on the plot
@@ -273,8 +277,8 @@ fn save(fig: &impl Figure, sink: &mut Sink, stem: &str) -> Result<Vec<PathBuf>> 
     let dir = match sink {
         Sink::Dir(dir) => *dir,
         Sink::Page(figures) => {
-            let svg = svg_text(fig, notes).map_err(|e| anyhow::anyhow!("drawing the figure {stem}: {e}"))?;
-            figures.push(PageFigure { stem: stem.to_string(), svg });
+            let (svg, hover) = svg_text(fig, notes).map_err(|e| anyhow::anyhow!("drawing the figure {stem}: {e}"))?;
+            figures.push(PageFigure { stem: stem.to_string(), svg, hover });
             return Ok(Vec::new());
         }
     };
@@ -301,14 +305,16 @@ fn save(fig: &impl Figure, sink: &mut Sink, stem: &str) -> Result<Vec<PathBuf>> 
     crate::export::write_atomic(&png, &encoded)?;
 
     let svg = dir.join(format!("{stem}.svg"));
-    let text = svg_text(fig, notes).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+    let (text, _) = svg_text(fig, notes).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
     crate::export::write_atomic(&svg, text.as_bytes())?;
     Ok(vec![png, svg])
 }
 
-/// `fig` as SVG text, with the labels that found no place on the plot in its legend (`notes`).
-fn svg_text(fig: &impl Figure, notes: Vec<labels::Note>) -> Result<String, String> {
+/// `fig` as SVG text, with the labels that found no place on the plot in its legend (`notes`), and the words of
+/// its points.
+fn svg_text(fig: &impl Figure, notes: Vec<labels::Note>) -> Result<(String, Vec<labels::HoverPoint>), String> {
     let mut text = String::new();
+    let mut labels = Labels::with_notes(notes);
     {
         let backend = raster::TextFix::new(
             SVGBackend::with_string(&mut text, fig.size()),
@@ -316,10 +322,10 @@ fn svg_text(fig: &impl Figure, notes: Vec<labels::Note>) -> Result<String, Strin
             raster::TextMode::Svg,
         );
         let root = backend.into_drawing_area();
-        fig.draw(&root, &mut Labels::with_notes(notes)).map_err(|e| e.to_string())?;
+        fig.draw(&root, &mut labels).map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
     }
-    Ok(text)
+    Ok((text, labels.into_hover()))
 }
 
 /// White background, the title, and the legend band (`legend`, then the notes of labels not placed on the plot);

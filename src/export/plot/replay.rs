@@ -12,6 +12,7 @@ use super::cdf::{CdfCurve, CdfFigure};
 use super::labels::Spot;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
+use crate::stats::modes::format_gbps;
 use crate::stats::replay::load_words;
 use crate::stats::replay::{LatencyFrom, LoadSummary, ReplayJson};
 use plotters::coord::Shift;
@@ -82,6 +83,7 @@ fn latency_cdf(replay: &ReplayJson) -> Option<CdfFigure> {
         y_desc: "share of requests at or below",
         note: "markers: each curve's p50 and p99; repetitions pooled".into(),
         x_label: |v| axes::number_label(*v),
+        unit: "ms",
         curves,
     })
 }
@@ -262,6 +264,13 @@ impl LoadFigure {
             plot.draw(&style::marker(p, Marker::Circle, 5, colour, true))?;
         }
         self.rings(plot, self.points.iter().filter_map(|p| p.p99.map(|v| (p, v))))?;
+        for p in &self.points {
+            for (q, v) in [("p50", p.p50), ("p99", p.p99)] {
+                let Some(v) = v else { continue };
+                let words = format!("{}: {q} {}", self.load_words(p), super::hover::ms(v));
+                labels.hover(plot, &(p.load, v), words);
+            }
+        }
         labels.block_line(plot, &p50);
         labels.block_line(plot, &p99);
         self.knee_line(plot, labels, y_range_of(&chart))
@@ -314,10 +323,26 @@ impl LoadFigure {
             for &p in &pts {
                 plot.draw(&style::marker(p, m, 5, colour, filled))?;
             }
+            let what = if i == OFFERED { "offered" } else { "achieved" };
+            for p in &self.points {
+                let Some(v) = pick(p) else { continue };
+                let words = format!("{}: {what} {} GB/s", self.load_words(p), format_gbps(v));
+                labels.hover(plot, &(p.load, v), words);
+            }
             labels.block_line(plot, &pts);
         }
         self.rings(plot, self.points.iter().filter_map(|p| p.achieved.map(|v| (p, v))))?;
         self.knee_line(plot, labels, y_range_of(&chart))
+    }
+
+    /// "speed 8 (saturated)": a load as its points' words name it, as its CDF curve's legend does.
+    fn load_words(&self, p: &LoadPoint) -> String {
+        let words = load_words(p.load, &self.unit);
+        if p.saturated {
+            format!("{words} (saturated)")
+        } else {
+            words
+        }
     }
 
     /// A ring around each saturated load's point.

@@ -173,7 +173,10 @@ impl RepsFigure<'_> {
                     // Golden-ratio jitter: reps spread evenly across the strip, the same way on every render.
                     let jitter = ((k as f64 * 0.618_034).fract() - 0.5) * w * 0.6;
                     let filled = slow.contains(&rep.i);
-                    plot.draw(&style::marker((centre + jitter, rep.gbps), r.style.marker, 4, r.style.colour, filled))?;
+                    let at = (centre + jitter, rep.gbps);
+                    plot.draw(&style::marker(at, r.style.marker, 4, r.style.colour, filled))?;
+                    let why = named_separator(c).filter(|_| filled);
+                    labels.hover(plot, &at, super::hover::rep(&r.name, c, rep, why.as_deref()));
                 }
                 self.draw_bars(plot, c, centre, w, r)?;
             }

@@ -27,7 +27,7 @@ impl Figure for TimeFigure<'_> {
         let y = y_range.log_scale().with_key_points(y_ticks);
         let desc = "transfer time, ms (log scale)";
         chart::size_chart(&area, &self.sizes, self.runs, y, desc, &|v| axes::number_label(*v), |plot| {
-            draw_runs(plot, self.runs)
+            draw_runs(plot, self.runs, labels)
         })
     }
 }
@@ -35,6 +35,7 @@ impl Figure for TimeFigure<'_> {
 fn draw_runs<DB: DrawingBackend, CT: plotters::coord::CoordTranslate<From = (f64, f64)>>(
     plot: &DrawingArea<DB, CT>,
     runs: &[Run],
+    labels: &mut Labels,
 ) -> Drawn<DB> {
     // Bands first, so no band hides another run's line.
     for r in runs {
@@ -45,12 +46,13 @@ fn draw_runs<DB: DrawingBackend, CT: plotters::coord::CoordTranslate<From = (f64
         plot.draw(&Polygon::new(band, r.style.colour.mix(0.18).filled()))?;
     }
     for r in runs {
-        let mut pts: Vec<(f64, f64)> =
-            r.results.cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.p50)).collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut cases: Vec<_> = r.results.cases.iter().collect();
+        cases.sort_by_key(|c| c.size_bytes);
+        let pts: Vec<(f64, f64)> = cases.iter().map(|c| (c.size_bytes as f64, c.stats.transfer_ms.p50)).collect();
         style::path(plot, pts.clone(), r.style.dash, r.style.colour.stroke_width(3))?;
-        for p in pts {
+        for (p, c) in pts.into_iter().zip(cases) {
             plot.draw(&style::marker(p, r.style.marker, 5, r.style.colour, true))?;
+            labels.hover(plot, &p, super::hover::case(&r.name, c));
         }
     }
     Ok(())
