@@ -206,7 +206,7 @@ fn bad_replay_flags_are_refused_in_one_line_before_the_ranks_meet() {
         (&["--prefill", "0", "--decode", "1", "--sizes", "1MiB"], "--sizes: a replay moves its requests' bytes"),
         (&["--prefill", "0", "--decode", "1", "--reps", "3"], "--reps: a cluster replay runs each load once"),
         (&["--prefill", "0", "--decode", "1", "--warmup", "2"], "use --warmup-requests N"),
-        (&["--prefill", "0", "--decode", "1", "--html", "p.html"], "kvxfer report FILE.json --html PAGE"),
+        (&["--prefill", "0", "--decode", "1", "--html", "/nonexistent-dir/p.html"], "--html /nonexistent-dir/p.html"),
     ];
     for (args, want) in cases {
         let all: Vec<&str> = replay.iter().chain(args.iter()).copied().collect();

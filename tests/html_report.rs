@@ -461,3 +461,75 @@ fn a_latency_run_and_a_sweep_share_one_page_each_with_its_own_figures() {
         );
     }
 }
+
+/// The figures on a page and how many hover targets each has.
+fn figure_points(f: &Value) -> Vec<(String, u64)> {
+    let points = f["points"].as_array().unwrap();
+    points.iter().map(|p| (p["stem"].as_str().unwrap().to_string(), p["targets"].as_u64().unwrap())).collect()
+}
+
+#[test]
+fn a_replay_a_latency_run_and_a_cluster_replay_each_write_their_own_page() {
+    let d = TempDir::new("html-runs");
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/mooncake-synthetic.jsonl");
+    let (rjson, rpage) = (d.join("replay.json"), d.join("replay.html"));
+    let mut cmd = kvxfer();
+    cmd.arg("replay").arg("--trace").arg(&trace).args(["--window", "0s..3s", "--kv-bytes-per-token", "256"]);
+    cmd.args(["--speeds", "4,8", "--warmup-requests", "0", "--label", HOSTILE]);
+    Proc::start(cmd.arg("--json").arg(&rjson).arg("--html").arg(&rpage), "kvxfer replay".into())
+        .finish()
+        .expect_code(0);
+    let got = load(&rpage, &d);
+    let f = &got.found;
+    assert_eq!(strings(&f["labels"]), [HOSTILE]);
+    assert_eq!(f["scripts"], 2, "the page's script and the probe, nothing else");
+    let points = figure_points(f);
+    for want in ["replay-latency-cdf", "replay-latency-vs-load"] {
+        let n = points.iter().find(|(s, _)| s == want).map(|p| p.1);
+        assert!(n.is_some_and(|n| n > 0), "{want}: {points:?}");
+    }
+    // Each load's p50 as the file has it, in the load figure's words.
+    let r = read_json(&rjson);
+    let words: Vec<String> = f["points"].as_array().unwrap().iter().flat_map(|p| strings(&p["words"])).collect();
+    for p in r["replay"]["pooled"].as_array().unwrap() {
+        let load = p["load"].as_f64().unwrap();
+        let said = words.iter().any(|w| w.starts_with(&format!("speed {load}")) && w.contains(": p50 "));
+        assert!(said, "speed {load}: {words:?}");
+    }
+    assert!(got.dom.contains("class=\"replay\""), "the loads' summary is on the page");
+
+    let (ljson, lpage) = (d.join("lat.json"), d.join("lat.html"));
+    let mut cmd = kvxfer();
+    cmd.args(["latency", "--sizes", "8,4KiB", "--iters", "200", "--warmup-iters", "10"]);
+    Proc::start(cmd.arg("--json").arg(&ljson).arg("--html").arg(&lpage), "kvxfer latency".into())
+        .finish()
+        .expect_code(0);
+    let f = load(&lpage, &d).found;
+    let points = figure_points(&f);
+    assert!(points.contains(&("latency-vs-size".to_string(), 4)), "{points:?}");
+    assert_eq!(f["rows"].as_array().unwrap().len(), 2, "a row per size");
+
+    // A cluster replay's page, written by rank 0: its loads' figures, and no heatmap (its links moved requests).
+    let (cjson, cpage) = (d.join("creplay.json"), d.join("creplay.html"));
+    let port = free_port();
+    let ranks: Vec<Proc> = (0..2)
+        .map(|rank| {
+            let mut cmd = clean(Command::new(common::bin()));
+            cmd.args(["cluster", "--pattern", "replay", "--prefill", "0", "--decode", "1", "--transport", "tcp"]);
+            cmd.args(["--arrivals", "poisson:200", "--prompt-tokens", "fixed:100", "--requests", "30"]);
+            cmd.args(["--kv-bytes-per-token", "4096", "--warmup-requests", "0"]);
+            cmd.arg("--coordinator").arg(format!("127.0.0.1:{port}"));
+            cmd.arg("--json").arg(&cjson).arg("--html").arg(&cpage);
+            cmd.env("KVXFER_RANK", rank.to_string()).env("KVXFER_WORLD_SIZE", "2");
+            Proc::start(&mut cmd, format!("rank {rank} of a cluster replay"))
+        })
+        .collect();
+    for p in ranks {
+        p.finish().expect_code(0);
+    }
+    let got = load(&cpage, &d);
+    let points = figure_points(&got.found);
+    assert!(points.iter().any(|(s, n)| s == "replay-latency-cdf" && *n > 0), "{points:?}");
+    assert_eq!(got.found["cells"], 0, "no heatmap");
+    assert!(!got.dom.contains("No flow completed"), "a replay's page does not say its links moved nothing");
+}

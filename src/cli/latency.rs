@@ -47,6 +47,9 @@ pub struct LatencyArgs {
     /// Write figures here (PNG and SVG; created if its parent exists): latency vs size, and each size's latency CDF
     #[arg(long, value_name = "DIR")]
     pub fig: Option<PathBuf>,
+    /// Write one self-contained HTML page here at the end: warnings, the run's identity, its figures, the sizes
+    #[arg(long, value_name = "PAGE")]
+    pub html: Option<PathBuf>,
     /// Name of this run in tables and figures
     #[arg(long, value_name = "TEXT")]
     pub label: Option<String>,

@@ -123,6 +123,9 @@ pub struct ReplayArgs {
     /// against load with the knee, and each load's timeline
     #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub fig: Option<PathBuf>,
+    /// Write one self-contained HTML page here at the end: warnings, the run's identity, its loads and figures
+    #[arg(long, value_name = "PAGE", help_heading = "Output")]
+    pub html: Option<PathBuf>,
     /// Where the results file goes when --json names none
     #[arg(long, env = "KVXFER_OUT_DIR", default_value = "results", value_name = "DIR", help_heading = "Output")]
     pub out_dir: PathBuf,

@@ -99,12 +99,6 @@ pub fn plan(a: &ClusterArgs, world_size: usize) -> Result<Option<ReplayPlan>> {
     if a.run.paged.layout != crate::plan::paged::Layout::Contiguous {
         bail_usage!("--layout paged: a cluster replay moves contiguous requests for now; drop --layout");
     }
-    if let Some(page) = &a.out.fig.html {
-        bail_usage!(
-            "--html {}: a cluster replay does not write a page itself; write one from its results with kvxfer report FILE.json --html PAGE",
-            page.display()
-        );
-    }
     if let Some(s) = r.slo_ms.filter(|s| !(s.is_finite() && *s > 0.0)) {
         bail_usage!("--slo-ms {s}: give a latency target in ms, above 0");
     }

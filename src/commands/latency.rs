@@ -28,8 +28,10 @@ pub fn run(a: LatencyArgs) -> Result<()> {
     let (device, peer_device) = devices(&a)?;
     let dst = dst_memory(&a, &cfg)?;
     let timeouts = Timeouts { connect: a.connect_timeout, io: a.io_timeout };
-    if let Some(path) = &a.json {
-        crate::export::check_writable("--json", path)?;
+    for (flag, path) in [("--json", &a.json), ("--html", &a.html)] {
+        if let Some(p) = path {
+            crate::export::check_writable(flag, p)?;
+        }
     }
     if let Some(dir) = &a.fig {
         crate::export::plot::prepare_dir(dir)?;
@@ -185,6 +187,10 @@ fn measure(
     results.complete = outcome.is_ok();
     results.error = outcome.as_ref().err().map(|e| format!("{e:#}"));
     save(a, &results)?;
+    // The page is written even when nothing completed: it says so, where --fig would have nothing to draw.
+    if let Some(page) = &a.html {
+        crate::export::html::write_run(page, &results, &[], crate::transport::registry::NOTES)?;
+    }
     if let (Some(dir), false) = (&a.fig, results.cases.is_empty()) {
         crate::export::plot::draw_series(
             &[(results.label.clone(), results)],

@@ -44,7 +44,7 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     let cfg = run_config(&a, &job)?;
     let layerwise = layerwise(&a, &job)?;
     let pool = paged::pool(&a, &cfg, &job)?;
-    for (flag, path) in [("--json", &a.json), ("--csv", &a.csv), ("--md", &a.md)] {
+    for (flag, path) in [("--json", &a.json), ("--csv", &a.csv), ("--md", &a.md), ("--html", &a.html)] {
         if let Some(p) = path {
             crate::export::check_writable(flag, p)?;
         }
@@ -275,6 +275,9 @@ fn replay(
     write_side_files(a, &section)?;
     if let Some(dir) = &a.fig {
         crate::export::plot::draw_replays(&[(String::new(), &section)], &mut crate::export::plot::Sink::Dir(dir))?;
+    }
+    if let Some(page) = &a.html {
+        crate::export::html::write_run(page, &results, &[], crate::transport::registry::NOTES)?;
     }
     outcome
 }

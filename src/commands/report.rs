@@ -71,9 +71,9 @@ pub fn run(a: ReportArgs) -> Result<()> {
 /// and per-link series, the others' series overlaid.
 fn draw(all: &[Results], files: &[PathBuf], lines: &[export::plot::RefLine], sink: &mut Sink) -> Result<()> {
     // A replay has figures of its own, drawn from its `replay` section; the other files draw as they always do.
-    let (replays, others): (Vec<_>, Vec<_>) = all.iter().zip(files).partition(|(r, _)| replay_of(r).is_some());
+    let (replays, others): (Vec<_>, Vec<_>) = all.iter().zip(files).partition(|(r, _)| r.replay_run().is_some());
     if !replays.is_empty() {
-        let named: Vec<_> = replays.iter().filter_map(|(r, f)| Some((file_stem(f), replay_of(r)?))).collect();
+        let named: Vec<_> = replays.iter().filter_map(|(r, f)| Some((file_stem(f), r.replay_run()?))).collect();
         export::plot::draw_replays(&named, sink)?;
         if others.is_empty() {
             return Ok(());
@@ -90,11 +90,6 @@ fn draw(all: &[Results], files: &[PathBuf], lines: &[export::plot::RefLine], sin
     let split = figure_split(&all, &files);
     let short = if all.len() == 1 && split.len() > 1 { all[0].figure_series() } else { Vec::new() };
     export::plot::draw_series(if short.is_empty() { &split } else { &short }, sink, lines)
-}
-
-/// The replay section of a replay's results file (which has no cases of its own).
-fn replay_of(r: &Results) -> Option<&crate::stats::replay::ReplayJson> {
-    r.replay.as_ref().filter(|_| r.cases.is_empty())
 }
 
 fn file_stem(f: &Path) -> String {
@@ -138,7 +133,7 @@ fn print_tables(all: &[Results], parts: &[Results]) {
             print_cluster(r, cl);
             continue;
         }
-        if let Some(replay) = replay_of(r) {
+        if let Some(replay) = r.replay_run() {
             crate::outln!(
                 "{} ({}, {} runs of {} loads)",
                 r.label,

@@ -233,6 +233,11 @@ impl Results {
         }
     }
 
+    /// The replay section of a replay's file (a replay has no cases of its own: its numbers are its loads').
+    pub fn replay_run(&self) -> Option<&crate::stats::replay::ReplayJson> {
+        self.replay.as_ref().filter(|_| self.cases.is_empty())
+    }
+
     /// What a reader must know first when these results are not a finished run: why they stopped and how to go
     /// on; `None` for a complete run.
     pub fn incomplete_note(&self) -> Option<String> {

@@ -38,6 +38,7 @@ pub struct Recorder {
     csv: Option<PathBuf>,
     md: Option<PathBuf>,
     fig: Option<PathBuf>,
+    html: Option<PathBuf>,
 }
 
 impl Recorder {
@@ -105,6 +106,7 @@ impl Recorder {
             csv: a.out.csv.clone(),
             md: a.out.md.clone(),
             fig: a.out.fig.fig.clone(),
+            html: a.out.fig.html.clone(),
         }
     }
 
@@ -198,6 +200,9 @@ impl Recorder {
                 &[(String::new(), &self.section)],
                 &mut crate::export::plot::Sink::Dir(dir),
             )?;
+        }
+        if let Some(page) = &self.html {
+            crate::export::html::write_run(page, &self.results, &[], crate::transport::registry::NOTES)?;
         }
         outcome
     }

@@ -29,8 +29,9 @@ pub struct PageInput<'a> {
     pub extras: &'static dyn crate::measure::ExtrasNotes,
 }
 
-/// The page of one run, written at its end by `send`, `sweep` and `cluster --html PAGE`: its figures as `--fig`
-/// draws them (a cluster run's per-link series and the page's own heatmap), and the page written whole.
+/// The page of one run, written at its end by `--html PAGE` (send, sweep, cluster, latency, replay and cluster
+/// replay runs): its figures as `--fig` draws them (a replay's own, a cluster run's per-link series and the page's
+/// own heatmap), and the page written whole.
 pub fn write_run(
     page: &std::path::Path,
     results: &Results,
@@ -39,7 +40,9 @@ pub fn write_run(
 ) -> Result<()> {
     let mut figures = Vec::new();
     let mut sink = super::plot::Sink::Page(&mut figures);
-    if results.cluster.is_some() {
+    if let Some(replay) = results.replay_run() {
+        super::plot::draw_replays(&[(String::new(), replay)], &mut sink)?;
+    } else if results.cluster.is_some() {
         super::plot::draw_cluster(results, &mut sink, lines)?;
     } else {
         super::plot::draw_series(&results.figure_series(), &mut sink, lines)?;
@@ -60,7 +63,8 @@ pub fn render(input: &PageInput) -> Result<String> {
     }
     // The figures before the table: a cluster run's table has a row per link, thousands at 64 ranks.
     for (_, r) in &input.runs {
-        if let Some(cl) = &r.cluster {
+        // A cluster replay's links move requests, not cases: its figures are its loads'.
+        if let Some(cl) = r.cluster.as_ref().filter(|_| r.replay_run().is_none()) {
             body.push_str(&heatmap::section(r, cl));
         }
     }

@@ -105,7 +105,7 @@ pub fn identity(name: &str, r: &Results, extras: &dyn ExtrasNotes) -> String {
         crate::export::cells::notes(&r.cases, extras)
     };
     // A replay's numbers are its loads', as the console prints them; it has no cases to note.
-    if let Some(replay) = r.replay.as_ref().filter(|_| r.cases.is_empty()) {
+    if let Some(replay) = r.replay_run() {
         let summary = crate::export::replay::summary_markdown(replay);
         out.push_str(&format!("<pre class=\"replay\">{}</pre>\n", esc(summary.trim_end())));
     }
