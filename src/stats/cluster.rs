@@ -175,49 +175,57 @@ pub struct HostPair {
     pub max_gbps: f64,
     pub slow: usize,
     pub bimodal: usize,
+    /// The pair's slowest link: source rank, destination rank, its p50 GB/s.
+    pub worst: (usize, usize, f64),
 }
 
 /// Per (source host, destination host) and size: hosts in the order of `ranks` (a host only the cases name comes
-/// after them), sizes ascending.
+/// after them), sizes ascending. One pass over the cases: a 1,000-rank file has hundreds of thousands.
 pub fn host_pairs(cases: &[CaseResult], ranks: &[crate::cluster::Endpoint]) -> Vec<HostPair> {
     let mut hosts: Vec<&str> = Vec::new();
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     let named = ranks.iter().map(|e| e.host.as_str());
     for h in named.chain(cases.iter().filter_map(|c| c.cluster.as_ref()).flat_map(|f| [&*f.src.host, &*f.dst.host])) {
-        if !hosts.contains(&h) {
+        index.entry(h).or_insert_with(|| {
             hosts.push(h);
+            hosts.len() - 1
+        });
+    }
+    let mut groups: std::collections::BTreeMap<(u64, usize, usize), (Vec<f64>, HostPair)> = Default::default();
+    for (c, m) in cases.iter().zip(marks(cases)) {
+        let Some(f) = c.cluster.as_ref() else { continue };
+        let (si, di) = (index[f.src.host.as_str()], index[f.dst.host.as_str()]);
+        let p50 = c.stats.gbps.p50;
+        let (p50s, pair) = groups.entry((c.size_bytes, si, di)).or_insert_with(|| {
+            let pair = HostPair {
+                src_host: f.src.host.clone(),
+                dst_host: f.dst.host.clone(),
+                size_bytes: c.size_bytes,
+                links: 0,
+                median_gbps: f64::NAN,
+                min_gbps: f64::NAN,
+                max_gbps: f64::NAN,
+                slow: 0,
+                bimodal: 0,
+                worst: (f.src.rank, f.dst.rank, p50),
+            };
+            (Vec::new(), pair)
+        });
+        p50s.push(p50);
+        pair.slow += usize::from(m.slow);
+        pair.bimodal += usize::from(m.bimodal);
+        if p50 < pair.worst.2 {
+            pair.worst = (f.src.rank, f.dst.rank, p50);
         }
     }
-    let marks = marks(cases);
-    let mut out = Vec::new();
-    for size in cluster_sizes(cases) {
-        for src in &hosts {
-            for dst in &hosts {
-                let (p50s, marks): (Vec<f64>, Vec<Marks>) = cases
-                    .iter()
-                    .zip(&marks)
-                    .filter(|(c, _)| c.size_bytes == size)
-                    .filter(|(c, _)| c.cluster.as_ref().is_some_and(|f| f.src.host == *src && f.dst.host == *dst))
-                    .map(|(c, m)| (c.stats.gbps.p50, *m))
-                    .unzip();
-                if p50s.is_empty() {
-                    continue;
-                }
-                let s = Summary::of_samples(&p50s);
-                out.push(HostPair {
-                    src_host: src.to_string(),
-                    dst_host: dst.to_string(),
-                    size_bytes: size,
-                    links: p50s.len(),
-                    median_gbps: s.p50,
-                    min_gbps: s.min,
-                    max_gbps: s.max,
-                    slow: marks.iter().filter(|m| m.slow).count(),
-                    bimodal: marks.iter().filter(|m| m.bimodal).count(),
-                });
-            }
-        }
-    }
-    out
+    groups
+        .into_values()
+        .map(|(p50s, mut pair)| {
+            let s = Summary::of_samples(&p50s);
+            (pair.links, pair.median_gbps, pair.min_gbps, pair.max_gbps) = (p50s.len(), s.p50, s.min, s.max);
+            pair
+        })
+        .collect()
 }
 
 /// The indices of the `k` cluster cases of lowest p50 GB/s at `size`, slowest first.
@@ -351,6 +359,8 @@ mod tests {
         assert!((ba.min_gbps - crate::units::gbps(1 << 20, 8.0)).abs() < 1e-9, "{ba:?}");
         // 2→0 (8 ms) and 1→0 (2 ms) are below 0.8× the median of all six links (1 ms); nothing else is.
         assert_eq!((ba.slow, pairs[0].slow, pairs[1].slow), (1, 1, 0));
+        assert_eq!((ba.worst.0, ba.worst.1), (2, 0));
+        assert_eq!((pairs[0].worst.0, pairs[0].worst.1), (1, 0));
         assert_eq!(slowest(&cases, 1 << 20, 2), [3, 1]);
         assert_eq!(link_count(&cases), 6);
     }

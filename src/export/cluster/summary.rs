@@ -167,8 +167,8 @@ fn verification(r: &Results) -> String {
     }
 }
 
-/// The marked links, the slowest (against its size's median) first, at most [`LISTED`].
-fn marked(r: &Results) -> String {
+/// The marked flow rows (an `outlier` in the file), the slowest against its size's median first.
+fn marked_order(r: &Results) -> Vec<usize> {
     let medians = stats::medians(&r.cases);
     let ratio = |c: &CaseResult| {
         let m = medians.iter().find(|m| m.size_bytes == c.size_bytes).map_or(0.0, |m| m.median_gbps);
@@ -178,18 +178,39 @@ fn marked(r: &Results) -> String {
             1.0
         }
     };
-    let mut out: Vec<(&CaseResult, &String)> =
-        r.cases.iter().filter_map(|c| Some((c, c.cluster.as_ref()?.outlier.as_ref()?))).collect();
+    let mut at: Vec<usize> =
+        (0..r.cases.len()).filter(|i| r.cases[*i].cluster.as_ref().is_some_and(|f| f.outlier.is_some())).collect();
+    at.sort_by(|a, b| ratio(&r.cases[*a]).total_cmp(&ratio(&r.cases[*b])));
+    at
+}
+
+/// The flow rows this text lists, in the file's order: each size's slowest links, the marked ones and those that
+/// failed verification (each list bounded as here), so a page of a large run can show the same rows.
+pub fn listed_flows(r: &Results) -> Vec<usize> {
+    let mut at: Vec<usize> =
+        stats::cluster_sizes(&r.cases).into_iter().flat_map(|s| stats::slowest(&r.cases, s, SLOWEST)).collect();
+    at.extend(marked_order(r).into_iter().take(LISTED));
+    let failed =
+        (0..r.cases.len()).filter(|i| r.cases[*i].cluster.is_some() && r.cases[*i].check.verified == Some(false));
+    at.extend(failed.take(LISTED));
+    at.sort();
+    at.dedup();
+    at
+}
+
+/// The marked links, the slowest (against its size's median) first, at most [`LISTED`].
+fn marked(r: &Results) -> String {
+    let out = marked_order(r);
     if out.is_empty() {
         return "\nNo link is marked.\n".to_string();
     }
-    out.sort_by(|a, b| ratio(a.0).total_cmp(&ratio(b.0)));
     let total = out.len();
     let head = if total > LISTED {
         format!("{total} flow rows are marked (`outlier` in the JSON and CSV); the {LISTED} slowest against their size's median:")
     } else {
         format!("{total} flow rows are marked:")
     };
-    let lines: Vec<String> = out.iter().take(LISTED).map(|(_, o)| format!("outlier: {o}")).collect();
+    let outlier = |i: &usize| r.cases[*i].cluster.as_ref().and_then(|f| f.outlier.clone()).unwrap_or_default();
+    let lines: Vec<String> = out.iter().take(LISTED).map(|i| format!("outlier: {}", outlier(i))).collect();
     format!("\n{head}\n\n{}\n", lines.join("  \n"))
 }

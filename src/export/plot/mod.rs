@@ -192,9 +192,10 @@ pub fn draw_cluster(results: &Results, sink: &mut Sink, lines: &[RefLine]) -> Re
             crate::errln!("figure: {}", f.display());
         }
     }
+    let mut seen = std::collections::HashSet::new();
     let mut links: Vec<(usize, usize)> = Vec::new();
     for f in results.cases.iter().filter_map(|c| c.cluster.as_ref()) {
-        if !links.contains(&(f.src.rank, f.dst.rank)) {
+        if seen.insert((f.src.rank, f.dst.rank)) {
             links.push((f.src.rank, f.dst.rank));
         }
     }
