@@ -96,7 +96,7 @@ impl BandwidthFigure<'_> {
             style::path(plot, max.clone(), Dash::Solid, r.style.colour.stroke_width(1))?;
             for (p, c) in max.into_iter().zip(&cases) {
                 plot.draw(&style::marker(p, r.style.marker, 4, r.style.colour, false))?;
-                let text = format!("{}: max {} GB/s", super::hover::case_name(&r.name, c), format_gbps(p.1));
+                let text = format!("{}: max {} GB/s", super::hover::case_name(&r.name, c), super::hover::sig(p.1));
                 labels.hover(plot, &p, text);
             }
             style::path(plot, p50.clone(), r.style.dash, r.style.colour.stroke_width(3))?;

@@ -3,7 +3,6 @@
 
 use crate::plan::sizes::{format_size, format_tokens};
 use crate::run::RepRecord;
-use crate::stats::modes::format_gbps;
 use crate::stats::CaseResult;
 
 /// "run · 96 MiB (1k tokens)": a case's series and size.
@@ -19,10 +18,10 @@ pub fn case(run: &str, c: &CaseResult) -> String {
     let mut out = format!(
         "{}: p50 {} GB/s, {} (min {}, max {} GB/s), {} reps",
         case_name(run, c),
-        format_gbps(g.p50),
+        sig(g.p50),
         ms(c.stats.transfer_ms.p50),
-        format_gbps(g.min),
-        format_gbps(g.max),
+        sig(g.min),
+        sig(g.max),
         c.stats.n
     );
     if let Some(modes) = c.derived.bimodal.describe() {
@@ -38,7 +37,7 @@ pub fn case(run: &str, c: &CaseResult) -> String {
 /// One rep: "run · 96 MiB · rep 7: 3.41 GB/s in 29.5 ms", and why it is slow when the case's attribution says.
 pub fn rep(run: &str, c: &CaseResult, rep: &RepRecord, slow: Option<&str>) -> String {
     let why = slow.map(|s| format!("; a slow rep ({s})")).unwrap_or_default();
-    format!("{} · rep {}: {} GB/s in {}{why}", case_name(run, c), rep.i, format_gbps(rep.gbps), ms(rep.transfer_ms))
+    format!("{} · rep {}: {} GB/s in {}{why}", case_name(run, c), rep.i, sig(rep.gbps), ms(rep.transfer_ms))
 }
 
 /// A duration given in ms, in µs below 1 ms and in s from 10 s: "412 µs", "10.4 ms", "12.3 s".
@@ -50,13 +49,16 @@ pub fn ms(v: f64) -> String {
     }
 }
 
-/// Three significant digits at most, without a trailing point: 0.412, 3.41, 25.3, 412.
+/// Three significant digits (whole numbers from 100), so a point says its value to 0.5% whatever its scale:
+/// 0.0177, 0.412, 3.41, 25.3, 412.
 pub fn sig(v: f64) -> String {
     match v.abs() {
-        a if a >= 100.0 => format!("{v:.0}"),
+        a if a >= 100.0 || !a.is_finite() => format!("{v:.0}"),
         a if a >= 10.0 => format!("{v:.1}"),
         a if a >= 1.0 => format!("{v:.2}"),
-        _ => format!("{v:.3}"),
+        0.0 => "0".to_string(),
+        // Below 1: two places past the first significant one, at most 9.
+        a => format!("{v:.*}", (2 - a.log10().floor() as i64).clamp(3, 9) as usize),
     }
 }
 
@@ -70,6 +72,9 @@ mod tests {
         assert_eq!(ms(10.44), "10.4 ms");
         assert_eq!(ms(2.5), "2.50 ms");
         assert_eq!(ms(12_345.0), "12.3 s");
-        assert_eq!(sig(0.0412), "0.041");
+        assert_eq!(sig(0.0412), "0.0412");
+        assert_eq!(sig(0.412), "0.412");
+        assert_eq!(sig(0.0177272), "0.0177");
+        assert_eq!(sig(0.0), "0");
     }
 }

@@ -5,7 +5,6 @@ use super::hover::sig;
 use super::style::{self, text, AXIS_PX, GRID, TICK_PX};
 use super::{Drawn, Figure, Labels, Run};
 use crate::plan::sizes::format_size;
-use crate::stats::modes::format_gbps;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -85,7 +84,7 @@ impl Figure for IntervalsFigure {
                 }
             }
             for &p in &s.points {
-                let text = format!("{}: {} GB/s in the interval ending at {} s", s.name, format_gbps(p.1), sig(p.0));
+                let text = format!("{}: {} GB/s in the interval ending at {} s", s.name, sig(p.1), sig(p.0));
                 labels.hover(plot, &p, text);
             }
         }

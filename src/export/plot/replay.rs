@@ -12,7 +12,6 @@ use super::cdf::{CdfCurve, CdfFigure};
 use super::labels::Spot;
 use super::style::{self, text, Dash, LegendEntry, Marker, AXIS_PX, GRID, NOTE_PX, TICK_PX};
 use super::{Drawn, Figure, Labels};
-use crate::stats::modes::format_gbps;
 use crate::stats::replay::load_words;
 use crate::stats::replay::{LatencyFrom, LoadSummary, ReplayJson};
 use plotters::coord::Shift;
@@ -326,7 +325,7 @@ impl LoadFigure {
             let what = if i == OFFERED { "offered" } else { "achieved" };
             for p in &self.points {
                 let Some(v) = pick(p) else { continue };
-                let words = format!("{}: {what} {} GB/s", self.load_words(p), format_gbps(v));
+                let words = format!("{}: {what} {} GB/s", self.load_words(p), super::hover::sig(v));
                 labels.hover(plot, &(p.load, v), words);
             }
             labels.block_line(plot, &pts);
