@@ -43,6 +43,17 @@ const PROBE: &str = r##"
     out.hover = { src: c.getAttribute("data-src"), dst: c.getAttribute("data-dst"), p50: c.getAttribute("data-p50"),
       tip: tip.textContent, shown: !tip.hidden };
   }
+  var pairCells = all("rect[data-pair]");
+  out.pairs = pairCells.length;
+  if (pairCells.length) {
+    out.pair_min_side = pairCells.reduce(function (m, c) { var b = c.getBoundingClientRect(); return Math.min(m, b.width, b.height); }, 1e9);
+    out.slow_pairs = all("rect[data-pair].slow").map(function (c) { return c.getAttribute("data-pair"); });
+    var p = all("rect[data-pair].slow")[0] || pairCells[0];
+    p.dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+    out.pair_hover = { pair: p.getAttribute("data-pair"), tip: document.getElementById("tip").textContent,
+      shown: !document.getElementById("tip").hidden };
+  }
+  out.listed = all("#cases p.listed").map(text);
   var table = document.getElementById("cases-table");
   if (table) {
     out.header = all("#cases-table th").map(text);
@@ -50,10 +61,12 @@ const PROBE: &str = r##"
     out.rows = rows().length <= 200 ? rows() : [];
     var th = document.querySelector('#cases-table th[data-col="transfer_ms_p50"]');
     var col = out.header.indexOf("transfer_ms_p50");
-    th.click();
-    out.sorted_up = rows().map(function (r) { return r[col]; });
-    th.click();
-    out.sorted_down = rows().map(function (r) { return r[col]; });
+    if (th) {
+      th.click();
+      out.sorted_up = rows().map(function (r) { return r[col]; });
+      th.click();
+      out.sorted_down = rows().map(function (r) { return r[col]; });
+    }
   }
   // Each figure's hover targets: how many, how many sit on a circle plotters drew (within a pixel), their words,
   // and what the tooltip says when the first is pointed at.
@@ -70,6 +83,16 @@ const PROBE: &str = r##"
     return { stem: f.getAttribute("data-stem"), targets: targets.length, on_marker: on.length,
       words: targets.map(function (t) { return t.getAttribute("data-tip"); }), shown: shown };
   });
+  var side = document.getElementById("side-table");
+  if (side) {
+    var sideRows = function () { return all("#side-table tbody tr").map(function (r) { return Array.prototype.map.call(r.cells, text); }); };
+    out.side = { header: all("#side-table th").map(text), legend: all("#side-by-side li").map(text), rows: sideRows() };
+    var last = side.tHead.rows[0].cells.length - 1;
+    side.tHead.rows[0].cells[last].click();
+    out.side.sorted = sideRows().map(function (r) { return r[last]; });
+    side.tHead.rows[0].cells[0].click();
+    out.side.by_size = sideRows().map(function (r) { return r[0]; });
+  }
   // A drag across the first figure's middle half zooms into it; a double click zooms back out.
   var fig = document.querySelector("figure.fig svg");
   if (fig) {
@@ -322,13 +345,18 @@ fn check_points(f: &Value, r: &Value) {
 
 const RANKS: usize = 64;
 
-/// Rank `r` of a loopback cluster run under `pairs`, as light as the page's check allows.
+/// Rank `r` of a 64-rank loopback cluster run under `pairs`, as light as the page's check allows.
 fn rank(r: usize, port: u16, extra: &[String]) -> Proc {
+    rank_of(RANKS, r, port, extra)
+}
+
+/// Rank `r` of `world` ranks.
+fn rank_of(world: usize, r: usize, port: u16, extra: &[String]) -> Proc {
     let mut cmd = clean(Command::new(common::bin()));
     cmd.args(["cluster", "--pattern", "pairs", "--sizes", "256KiB", "--reps", "2", "--warmup", "0"]);
     cmd.args(["--step-timeout", "5m", "--rendezvous-timeout", "5m"]).args(extra);
     cmd.args(["--coordinator", &format!("127.0.0.1:{port}")]);
-    cmd.env("KVXFER_RANK", r.to_string()).env("KVXFER_WORLD_SIZE", RANKS.to_string());
+    cmd.env("KVXFER_RANK", r.to_string()).env("KVXFER_WORLD_SIZE", world.to_string());
     cmd.env_remove("KVXFER_TOKEN");
     Proc::start(&mut cmd, format!("kvxfer cluster rank {r}"))
 }
@@ -450,6 +478,7 @@ fn a_latency_run_and_a_sweep_share_one_page_each_with_its_own_figures() {
     }
     let cases = |p: &Path| read_json(p)["cases"].as_array().unwrap().len();
     assert_eq!(f["rows"].as_array().unwrap().len(), cases(&lat) + cases(&sweep));
+    assert!(f["side"].is_null(), "one transfer run: nothing to set side by side");
     // The latency figures' points: p50 and p99 of each size, each curve's p50 and p99 marks, in µs.
     let points = f["points"].as_array().unwrap();
     for (stem, n) in [("latency-vs-size", 2 * cases(&lat)), ("latency-cdf", 2 * cases(&lat))] {
@@ -532,4 +561,127 @@ fn a_replay_a_latency_run_and_a_cluster_replay_each_write_their_own_page() {
     assert!(points.iter().any(|(s, n)| s == "replay-latency-cdf" && *n > 0), "{points:?}");
     assert_eq!(got.found["cells"], 0, "no heatmap");
     assert!(!got.dom.contains("No flow completed"), "a replay's page does not say its links moved nothing");
+}
+
+#[test]
+fn two_runs_sit_side_by_side_with_their_ratio_and_the_table_sorts_sizes_as_sizes() {
+    let d = TempDir::new("html-side");
+    let sweep = |label: &str, streams: &str| {
+        let json = d.join(&format!("{streams}.json"));
+        let mut cmd = kvxfer();
+        cmd.args(["sweep", "--sizes", "64KiB,1MiB,16MiB", "--reps", "3", "--transport", "tcp", "--streams", streams]);
+        Proc::start(cmd.args(["--label", label]).arg("--json").arg(&json), format!("kvxfer sweep {label}"))
+            .finish()
+            .expect_code(0);
+        json
+    };
+    let (a, b) = (sweep("one stream", "1"), sweep("four streams", "4"));
+    let page = d.join("side.html");
+    report(&[&a, &b], &page);
+    let f = load(&page, &d).found;
+    let side = &f["side"];
+    assert_eq!(strings(&side["legend"]), ["A = one stream (tcp)", "B = four streams (tcp)"]);
+    assert_eq!(strings(&side["header"]).last().map(String::as_str), Some("B/A GB/s"));
+    // The ratio is the two files' p50 GB/s, to the digits shown.
+    let p50 = |p: &Path| -> Vec<f64> {
+        let r = read_json(p);
+        let mut c: Vec<(u64, f64)> = r["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["size_bytes"].as_u64().unwrap(), c["gbps"]["p50"].as_f64().unwrap()))
+            .collect();
+        c.sort_by_key(|x| x.0);
+        c.into_iter().map(|x| x.1).collect()
+    };
+    let rows: Vec<Vec<String>> = side["rows"].as_array().unwrap().iter().map(strings).collect();
+    for ((row, a), b) in rows.iter().zip(p50(&a)).zip(p50(&b)) {
+        let shown: f64 = row.last().unwrap().trim_end_matches('×').parse().unwrap();
+        assert!((shown - b / a).abs() <= 0.01 * b / a, "{row:?}: {} vs {shown}", b / a);
+    }
+    let sorted: Vec<f64> = strings(&side["sorted"]).iter().map(|s| s.trim_end_matches('×').parse().unwrap()).collect();
+    assert!(sorted.windows(2).all(|w| w[0] <= w[1]), "the ratio sorts as a number: {sorted:?}");
+    assert_eq!(strings(&side["by_size"]), ["64 KiB", "1 MiB", "16 MiB"], "sizes sort as sizes");
+}
+
+/// 125 hosts of 8 ranks: 1,000 ranks.
+const HOSTS: usize = 125;
+
+/// A 1,000-rank results file for the page's size and readability only (never a figure): a real 4-rank loopback
+/// run's first flow copied onto one link per ordered host pair (and one inside each host), 15,625 links, host pair
+/// (7, 3)'s link made 10× slower than the rest.
+fn thousand_ranks(small: &Value) -> Value {
+    let flows = small["cases"].as_array().unwrap();
+    let end = |rank: usize| {
+        serde_json::json!({"rank": rank, "host": format!("node-{:03}.cluster", rank / 8), "gpu": null, "nic": null,
+            "local_rank": rank % 8, "numa": null})
+    };
+    let mut r = small.clone();
+    let mut cases = Vec::new();
+    for a in 0..HOSTS {
+        for b in 0..HOSTS {
+            let mut c = flows[0].clone();
+            let (src, dst) = (a * 8 + b % 8, b * 8 + (a + 1) % 8);
+            c["src"] = end(src);
+            c["dst"] = end(dst);
+            c["step"] = Value::from(a * HOSTS + b);
+            if (a, b) == (7, 3) {
+                for k in ["p50", "min", "max", "mean"] {
+                    c["gbps"][k] = Value::from(c["gbps"][k].as_f64().unwrap() / 10.0);
+                }
+            }
+            cases.push(c);
+        }
+    }
+    r["cases"] = Value::Array(cases);
+    r["cluster"]["world_size"] = Value::from(HOSTS * 8);
+    r["cluster"]["ranks"] = Value::Array((0..HOSTS * 8).map(end).collect());
+    r
+}
+
+#[test]
+fn a_thousand_rank_page_draws_a_cell_per_host_pair_names_the_slowest_link_and_lists_the_flows_that_matter() {
+    let d = TempDir::new("html-thousand");
+    let port = free_port();
+    let outputs = vec!["--json".to_string(), d.arg("small.json")];
+    let procs: Vec<Proc> = (0..4).map(|r| rank_of(4, r, port, if r == 0 { &outputs } else { &[] })).collect();
+    for mut p in procs {
+        let status = p.wait_timeout(Duration::from_secs(120));
+        assert!(status.is_some_and(|s| s.success()), "{} failed:\n{}", p.what, p.stderr.text());
+    }
+    let big = thousand_ranks(&read_json(&d.join("small.json")));
+    let json = d.join("thousand.json");
+    std::fs::write(&json, serde_json::to_vec(&big).unwrap()).unwrap();
+    let page = d.join("thousand.html");
+    let bytes = report(&[&json], &page);
+    eprintln!("a 1,000-rank page of {} links: {} bytes", HOSTS * HOSTS, bytes.len());
+    assert!(bytes.len() <= 2 * PAGE_LIMIT, "{} bytes", bytes.len());
+    let found = load(&page, &d).found;
+    assert_eq!(found["cells"], 0, "no cell per link past 4,032 links");
+    assert_eq!(found["pairs"], HOSTS * HOSTS);
+    let side = found["pair_min_side"].as_f64().unwrap();
+    assert!(side >= 4.0, "cells of {side} px");
+    apart(&found["col_ticks"], 0, "column ticks");
+    apart(&found["row_ticks"], 1, "row ticks");
+    // The slow pair alone is outlined, and pointing at it names both hosts and its link with the file's p50.
+    let slow = &big["cases"][7 * HOSTS + 3];
+    assert_eq!(found["slow_pairs"].as_array().unwrap().len(), 1, "{:?}", found["slow_pairs"]);
+    let hover = &found["pair_hover"];
+    assert_eq!(hover["shown"], true);
+    let tip = hover["tip"].as_str().unwrap();
+    let link = format!("{}\u{2192}{}", slow["src"]["rank"], slow["dst"]["rank"]);
+    assert!(tip.starts_with("node-007.cluster \u{2192} node-003.cluster: 1 link,"), "{tip}");
+    let p50 = slow["gbps"]["p50"].as_f64().unwrap();
+    assert!(tip.ends_with(&format!("slowest link {link} at {} GB/s", (p50 * 1000.0).round() / 1000.0)), "{tip}");
+    // The table lists the flows the console summary names, the slow one among them, and says where the rest are.
+    let listed = strings(&found["listed"]);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0].contains(&format!("of {} flow rows", HOSTS * HOSTS)), "{listed:?}");
+    let rows = found["rows"].as_array().unwrap();
+    assert!((10..=30).contains(&rows.len()), "{} rows", rows.len());
+    let header = strings(&found["header"]);
+    let (src, dst) =
+        (header.iter().position(|h| h == "src_rank").unwrap(), header.iter().position(|h| h == "dst_rank").unwrap());
+    let (from, to) = (slow["src"]["rank"].to_string(), slow["dst"]["rank"].to_string());
+    assert!(rows.iter().any(|r| r[src] == from && r[dst] == to), "the slow link is a row: {rows:?}");
 }

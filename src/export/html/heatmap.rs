@@ -2,7 +2,8 @@
 //! largest size, rows = source, columns = destination), one `<rect>` per link carrying its numbers in `data-*`
 //! attributes, so pointing at a cell names its link (script.js). Ranks are grouped by host with a line between
 //! hosts; the cell side shrinks with the ranks but not below [`MIN_SIDE`], and tick labels are thinned so that
-//! no two come closer than a label's width (each host's first rank always named).
+//! no two come closer than a label's width (each host's first rank always named). Past
+//! [`super::hostmap::PER_LINK_UP_TO`] links the page draws one cell per host pair instead (see `hostmap`).
 
 use super::page::esc;
 use crate::export::cluster::{mark_text, matrix_cells, rank_name, slow_rule};
@@ -16,14 +17,18 @@ const LEFT: usize = 130;
 const TOP: usize = 56;
 /// The grid's planned width; cells stay within [MIN_SIDE, MAX_SIDE].
 const GRID: usize = 760;
-const MIN_SIDE: usize = 6;
-const MAX_SIDE: usize = 40;
+pub(super) const MIN_SIDE: usize = 6;
+pub(super) const MAX_SIDE: usize = 40;
 /// Closest spacing of two column (two row) labels' centres, in pixels, at the labels' 11 px font.
 const COLUMN_GAP: usize = 28;
 const ROW_GAP: usize = 14;
 
 /// The heatmap's section; a run with no completed flow says so instead.
 pub fn section(r: &Results, cl: &ClusterJson) -> String {
+    let links = crate::stats::cluster::link_count(&r.cases);
+    if links > super::hostmap::PER_LINK_UP_TO {
+        return super::hostmap::section(r, cl, links);
+    }
     let mut out = String::from("<section class=\"heatmap\">\n<h2>Cluster heatmap</h2>\n");
     let Some((size, cells)) = matrix_cells(r, cl.world_size) else {
         out.push_str("<p class=\"warning\">No flow completed: there is no link to show.</p>\n</section>\n");
@@ -62,21 +67,21 @@ fn block_starts(hosts: &[String]) -> Vec<usize> {
 
 /// Whether rank `i` is labelled when every `k`-th is: each block's first, then every k-th after it that keeps
 /// `k` ranks from the next block's first.
-fn labelled(i: usize, k: usize, starts: &[usize]) -> bool {
+pub(super) fn labelled(i: usize, k: usize, starts: &[usize]) -> bool {
     let start = starts.iter().rev().find(|s| **s <= i).copied().unwrap_or(0);
     let next = starts.iter().find(|s| **s > i).copied().unwrap_or(usize::MAX);
     i == start || ((i - start) % k == 0 && next - i >= k)
 }
 
 /// White for 0, dark blue for the fastest link (the `--fig` heatmap's scale).
-fn shade(fraction: f64) -> String {
+pub(super) fn shade(fraction: f64) -> String {
     let f = if fraction.is_finite() { fraction.clamp(0.0, 1.0) } else { 0.0 };
     let mix = |dark: f64| (255.0 - (255.0 - dark) * f).round() as u8;
     format!("#{:02x}{:02x}{:02x}", mix(0.0), mix(70.0), mix(140.0))
 }
 
 /// A name cut to `max` characters, so a long host name cannot run over its neighbours.
-fn short(s: &str, max: usize) -> String {
+pub(super) fn short(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
     } else {

@@ -7,7 +7,9 @@
 //! cells, one `<rect>` per link carrying its numbers, so pointing at a link names it (see `heatmap`). Every string
 //! that came from a results file goes through [`esc`]; plotters escapes the text it writes.
 
+mod compare;
 mod heatmap;
+mod hostmap;
 mod page;
 mod tables;
 
@@ -69,6 +71,7 @@ pub fn render(input: &PageInput) -> Result<String> {
         }
     }
     body.push_str(&page::figures(&input.figures));
+    body.push_str(&compare::section(&input.runs));
     body.push_str(&tables::cases(&input.runs)?);
     Ok(page::shell("kvxfer report", &body))
 }

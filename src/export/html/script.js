@@ -3,10 +3,13 @@
   "use strict";
   var each = function (list, f) { Array.prototype.forEach.call(list, f); };
 
-  // A cell's number when it is one ("12.5", "1e-3"), else NaN: numbers sort as numbers, the rest as text.
+  // A cell's number when it is one ("12.5", "1e-3", a size "96 MiB", tokens "1k", a ratio "0.50×"), else NaN:
+  // numbers sort as numbers, the rest as text.
+  var UNITS = { "": 1, "\u00d7": 1, "B": 1, "k": 1024, "KiB": 1024, "MiB": 1048576, "GiB": 1073741824,
+                "TiB": 1099511627776 };
   function number(text) {
-    var t = text.trim();
-    return /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t) ? parseFloat(t) : NaN;
+    var m = /^(-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)\s*(\u00d7|B|k|KiB|MiB|GiB|TiB)?$/.exec(text.trim());
+    return m ? parseFloat(m[1]) * UNITS[m[4] || ""] : NaN;
   }
 
   // Tables whose rows come as data (a 64-rank run has thousands): built here, as text, never as markup.
@@ -61,10 +64,20 @@
       ", max " + d("max") + "), " + d("reps") + " reps" + marks + "; counters: " +
       (d("verdict") || "no counter stands out");
   }
+  // A host pair's numbers sit once in its section's JSON: [src, dst, links, median, min, max, slow, bimodal,
+  // slowest link, its p50].
+  function pairText(c) {
+    var section = c.closest("section");
+    if (!section.pairs) section.pairs = JSON.parse(section.querySelector("script.hostmap-data").textContent);
+    var h = section.pairs.hosts, p = section.pairs.pairs[+c.getAttribute("data-pair")];
+    return h[p[0]] + " \u2192 " + h[p[1]] + ": " + p[2] + (p[2] === 1 ? " link" : " links") + ", median p50 " + p[3] + " GB/s (min " + p[4] +
+      ", max " + p[5] + "), " + p[6] + " slow, " + p[7] + " bimodal; slowest link " + p[8] + " at " + p[9] + " GB/s";
+  }
   document.addEventListener("mouseover", function (e) {
-    var c = e.target.closest ? e.target.closest("rect[data-src], [data-tip]") : null;
+    var c = e.target.closest ? e.target.closest("rect[data-src], rect[data-pair], [data-tip]") : null;
     if (!c) { tip.hidden = true; return; }
-    tip.textContent = c.hasAttribute("data-tip") ? c.getAttribute("data-tip") : tipText(c);
+    tip.textContent = c.hasAttribute("data-tip") ? c.getAttribute("data-tip") :
+      c.hasAttribute("data-pair") ? pairText(c) : tipText(c);
     var box = c.getBoundingClientRect();
     tip.style.left = (window.scrollX + box.right + 8) + "px";
     tip.style.top = (window.scrollY + box.top) + "px";

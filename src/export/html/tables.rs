@@ -7,9 +7,12 @@ use super::page::esc;
 use crate::export::json::Results;
 use anyhow::Result;
 
-/// The table of every case of these runs; nothing when no run has a case.
+/// The table of every case of these runs (of a cluster run past the per-link heatmap's bound, the flows its text
+/// lists); nothing when no run has a case.
 pub fn cases(runs: &[(String, &Results)]) -> Result<String> {
-    let all: Vec<Results> = runs.iter().filter(|(_, r)| !r.cases.is_empty()).map(|(_, r)| (*r).clone()).collect();
+    let mut notes = String::new();
+    let all: Vec<Results> =
+        runs.iter().filter(|(_, r)| !r.cases.is_empty()).map(|(name, r)| listed(name, r, &mut notes)).collect();
     if all.is_empty() {
         return Ok(String::new());
     }
@@ -25,6 +28,7 @@ pub fn cases(runs: &[(String, &Results)]) -> Result<String> {
         Vec::new()
     };
     let mut out = String::from("<section id=\"cases\">\n<h2>Cases</h2>\n");
+    out.push_str(&notes);
     let said: Vec<usize> = same.iter().copied().filter(|k| rows[0].get(*k).is_some_and(|v| !v.is_empty())).collect();
     if !said.is_empty() {
         out.push_str("<p>In every row:</p>\n<ul class=\"same\">\n");
@@ -57,4 +61,25 @@ pub fn cases(runs: &[(String, &Results)]) -> Result<String> {
     out.push_str("</tr></thead>\n<tbody></tbody>\n</table></div>\n");
     out.push_str(&format!("<script type=\"application/json\" id=\"cases-data\">{data}</script>\n</section>\n"));
     Ok(out)
+}
+
+/// The run as its table shows it: whole, or past [`super::hostmap::PER_LINK_UP_TO`] links the flows the cluster
+/// text lists (each size's slowest, the marked ones, those that failed verification), with a line saying so in
+/// `notes`. Thousands of rows per host pair would bury those few and make the page tens of megabytes.
+fn listed(name: &str, r: &Results, notes: &mut String) -> Results {
+    let links = crate::stats::cluster::link_count(&r.cases);
+    if r.cluster.is_none() || links <= super::hostmap::PER_LINK_UP_TO {
+        return r.clone();
+    }
+    let keep = crate::export::cluster::summary::listed_flows(r);
+    notes.push_str(&format!(
+        "<p class=\"listed\">{}: {} of {} flow rows ({links} links), each size's slowest, the marked ones and any \
+         that failed verification. Every flow is a row of the results JSON and CSV.</p>\n",
+        esc(name),
+        keep.len(),
+        r.cases.len()
+    ));
+    let mut shown = r.clone();
+    shown.cases = keep.into_iter().map(|i| r.cases[i].clone()).collect();
+    shown
 }
