@@ -213,6 +213,28 @@ fn complete() -> bool {
 }
 
 impl Results {
+    /// This run with other cases (a subset of its own): every field cloned but the cases, which a 1,000-rank run
+    /// has hundreds of thousands of.
+    pub fn with_cases(&self, cases: Vec<CaseResult>) -> Results {
+        Results {
+            schema: self.schema.clone(),
+            kvxfer_version: self.kvxfer_version.clone(),
+            started_at: self.started_at.clone(),
+            label: self.label.clone(),
+            env: self.env.clone(),
+            config: self.config.clone(),
+            cases,
+            ceiling_gbps: self.ceiling_gbps,
+            no_ceiling: self.no_ceiling.clone(),
+            error: self.error.clone(),
+            complete: self.complete,
+            sweep: self.sweep.clone(),
+            cluster: self.cluster.clone(),
+            interrupted: self.interrupted.clone(),
+            replay: self.replay.clone(),
+        }
+    }
+
     pub fn new(label: String, env: &Env, config: ConfigJson) -> Results {
         Results {
             schema: SCHEMA.into(),

@@ -79,7 +79,5 @@ fn listed(name: &str, r: &Results, notes: &mut String) -> Results {
         keep.len(),
         r.cases.len()
     ));
-    let mut shown = r.clone();
-    shown.cases = keep.into_iter().map(|i| r.cases[i].clone()).collect();
-    shown
+    r.with_cases(keep.into_iter().map(|i| r.cases[i].clone()).collect())
 }

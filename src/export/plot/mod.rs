@@ -215,8 +215,9 @@ pub fn draw_cluster(results: &Results, sink: &mut Sink, lines: &[RefLine]) -> Re
     let series: Vec<(String, Results)> = links
         .into_iter()
         .map(|(s, d)| {
-            let mut r = results.clone();
-            r.cases.retain(|c| c.cluster.as_ref().is_some_and(|f| (f.src.rank, f.dst.rank) == (s, d)));
+            let of_link =
+                results.cases.iter().filter(|c| c.cluster.as_ref().is_some_and(|f| (f.src.rank, f.dst.rank) == (s, d)));
+            let mut r = results.with_cases(of_link.cloned().collect());
             r.cluster = None;
             (format!("{s}→{d}"), r)
         })
