@@ -2,8 +2,8 @@
 //! largest size, rows = source, columns = destination), one `<rect>` per link carrying its numbers in `data-*`
 //! attributes, so pointing at a cell names its link (script.js). Ranks are grouped by host with a line between
 //! hosts; the cell side shrinks with the ranks but not below [`MIN_SIDE`], and tick labels are thinned so that
-//! no two come closer than a label's width (each host's first rank always named). Past
-//! [`super::hostmap::PER_LINK_UP_TO`] links the page draws one cell per host pair instead (see `hostmap`).
+//! no two come closer than a label's width (each host's first rank always named). Past [`PER_LINK_UP_TO`] links
+//! the page draws one cell per host pair instead (see `hostmap`).
 
 use super::page::esc;
 use crate::export::cluster::{mark_text, matrix_cells, rank_name, slow_rule};
@@ -17,6 +17,8 @@ const LEFT: usize = 130;
 const TOP: usize = 56;
 /// The grid's planned width; cells stay within [MIN_SIDE, MAX_SIDE].
 const GRID: usize = 760;
+/// Up to this many links the page draws one cell per link: 8 hosts × 8 GPUs under `pairs` is 4,032.
+pub const PER_LINK_UP_TO: usize = 4032;
 pub(super) const MIN_SIDE: usize = 6;
 pub(super) const MAX_SIDE: usize = 40;
 /// Closest spacing of two column (two row) labels' centres, in pixels, at the labels' 11 px font.
@@ -25,10 +27,6 @@ const ROW_GAP: usize = 14;
 
 /// The heatmap's section; a run with no completed flow says so instead.
 pub fn section(r: &Results, cl: &ClusterJson) -> String {
-    let links = crate::stats::cluster::link_count(&r.cases);
-    if links > super::hostmap::PER_LINK_UP_TO {
-        return super::hostmap::section(r, cl, links);
-    }
     let mut out = String::from("<section class=\"heatmap\">\n<h2>Cluster heatmap</h2>\n");
     let Some((size, cells)) = matrix_cells(r, cl.world_size) else {
         out.push_str("<p class=\"warning\">No flow completed: there is no link to show.</p>\n</section>\n");

@@ -1,9 +1,9 @@
-//! A cluster run past [`PER_LINK_UP_TO`] links as the page draws it: one cell per (source host, destination host)
-//! at the largest size, shaded by the median of its links' p50 GB/s, outlined red when one of its links is slow
-//! and dashed when one is bimodal. A 1,000-rank run under `pairs` has 999,000 links: a cell each would make a
-//! page of hundreds of megabytes and cells under a pixel, where a host pair stays a cell a reader can point at.
-//! The pairs' numbers travel once as JSON (each cell names its pair by index), and the tooltip names the pair,
-//! its spread and its slowest link (script.js).
+//! A cluster run past [`super::heatmap::PER_LINK_UP_TO`] links as the page draws it: one cell per (source host,
+//! destination host) at the largest size, shaded by the median of its links' p50 GB/s, outlined red when one of its
+//! links is slow and dashed when one is bimodal. A 1,000-rank run under `pairs` has 999,000 links: a cell each would
+//! make a page of hundreds of megabytes and cells under a pixel, where a host pair stays a cell a reader can point at.
+//! The pairs' numbers travel once as JSON (each cell names its pair by index), and the tooltip names the pair, its
+//! spread and its slowest link (script.js).
 
 use super::heatmap::{labelled, shade, short, MAX_SIDE, MIN_SIDE};
 use super::page::esc;
@@ -11,9 +11,6 @@ use crate::export::cluster::slow_rule;
 use crate::export::json::Results;
 use crate::plan::sizes::format_size;
 use crate::stats::cluster::{host_pairs, ClusterJson, SizeMedian};
-
-/// Up to this many links the page draws one cell per link: 8 hosts × 8 GPUs under `pairs` is 4,032.
-pub const PER_LINK_UP_TO: usize = 4032;
 
 const LEFT: usize = 170;
 const TOP: usize = 40;

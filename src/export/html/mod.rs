@@ -67,7 +67,13 @@ pub fn render(input: &PageInput) -> Result<String> {
     for (_, r) in &input.runs {
         // A cluster replay's links move requests, not cases: its figures are its loads'.
         if let Some(cl) = r.cluster.as_ref().filter(|_| r.replay_run().is_none()) {
-            body.push_str(&heatmap::section(r, cl));
+            // Past a few thousand links a cell per link is under a pixel: one per host pair instead.
+            let links = crate::stats::cluster::link_count(&r.cases);
+            body.push_str(&if links > heatmap::PER_LINK_UP_TO {
+                hostmap::section(r, cl, links)
+            } else {
+                heatmap::section(r, cl)
+            });
         }
     }
     body.push_str(&page::figures(&input.figures));

@@ -63,12 +63,12 @@ pub fn cases(runs: &[(String, &Results)]) -> Result<String> {
     Ok(out)
 }
 
-/// The run as its table shows it: whole, or past [`super::hostmap::PER_LINK_UP_TO`] links the flows the cluster
+/// The run as its table shows it: whole, or past [`super::heatmap::PER_LINK_UP_TO`] links the flows the cluster
 /// text lists (each size's slowest, the marked ones, those that failed verification), with a line saying so in
 /// `notes`. Thousands of rows per host pair would bury those few and make the page tens of megabytes.
 fn listed(name: &str, r: &Results, notes: &mut String) -> Results {
     let links = crate::stats::cluster::link_count(&r.cases);
-    if r.cluster.is_none() || links <= super::hostmap::PER_LINK_UP_TO {
+    if r.cluster.is_none() || links <= super::heatmap::PER_LINK_UP_TO {
         return r.clone();
     }
     let keep = crate::export::cluster::summary::listed_flows(r);
