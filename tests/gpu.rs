@@ -366,6 +366,61 @@ fn latency_host_to_gpu_pings_a_kernel_and_reports_ordered_quantiles() {
     assert_eq!(err.lines().filter(|l| l.starts_with("error:")).count(), 1, "{err}");
 }
 
+/// `latency --transport cuda --src gpu:0 --dst gpu:D` (D the last GPU: NVLink with two, inside one GPU with one):
+/// each exchange is a copy into gpu:D and one back, timed from the host; the results name both GPUs and the copy
+/// engine, the quantiles are ordered and plausible, and a serve's end or a missing GPU is refused in one line.
+#[test]
+#[ignore = "needs a GPU: the GPU machine runs it (KVXFER_REQUIRE_GPU=1, --include-ignored: see tests/gpu.rs)"]
+fn latency_gpu_to_gpu_copies_there_and_back_and_reports_ordered_quantiles() {
+    let Some(n) = gpus() else { return };
+    let dst = format!("gpu:{}", n - 1);
+    let d = tmp("latency-peer");
+    let json = d.join("lat.json");
+    let j = json.to_string_lossy().into_owned();
+    let out = kvxfer(&[
+        "latency",
+        "--transport",
+        "cuda",
+        "--src",
+        "gpu:0",
+        "--dst",
+        &dst,
+        "--sizes",
+        "8,64KiB,1MiB",
+        "--iters",
+        "300",
+        "--json",
+        &j,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r = results(&json);
+    assert_eq!((r["config"]["src_mem"].as_str(), r["config"]["dst_mem"].as_str()), (Some("gpu:0"), Some(&*dst)));
+    assert_eq!(r["complete"], true);
+    let sender = &r["config"]["transport_detail"]["sender"];
+    assert!(sender["message"].as_str().is_some_and(|m| m.contains("cuMemcpyAsync")), "{sender}");
+    assert_eq!((sender["src_gpu"].as_u64(), sender["gpu"].as_u64()), (Some(0), Some(n as u64 - 1)));
+    let cases = r["cases"].as_array().unwrap();
+    let p50s: Vec<f64> = cases
+        .iter()
+        .map(|c| {
+            let l = &c["latency_us"];
+            let q: Vec<f64> =
+                ["min", "p50", "p90", "p99", "p999", "max"].iter().map(|k| l[k].as_f64().unwrap()).collect();
+            assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "min ≤ p50 ≤ … ≤ max: {q:?}");
+            q[1]
+        })
+        .collect();
+    // Plausible, not a speed test: a small copy there and back is µs, not ms; 1 MiB each way takes longer.
+    assert!(p50s[0] < 200.0, "8 B p50 {} µs", p50s[0]);
+    assert!(p50s[2] > p50s[0] && p50s[2] < 10_000.0, "1 MiB p50 {} µs vs 8 B {}", p50s[2], p50s[0]);
+    let missing = format!("gpu:{n}");
+    let out = kvxfer(&["latency", "--transport", "cuda", "--src", &missing, "--sizes", "8"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("--src {missing}: no {missing}")), "{err}");
+}
+
 /// Without a driver, `latency --transport cuda` is refused in one line naming what is missing, as sweep's are.
 #[test]
 fn latency_over_cuda_without_a_driver_is_refused_in_one_line() {
@@ -374,17 +429,22 @@ fn latency_over_cuda_without_a_driver_is_refused_in_one_line() {
         eprintln!("skipped: this host has a CUDA driver and GPUs");
         return;
     }
-    let out = kvxfer(&["latency", "--transport", "cuda", "--sizes", "8,4KiB"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    // No driver: exit 1 naming it (as sweep --transport cuda); a driver without GPUs: exit 2 naming gpu:0.
-    match out.status.code() {
-        Some(1) => assert!(lines[0].contains("--transport cuda: no CUDA driver"), "{err}"),
-        Some(2) => assert!(lines[0].contains("--dst gpu:0: no gpu:0"), "{err}"),
-        other => panic!("exit {other:?}: {err}"),
+    // GPU ↔ GPU is refused at its source GPU, before anything starts.
+    for (args, flag) in [(&[][..], "--transport cuda"), (&["--src", "gpu:0"][..], "--src gpu:0")] {
+        let mut all = vec!["latency", "--transport", "cuda", "--sizes", "8,4KiB"];
+        all.extend_from_slice(args);
+        let out = kvxfer(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        // No driver: exit 1 naming it (as sweep --transport cuda); a driver without GPUs: exit 2 naming the GPU.
+        match out.status.code() {
+            Some(1) => assert!(lines[0].contains(&format!("{flag}: no CUDA driver")), "{err}"),
+            Some(2) => assert!(lines[0].contains("gpu:0: no gpu:0"), "{err}"),
+            other => panic!("exit {other:?}: {err}"),
+        }
+        assert!(!err.contains("panicked") && out.stdout.is_empty(), "{err}");
     }
-    assert!(!err.contains("panicked") && out.stdout.is_empty(), "{err}");
 }
 
 #[test]

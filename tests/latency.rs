@@ -118,6 +118,13 @@ fn bad_latency_inputs_are_one_line_and_exit_2() {
         (&["latency", "--transport", "cuda", "--inline", "64"][..], "--inline"),
         (&["latency", "--write-with-imm"][..], "--write-with-imm"),
         (&["latency", "--transport", "cuda", "--write-with-imm"][..], "--write-with-imm"),
+        (&["latency", "--src", "gpu:0"][..], "--src gpu:0: latency over tcp sends from host memory"),
+        (
+            &["latency", "--transport", "verbs", "--src", "pinned"][..],
+            "--src pinned: latency over verbs sends from host",
+        ),
+        (&["latency", "--transport", "cuda", "--src", "pinned"][..], "--src pinned: latency over cuda sends from host"),
+        (&["latency", "--transport", "cuda", "--src", "gpu:0", "--peer", "127.0.0.1:1"][..], "leave out --peer"),
     ] {
         let out = run(args);
         out.expect_code(2);

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
-    /// How messages move: a transport with a ping-pong (tcp, verbs; cuda: host ↔ a kernel on one GPU)
+    /// How messages move: a transport with a ping-pong (tcp, verbs; cuda: host ↔ a kernel on one GPU, or GPU ↔ GPU
+    /// with --src gpu:N)
     #[arg(long, default_value = "tcp", value_parser = named::<TransportKind>())]
     pub transport: TransportKind,
     /// Message sizes: a list and/or ranges (8..1MiB doubles from 8 B to 1 MiB; 8..1MiB:x4 quadruples)
@@ -31,6 +32,10 @@ pub struct LatencyArgs {
     /// RDMA writes of N bytes or fewer go inline (verbs; default: the most the device's queue pair takes)
     #[arg(long, value_name = "N")]
     pub inline: Option<u32>,
+    /// Where each message starts: host (default), or gpu:N with --transport cuda, for GPU ↔ GPU: the message is a
+    /// copy-engine copy into --dst's GPU and the answer one back
+    #[arg(long, value_name = "KIND")]
+    pub src: Option<MemKind>,
     /// Where the responder answers from: host, or gpu:N with --transport cuda (its default: gpu:0), whose memory
     /// each message lands in
     #[arg(long, value_name = "KIND")]

@@ -98,10 +98,18 @@ fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
             "--dst {dst} names the memory of the receiver latency starts itself; with --peer, give serve its --mem"
         );
     }
+    if let (Some(_), Some(src @ MemKind::Gpu(_))) = (&a.peer, a.src) {
+        bail_usage!("--src {src}: GPU ↔ GPU latency runs both ends in this process; leave out --peer");
+    }
     if a.iters == 0 {
         bail_usage!("--iters 0: at least one timed ping-pong per size is needed");
     }
+    let src = registry::get(a.transport).ping_pong().map_or(Ok(MemKind::Host), |pp| pp.source(a.transport, a.src))?;
     let plan = LatencyPlan {
+        src_gpu: match src {
+            MemKind::Gpu(n) => Some(n),
+            _ => None,
+        },
         iters: a.iters,
         warmup_iters: a.warmup_iters,
         busy_poll: a.busy_poll,
@@ -124,7 +132,7 @@ fn configure(a: &LatencyArgs) -> Result<(RunConfig, LatencyPlan)> {
             prepare: None,
         },
         block_size_default: false,
-        src_mem: "host".into(),
+        src_mem: src.to_string(),
         cases: sizes.iter().map(|&size_bytes| SizeCase { size_bytes, tokens: None, bytes_per_token: None }).collect(),
         paged: None,
     };

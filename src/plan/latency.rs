@@ -29,6 +29,10 @@ pub struct LatencyPlan {
     /// instead of polling the message's last byte (verbs). Absent from an older client's plan: polling.
     #[serde(default)]
     pub write_with_imm: bool,
+    /// The GPU whose memory each message starts in (`--src gpu:N`); `None`: host memory. Absent from an older
+    /// client's plan: host.
+    #[serde(default)]
+    pub src_gpu: Option<u32>,
 }
 
 impl LatencyPlan {

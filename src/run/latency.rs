@@ -96,6 +96,7 @@ impl LatencySession {
             opened = closed;
             Ok::<(), anyhow::Error>(())
         });
+        let outcome = outcome.and_then(|()| self.end.settle(size, exchanges.saturating_sub(1)));
         if let Err(e) = outcome {
             self.ch.send_error(&e);
             return Err(e);

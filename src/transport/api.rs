@@ -403,6 +403,17 @@ pub trait PingPong: Sync {
         }
     }
 
+    /// Where the initiator's messages start, for `--src` (`None`: not given), checked before anything starts: host
+    /// memory, unless the transport sends from elsewhere; a usage error for memory it cannot send from.
+    fn source(&self, kind: TransportKind, asked: Option<MemKind>) -> Result<MemKind> {
+        match asked {
+            None | Some(MemKind::Host) => Ok(MemKind::Host),
+            Some(other) => Err(crate::error::usage(format!(
+                "--src {other}: latency over {kind} sends from host memory; leave --src out"
+            ))),
+        }
+    }
+
     /// The responder's end, answering from `mem` (the receiver's memory), for messages up to `max_size` bytes;
     /// [`PingEnd::hello`] is its offer.
     fn open_responder(
@@ -440,6 +451,12 @@ pub trait PingEnd: Send {
 
     /// Responder: wait for the whole message `seq` of `size` bytes, then send the answer.
     fn pong(&mut self, size: usize, seq: u64) -> Result<()>;
+
+    /// Initiator, after a size's exchanges and outside their timing: check what an exchange cannot check without
+    /// timing the check too (the last answer's bytes, where reading them is a copy of its own).
+    fn settle(&mut self, _size: usize, _last_seq: u64) -> Result<()> {
+        Ok(())
+    }
 
     /// How this end ran (how it waits, inline sizes...), for the results' `transport_detail`.
     fn describe(&self) -> serde_json::Value;

@@ -1,6 +1,6 @@
-//! CUDA's ping-pong for `kvxfer latency`: host ↔ GPU on one GPU. The host end (the initiator) is a thread of this
-//! process; the GPU end is one persistent kernel (`kernels/pingpong.cu`) that the responder launches on the GPU of
-//! its memory (`--dst gpu:N`, default gpu:0).
+//! CUDA's ping-pong for `kvxfer latency`: host ↔ GPU on one GPU (GPU ↔ GPU, `--src gpu:M`, is `peer_pingpong`). The
+//! host end (the initiator) is a thread of this process; the GPU end is one persistent kernel (`kernels/pingpong.cu`)
+//! that the responder launches on the GPU of its memory (`--dst gpu:N`, default gpu:0).
 //!
 //! The message goes host → GPU memory: the host writes its mark in the message's last byte in a ping buffer of
 //! mapped pinned host memory (the payload lives there, as a producer writing in place would leave it, the way
@@ -75,6 +75,19 @@ impl PingPong for CudaPingPong {
         Ok(())
     }
 
+    fn source(&self, _kind: TransportKind, asked: Option<MemKind>) -> Result<MemKind> {
+        match asked {
+            None | Some(MemKind::Host) => Ok(MemKind::Host),
+            Some(MemKind::Gpu(n)) => {
+                cuda::check_ordinal(n).map_err(|e| e.context(format!("--src gpu:{n}")))?;
+                Ok(MemKind::Gpu(n))
+            }
+            Some(other) => Err(crate::error::usage(format!(
+                "--src {other}: latency over cuda sends from host memory (to a kernel) or from a GPU's (gpu:N, to another GPU or the same)"
+            ))),
+        }
+    }
+
     fn memory(&self, _kind: TransportKind, asked: Option<MemKind>) -> Result<MemKind> {
         let gpu = match asked {
             None => 0,
@@ -92,7 +105,7 @@ impl PingPong for CudaPingPong {
     fn open_responder(
         &self,
         cfg: &TransportConfig,
-        _plan: &LatencyPlan,
+        plan: &LatencyPlan,
         max_size: u64,
         mem: MemKind,
         ctx: &Context,
@@ -103,6 +116,14 @@ impl PingPong for CudaPingPong {
                 "latency over cuda answers from a GPU's memory, but this receiver's is {mem}; start serve with --mem gpu:N"
             )));
         };
+        if let Some(src) = plan.src_gpu {
+            if !ctx.shares_process {
+                return Err(crate::error::usage(
+                    "GPU ↔ GPU latency over cuda runs both ends in one process; leave out --peer (name the GPUs with --src and --dst)",
+                ));
+            }
+            return super::peer_pingpong::open_responder(src, gpu, max_size, ctx.timeouts.io);
+        }
         let shared = Shared::open(gpu, max_size)?;
         Ok(Box::new(CudaPingEnd { shared, role: End::Gpu, count: 0, io_timeout: ctx.timeouts.io }))
     }
@@ -110,12 +131,15 @@ impl PingPong for CudaPingPong {
     fn connect_initiator(
         &self,
         cfg: &TransportConfig,
-        _plan: &LatencyPlan,
+        plan: &LatencyPlan,
         max_size: u64,
         offer: serde_json::Value,
         ctx: &Context,
     ) -> Result<Box<dyn PingEnd>> {
         cfg.knobs::<CudaConfig>()?;
+        if plan.src_gpu.is_some() {
+            return super::peer_pingpong::connect_initiator(offer, max_size, ctx.timeouts.io);
+        }
         let offer: Offer = serde_json::from_value(offer).context("the receiver's cuda ping-pong offer is malformed")?;
         if offer.pid != std::process::id() {
             return Err(crate::error::usage(
