@@ -6,6 +6,7 @@
 #   KVXFER_BIN  kvxfer binary (default: target/release/kvxfer, built if missing)
 #   ROUNDS      rounds (default 3); ITERS timed exchanges per size (default 2000); SIZES (default 8,4KiB,64KiB,1MiB)
 #   DST         the answering GPU (default as above)
+#   KEEP        a folder to keep each round's results in (kvxfer-R.json, ref-R.json), created if missing
 # --quick: one round of 200 exchanges: proves the script works; its figures mean little.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ for r in $(seq "$ROUNDS"); do
     --warmup-iters "$WARMUP" --io-timeout 15s --json "$work/kvxfer-$r.json" > "$work/kvxfer-$r.txt"
   python3 scripts/latency-ref.py 0 "$DST" "$SIZES" "$ITERS" "$WARMUP" "$work/ref-$r.json"
 done
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/*.json "$KEEP"/; fi
 python3 - "$work" "$ROUNDS" <<'PY'
 import json, os, sys
 w, rounds = sys.argv[1], int(sys.argv[2])
