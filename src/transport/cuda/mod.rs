@@ -8,6 +8,7 @@
 
 mod config;
 mod extras;
+mod live;
 mod peer_pingpong;
 mod pingpong;
 mod staging;

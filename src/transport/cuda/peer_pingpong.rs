@@ -14,12 +14,12 @@
 
 use crate::mem::cuda::{self, check, context, enable_peer_access, DeviceBuffer, OrDriverError};
 use crate::transport::api::PingEnd;
-use anyhow::{anyhow, bail, Context as _, Result};
+use super::live::Live;
+use anyhow::{bail, Context as _, Result};
 use cudarc::driver::{sys, CudaStream};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The bytes of the two source slots: an exchange's answer carries its slot's.
@@ -37,7 +37,7 @@ struct Offer {
 }
 
 /// The buffers of the live GPU ↔ GPU responders of this process, by number; weak, so that the ends alone keep them.
-static LIVE: OnceLock<Mutex<HashMap<u64, Weak<Shared>>>> = OnceLock::new();
+static LIVE: Live<Shared> = Live::new();
 
 /// What both ends share: the source slots and the answer on gpu:M, the landing area on gpu:N, gpu:M's stream
 /// that carries both copies, and how many exchanges have completed.
@@ -62,7 +62,6 @@ impl Shared {
     /// Allocate the buffers for messages up to `max` bytes from gpu:`src` to gpu:`dst`, fill the source slots and
     /// let each GPU reach the other's memory.
     fn open(src: u32, dst: u32, max: u64) -> Result<Arc<Shared>> {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         if max == 0 || max > crate::plan::latency::MAX_MESSAGE {
             bail!("latency messages are 1 B to 1 GiB; {max} bytes asked");
         }
@@ -87,7 +86,7 @@ impl Shared {
         // SAFETY: the whole of a live allocation made above, in the current context.
         check(unsafe { sys::cuMemsetD8_v2(answer.ptr(), 0, max as usize) }, "cuMemsetD8")?;
         let stream = ctx.new_stream().or_cuda("cuStreamCreate")?;
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = LIVE.number();
         let shared = Arc::new(Shared {
             id,
             src_gpu: src,
@@ -100,7 +99,7 @@ impl Shared {
             stream,
             done: AtomicU64::new(0),
         });
-        LIVE.get_or_init(Default::default).lock().unwrap().insert(id, Arc::downgrade(&shared));
+        LIVE.insert(id, &shared);
         Ok(shared)
     }
 
@@ -119,11 +118,15 @@ impl Shared {
     }
 }
 
+impl super::live::Holds for Shared {
+    fn max(&self) -> u64 {
+        self.max
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(m) = LIVE.get() {
-            m.lock().unwrap().remove(&self.id);
-        }
+        LIVE.remove(self.id);
         // Freeing memory a copy still uses would be undefined: let queued copies end first.
         let _ = self.stream.synchronize();
     }
@@ -139,21 +142,12 @@ pub fn open_responder(src: u32, dst: u32, max: u64, io_timeout: Duration) -> Res
 pub fn connect_initiator(offer: serde_json::Value, max: u64, io_timeout: Duration) -> Result<Box<dyn PingEnd>> {
     let offer: Offer =
         serde_json::from_value(offer).context("the receiver's GPU ↔ GPU ping-pong offer is malformed")?;
-    if offer.pid != std::process::id() {
-        return Err(crate::error::usage(
-            "GPU ↔ GPU latency over cuda runs both ends in one process; leave out --peer (name the GPUs with --src and --dst)",
-        ));
-    }
-    let shared = LIVE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .get(&offer.peer_id)
-        .and_then(Weak::upgrade)
-        .ok_or_else(|| anyhow!("the GPU end's buffers ({}) are gone before the host end connected", offer.peer_id))?;
-    if shared.max < max {
-        bail!("the GPU end holds messages up to {} bytes, {max} asked", shared.max);
-    }
+    let shared = LIVE.find(
+        offer.pid,
+        offer.peer_id,
+        max,
+        "GPU ↔ GPU latency over cuda runs both ends in one process; leave out --peer (name the GPUs with --src and --dst)",
+    )?;
     // Every copy and query of this end is issued from this thread, in gpu:M's context.
     shared.stream.context().bind_to_thread().or_cuda("cuCtxSetCurrent")?;
     Ok(Box::new(PeerPingEnd { shared, count: 0, io_timeout }))

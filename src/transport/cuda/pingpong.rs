@@ -16,6 +16,7 @@
 //! spin and the responder's watch give up after `--io-timeout`, naming the end that stopped, and a kernel that
 //! failed or ended is reported with CUDA's words.
 
+use super::live::Live;
 use super::CudaConfig;
 use crate::mem::cuda::{self, check, context, DeviceBuffer, OrDriverError};
 use crate::mem::kernels::{self, ResponderArgs};
@@ -27,9 +28,8 @@ use crate::transport::api::{Context, PingEnd, PingPong};
 use anyhow::{anyhow, bail, Context as _, Result};
 use cudarc::driver::{sys, CudaStream};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Threads per block of the responder.
@@ -141,21 +141,12 @@ impl PingPong for CudaPingPong {
             return super::peer_pingpong::connect_initiator(offer, max_size, ctx.timeouts.io);
         }
         let offer: Offer = serde_json::from_value(offer).context("the receiver's cuda ping-pong offer is malformed")?;
-        if offer.pid != std::process::id() {
-            return Err(crate::error::usage(
-                "latency over cuda runs its host end and its GPU end in one process; leave out --peer (pick the GPU with --dst gpu:N)",
-            ));
-        }
-        let shared = LIVE
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap()
-            .get(&offer.id)
-            .and_then(Weak::upgrade)
-            .ok_or_else(|| anyhow!("the GPU end's buffers ({}) are gone before the host end connected", offer.id))?;
-        if shared.max < max_size {
-            bail!("the GPU end holds messages up to {} bytes, {max_size} asked", shared.max);
-        }
+        let shared = LIVE.find(
+            offer.pid,
+            offer.id,
+        max_size,
+            "latency over cuda runs its host end and its GPU end in one process; leave out --peer (pick the GPU with --dst gpu:N)",
+        )?;
         Ok(Box::new(CudaPingEnd { shared, role: End::Host, count: 0, io_timeout: ctx.timeouts.io }))
     }
 }
@@ -169,7 +160,7 @@ struct Offer {
 }
 
 /// The buffers of the live responders of this process, by number; weak, so that the ends alone keep them.
-static LIVE: OnceLock<Mutex<HashMap<u64, Weak<Shared>>>> = OnceLock::new();
+static LIVE: Live<Shared> = Live::new();
 
 /// What both ends share: the mapped header and message buffers, the device memory the message lands in, and the
 /// running kernel's stream. Dropped by the last end: the kernel is stopped before anything is freed.
@@ -193,7 +184,6 @@ const DEVICE_HEADER: u64 = 256;
 impl Shared {
     /// Allocate the buffers for messages up to `max` bytes on GPU `gpu` and launch the kernel.
     fn open(gpu: u32, max: u64) -> Result<Arc<Shared>> {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         if max == 0 || max > crate::plan::latency::MAX_MESSAGE {
             bail!("latency messages are 1 B to 1 GiB; {max} bytes asked");
         }
@@ -218,7 +208,7 @@ impl Shared {
             landing: device.ptr() + DEVICE_HEADER,
             chunk,
         };
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = LIVE.number();
         let (host, device, stream) = (Some(host), Some(device), Some(stream));
         let shared = Arc::new(Shared { id, gpu, max, blocks, chunk, host, device, stream });
         let stream = shared.stream.as_ref().expect("just set");
@@ -226,7 +216,7 @@ impl Shared {
         // for it before freeing them; the header is zeroed (no message), `arrived` was zeroed above, and
         // `geometry` makes `chunk` a multiple of 16 that no message up to `max` needs more than `blocks` of.
         unsafe { k.launch_responder(stream, &args, blocks, THREADS) }?;
-        LIVE.get_or_init(Default::default).lock().unwrap().insert(id, Arc::downgrade(&shared));
+        LIVE.insert(id, &shared);
         Ok(shared)
     }
 
@@ -261,11 +251,15 @@ fn geometry(max: u64, sms: u32) -> (u32, u64) {
     (blocks as u32, chunk.max(MIN_CHUNK))
 }
 
+impl super::live::Holds for Shared {
+    fn max(&self) -> u64 {
+        self.max
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(m) = LIVE.get() {
-            m.lock().unwrap().remove(&self.id);
-        }
+        LIVE.remove(self.id);
         if let Ok(w) = self.host().word(HOST_WORD) {
             w.store(STOP, Ordering::Release);
         }
