@@ -62,6 +62,19 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
+/// The CPUs the process was given when it started, once [`note_cpus_at_start`] has run.
+static CPUS_AT_START: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Remember how many CPUs this process may run on, before any thread binds itself to fewer (a ping-pong's ends, a
+/// NUMA node): every results file's fingerprint counts what the run was given, not what one thread kept.
+pub fn note_cpus_at_start() {
+    CPUS_AT_START.get_or_init(available_cpus);
+}
+
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Env {
     pub fn capture() -> Env {
         let meminfo = std::fs::read_to_string(sysroot::SysRoot::get().path("/proc/meminfo")).unwrap_or_default();
@@ -72,7 +85,7 @@ impl Env {
                 .unwrap_or_else(|_| "unknown".into()),
             os: os_name(),
             cpu: cpu_model(),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: CPUS_AT_START.get().copied().unwrap_or_else(available_cpus),
             load_avg_start: load_average(sysroot::SysRoot::get()),
             mem_total_bytes: meminfo_field(&meminfo, "MemTotal"),
             mem_available_bytes: meminfo_field(&meminfo, "MemAvailable"),

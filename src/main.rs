@@ -4,6 +4,7 @@ use kvxfer::commands;
 mod glibc_compat;
 
 fn main() {
+    kvxfer::env::note_cpus_at_start();
     let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => {

@@ -187,6 +187,9 @@ fn the_in_process_ends_run_on_different_cpus_and_the_results_say_which() {
         out.expect_code(0);
         let r = read_json(Path::new(&json));
         assert_eq!(r["config"]["ping_pong_cpus"], serde_json::json!({"pinger": pinger, "responder": responder}));
+        // The host's fingerprint counts the CPUs the run was given, not the one its pinger was bound to after.
+        let given = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(r["env"]["cpus"].as_u64(), Some(given as u64), "env.cpus of a pinned latency run");
     } else {
         eprintln!("this test may run on CPU {mine} only: the one-CPU case below is all it can check");
     }
