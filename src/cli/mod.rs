@@ -130,7 +130,9 @@ pub enum Command {
     /// p90, p99, p99.9 and max in µs
     #[command(after_help = "Examples:\n  kvxfer latency                                  # tcp on loopback, 8 B..1 MiB\n  \
                             kvxfer latency --sizes 8,4KiB,64KiB --iters 10000 --json lat.json\n  \
-                            KVXFER_TOKEN=s3cret kvxfer latency --peer 10.0.0.2:18515   # against kvxfer serve\n\n".to_owned() + UNITS_NOTE)]
+                            KVXFER_TOKEN=s3cret kvxfer latency --peer 10.0.0.2:18515   # against kvxfer serve\n  \
+                            kvxfer latency --transport cuda                 # host -> a kernel on gpu:0 and back\n  \
+                            kvxfer latency --transport cuda --src gpu:0 --dst gpu:1   # GPU <-> GPU copies\n\n".to_owned() + UNITS_NOTE)]
     Latency(LatencyArgs),
     /// Replay a request stream's KV transfers (a trace, or an arrival model) and report each request's latency
     /// under load, counted from its scheduled arrival: p50/p99, offered vs achieved, the knee of a load sweep
