@@ -83,6 +83,26 @@ const PROBE: &str = r##"
     return { stem: f.getAttribute("data-stem"), targets: targets.length, on_marker: on.length,
       words: targets.map(function (t) { return t.getAttribute("data-tip"); }), shown: shown };
   });
+  // The figures' font: the page's own, inline, a font Chromium loads, drawing text at other widths than the
+  // viewer's sans-serif would (the layout was measured with it).
+  var rules = Array.prototype.slice.call(document.styleSheets).reduce(function (a, s) { return a.concat(Array.prototype.slice.call(s.cssRules)); }, []);
+  var face = rules.filter(function (r) { return r.type === CSSRule.FONT_FACE_RULE; })[0];
+  var label = document.querySelector("figure.fig svg text");
+  if (face && label) {
+    var b64 = face.style.getPropertyValue("src").split("base64,")[1].split(")")[0].replace(/["']/g, "");
+    var bin = atob(b64), bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    var probe = new FontFace("kvxfer-probe", bytes.buffer);
+    document.fonts.add(probe);
+    var computed = getComputedStyle(label).fontFamily;
+    label.style.fontFamily = "kvxfer-probe";
+    var own = label.getComputedTextLength();
+    label.style.fontFamily = "sans-serif";
+    var fallback = label.getComputedTextLength();
+    label.style.fontFamily = "";
+    out.font = { family: face.style.getPropertyValue("font-family"), bytes: bytes.length, status: probe.status,
+      computed: computed, own_width: own, fallback_width: fallback };
+  }
   var side = document.getElementById("side-table");
   if (side) {
     var sideRows = function () { return all("#side-table tbody tr").map(function (r) { return Array.prototype.map.call(r.cells, text); }); };
@@ -238,6 +258,16 @@ fn a_sweep_page_shows_the_files_numbers_sorts_keeps_a_hostile_label_as_text_and_
     }
 
     check_points(f, &read_json(&json));
+
+    // The figures' text is drawn in the font their layout was measured with, carried by the page itself.
+    let font = &f["font"];
+    let bundled =
+        std::fs::metadata(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/fonts/NotoSans-kvxfer-subset.ttf"));
+    assert_eq!(font["family"], "kvxfer-sans", "{font}");
+    assert_eq!(font["bytes"].as_u64(), Some(bundled.unwrap().len()), "{font}");
+    assert_eq!(font["status"], "loaded", "{font}");
+    assert!(font["computed"].as_str().is_some_and(|c| c.starts_with("kvxfer-sans")), "{font}");
+    assert_ne!(font["own_width"], font["fallback_width"], "the bundled font sets text as the viewer's would: {font}");
 
     // The table is the CSV file, cell for cell (a column with one value said once above it), and its p50 is the
     // results file's.

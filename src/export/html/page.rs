@@ -28,10 +28,23 @@ pub fn shell(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n\
-         <style>\n{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n{body}<div id=\"tip\" role=\"tooltip\" hidden></div>\n\
+         <style>\n{}{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n{body}<div id=\"tip\" role=\"tooltip\" hidden></div>\n\
          <script>\n{SCRIPT}</script>\n</body>\n</html>\n",
         esc(title),
+        font_face(),
         esc(title)
+    )
+}
+
+/// The figures' text in the font their layout was measured with (the bundled subset of Noto Sans, inline), so that
+/// a legend entry or a tick label takes the room it was given in any browser, where the viewer's own sans-serif
+/// (DejaVu Sans here, wider) ran legend entries into each other; characters outside the subset fall back to it.
+fn font_face() -> String {
+    use base64::Engine as _;
+    let font = base64::engine::general_purpose::STANDARD.encode(crate::export::plot::FONT_BYTES);
+    format!(
+        "@font-face {{ font-family: \"kvxfer-sans\"; src: url(data:font/ttf;base64,{font}) format(\"truetype\"); }}\n\
+         svg text {{ font-family: \"kvxfer-sans\", sans-serif; }}\n"
     )
 }
 

@@ -30,6 +30,9 @@ mod replay;
 mod replay_timeline;
 mod reps;
 mod style;
+
+/// The bundled font the figures' text is measured and drawn with.
+pub use style::FONT_BYTES;
 mod time;
 
 use crate::export::json::Results;
